@@ -1,0 +1,126 @@
+"""`modeldeck`: no subcommand opens the window; `serve` runs the service; the rest are service clients."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import logging.handlers
+import os
+import sys
+from collections.abc import Sequence
+
+from app.client import ControlError, ServiceUnavailable, connect
+from app.hub.library import known_models
+from app.keys import load_api_key
+from app.paths import AppPaths, app_paths
+
+PORT_ENV = "MODELDECK_PORT"
+
+
+def _default_port() -> int:
+    value = os.environ.get(PORT_ENV, "8642")
+    return int(value) if value.isdigit() else 8642
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="modeldeck", description="Serve language models locally.")
+    commands = parser.add_subparsers(dest="command")
+    serve = commands.add_parser("serve", help="run the service in the foreground (headless)")
+    serve.add_argument("--host", default="127.0.0.1", help="address of the OpenAI endpoint (default 127.0.0.1)")
+    serve.add_argument("--port", type=int, default=_default_port(), help="port of the OpenAI endpoint (8642)")
+    serve.add_argument("--model", action="append", default=[], metavar="ID", help="start this model (repeatable)")
+    serve.add_argument(
+        "--no-api-key", action="store_true", help="accept requests without a key (only on a loopback address)"
+    )
+    commands.add_parser("models", help="list the models ModelDeck can serve")
+    commands.add_parser("ps", help="list the running engines")
+    commands.add_parser("key", help="print the API key of the OpenAI endpoint")
+    return parser
+
+
+def _setup_service_logging(paths: AppPaths) -> None:
+    paths.logs.mkdir(parents=True, exist_ok=True)
+    formatter = logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s")
+    to_file = logging.handlers.RotatingFileHandler(paths.service_log, maxBytes=5_000_000, backupCount=3)
+    to_stderr = logging.StreamHandler()
+    for handler in (to_file, to_stderr):
+        handler.setFormatter(formatter)
+    root = logging.getLogger("modeldeck")
+    root.setLevel(logging.INFO)
+    root.addHandler(to_file)
+    root.addHandler(to_stderr)
+
+
+def _serve(args: argparse.Namespace, paths: AppPaths) -> int:
+    from app.service.server import ServeOptions, Service, ServiceError
+
+    _setup_service_logging(paths)
+    options = ServeOptions(args.host, args.port, models=tuple(args.model), require_api_key=not args.no_api_key)
+    try:
+        import uvloop
+
+        loop_factory = uvloop.new_event_loop
+    except ImportError:  # Windows
+        loop_factory = asyncio.new_event_loop
+    try:
+        with asyncio.Runner(loop_factory=loop_factory) as runner:
+            runner.run(Service(options, paths).run())
+    except ServiceError as exc:
+        print(f"modeldeck: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
+def _models(paths: AppPaths) -> int:
+    client = connect(paths)
+    if client is not None:
+        rows = [(m["id"], m["state"], m["size_bytes"], m["path"]) for m in client.models()]
+    else:
+        rows = [(m.id, "stopped", m.size_bytes, str(m.path)) for m in known_models().values()]
+    if not rows:
+        print("No models. Install the bundled model with installers/run.sh.")
+    for model_id, state, size, path in rows:
+        print(f"{model_id:32} {state:11} {size / 1e6:8.1f} MB  {path}")
+    return 0
+
+
+def _ps(paths: AppPaths) -> int:
+    client = connect(paths)
+    if client is None:
+        print("The ModelDeck service is not running (start it with `modeldeck serve`).")
+        return 1
+    running = [m for m in client.models() if m["state"] != "stopped"]
+    if not running:
+        print("No engines are running.")
+    for model in running:
+        print(f"{model['id']:32} {model['state']:11} pid {model['pid'] or '-':>7}  port {model['port'] or '-'}")
+    return 0
+
+
+def _key(paths: AppPaths) -> int:
+    key = load_api_key(paths)
+    if key.note:
+        print(f"note: {key.note}", file=sys.stderr)
+    print(key.value)
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    args = _parser().parse_args(argv)
+    paths = app_paths()
+    try:
+        if args.command is None:
+            from app.gui.launch import run_gui
+
+            code = run_gui(paths)
+        elif args.command == "serve":
+            code = _serve(args, paths)
+        else:
+            code = {"models": _models, "ps": _ps, "key": _key}[args.command](paths)
+    except (ServiceUnavailable, ControlError) as exc:
+        print(f"modeldeck: {exc}", file=sys.stderr)
+        code = 1
+    except KeyboardInterrupt:
+        code = 130
+    sys.exit(code)

@@ -1,0 +1,167 @@
+"""The control-API client shared by the GUI and the CLI: finds the service, starts it, talks to it."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+
+from app.paths import AppPaths
+
+START_TIMEOUT_S = 30.0
+
+
+class ServiceUnavailable(Exception):
+    """No service answers; the message says what to do."""
+
+
+class ControlError(Exception):
+    """The service answered with an error; the message is the service's."""
+
+
+@dataclass(frozen=True)
+class ServiceAddress:
+    pid: int
+    url: str
+    control_url: str
+    token: str
+
+
+def find_service(paths: AppPaths) -> ServiceAddress | None:
+    """The running service's address from its discovery file, or None when none is published."""
+    try:
+        info = json.loads(paths.service_file.read_text(encoding="utf-8"))
+        token = paths.control_token_file.read_text(encoding="utf-8").strip()
+        return ServiceAddress(int(info["pid"]), str(info["url"]), str(info["control_url"]), token)
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+class ControlClient:
+    """Synchronous client of the control API. Blocking: call it off the GUI thread."""
+
+    def __init__(self, address: ServiceAddress, timeout_s: float = 10.0) -> None:
+        self.address = address
+        self._http = httpx.Client(
+            base_url=address.control_url,
+            headers={"Authorization": f"Bearer {address.token}"},
+            timeout=timeout_s,
+            trust_env=False,  # loopback only: never through a proxy from the environment
+        )
+
+    def close(self) -> None:
+        self._http.close()
+
+    def _call(self, method: str, path: str, **kwargs: Any) -> Any:
+        try:
+            response = self._http.request(method, path, **kwargs)
+        except httpx.HTTPError as exc:
+            raise ServiceUnavailable(f"The ModelDeck service at {self.address.control_url} does not answer: {exc}")
+        if response.status_code >= 400:
+            try:
+                message = response.json()["error"]["message"]
+            except (ValueError, KeyError, TypeError):
+                message = response.text
+            raise ControlError(message)
+        return response.json()
+
+    def health(self) -> dict[str, Any]:
+        result: dict[str, Any] = self._call("GET", "/api/health", timeout=2.0)
+        return result
+
+    def models(self) -> list[dict[str, Any]]:
+        result: list[dict[str, Any]] = self._call("GET", "/api/models")
+        return result
+
+    def endpoint(self) -> dict[str, Any]:
+        result: dict[str, Any] = self._call("GET", "/api/endpoint")
+        return result
+
+    def start_model(self, model_id: str, wait: bool = False) -> dict[str, Any]:
+        params = {"wait": "1"} if wait else None
+        result: dict[str, Any] = self._call("POST", f"/api/models/{model_id}/start", params=params, timeout=None)
+        return result
+
+    def stop_model(self, model_id: str) -> dict[str, Any]:
+        result: dict[str, Any] = self._call("POST", f"/api/models/{model_id}/stop", timeout=60.0)
+        return result
+
+    def logs(self, model_id: str, tail: int = 200) -> list[str]:
+        result: list[str] = self._call("GET", f"/api/models/{model_id}/logs", params={"tail": tail})["lines"]
+        return result
+
+    def shutdown(self) -> None:
+        self._call("POST", "/api/shutdown")
+
+    def events(self) -> Iterator[dict[str, Any]]:
+        """Live events (a snapshot, then engine states and log lines) until the service goes away."""
+        try:
+            with self._http.stream("GET", "/api/events", timeout=httpx.Timeout(10.0, read=None)) as response:
+                for line in response.iter_lines():
+                    if line.startswith("data: "):
+                        event: dict[str, Any] = json.loads(line[6:])
+                        yield event
+        except httpx.HTTPError as exc:
+            raise ServiceUnavailable(f"The event stream from the service ended: {exc}") from exc
+
+
+def connect(paths: AppPaths) -> ControlClient | None:
+    """A client of the running service, or None when no service answers."""
+    address = find_service(paths)
+    if address is None:
+        return None
+    client = ControlClient(address)
+    try:
+        client.health()
+    except (ServiceUnavailable, ControlError):
+        client.close()
+        return None
+    return client
+
+
+@dataclass
+class StartedService:
+    """A service this client started; `process` is ours to stop."""
+
+    client: ControlClient
+    process: subprocess.Popen[bytes]
+
+
+def start_service(paths: AppPaths, port: int | None = None, timeout_s: float = START_TIMEOUT_S) -> StartedService:
+    """Start `modeldeck serve` in the background and wait until its control API answers."""
+    paths.logs.mkdir(parents=True, exist_ok=True)
+    command = [sys.executable, "-m", "app", "serve"]
+    if port is not None:
+        command += ["--port", str(port)]
+    with open(paths.logs / "service-stdout.log", "ab") as output:
+        process = subprocess.Popen(
+            command, stdin=subprocess.DEVNULL, stdout=output, stderr=subprocess.STDOUT, start_new_session=True,
+            env=os.environ.copy(),
+        )  # fmt: skip
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise ServiceUnavailable(_last_lines(paths, f"The service exited with code {process.returncode}"))
+        address = find_service(paths)
+        if address is not None and address.pid == process.pid:
+            client = connect(paths)
+            if client is not None:
+                return StartedService(client, process)
+        time.sleep(0.1)
+    process.terminate()
+    raise ServiceUnavailable(f"The service did not start within {timeout_s:.0f} s.")
+
+
+def _last_lines(paths: AppPaths, headline: str) -> str:
+    try:
+        lines = (paths.logs / "service-stdout.log").read_text(encoding="utf-8", errors="replace").splitlines()
+    except OSError:
+        lines = []
+    return "\n".join([headline + ":", *lines[-8:]])

@@ -1,0 +1,1 @@
+"""Turning a model and this machine into a launch plan."""

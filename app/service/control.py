@@ -1,0 +1,135 @@
+"""The control API (/api): loopback only, bearer token from a user-only file. Used by the GUI and the CLI."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import parse_qs
+
+from app import __version__
+from app.service.asgi import (
+    LOOPBACK_HOSTS,
+    Receive,
+    Scope,
+    Send,
+    bearer_ok,
+    host_allowed,
+    send_error,
+    send_json,
+    wait_disconnect,
+)
+from app.service.engines import EngineManager, UnknownModel
+from app.service.events import EventBus
+
+SSE_HEADERS = [(b"content-type", b"text/event-stream"), (b"cache-control", b"no-cache")]
+KEEPALIVE_S = 15.0
+
+
+@dataclass(frozen=True)
+class EndpointInfo:
+    """What a client needs to use the OpenAI endpoint, as the GUI shows it."""
+
+    url: str
+    api_key: str | None  # None: the endpoint was started without a key (loopback only)
+    key_source: str
+    key_note: str
+
+
+class ControlApi:
+    """Raw ASGI app serving /api."""
+
+    def __init__(
+        self,
+        manager: EngineManager,
+        bus: EventBus,
+        token: str,
+        endpoint: EndpointInfo,
+        request_shutdown: Callable[[], None],
+    ) -> None:
+        self._manager = manager
+        self._bus = bus
+        self._token = token
+        self._endpoint = endpoint
+        self._request_shutdown = request_shutdown
+        self._background: set[asyncio.Task[Any]] = set()
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            return
+        if not host_allowed(scope, LOOPBACK_HOSTS):
+            await send_error(send, 403, "Host not allowed.", "permission_error")
+            return
+        if not bearer_ok(scope, self._token):
+            await send_error(send, 401, "Missing or invalid control token.", "authentication_error")
+            return
+        method, parts = scope["method"], scope["path"].strip("/").split("/")
+        query = parse_qs(scope.get("query_string", b"").decode("latin-1"))
+        try:
+            await self._route(method, parts, query, receive, send)
+        except UnknownModel as exc:
+            await send_error(send, 404, f"Unknown model {exc.args[0]!r}.", "invalid_request_error", "model_not_found")
+
+    async def _route(
+        self, method: str, parts: list[str], query: dict[str, list[str]], receive: Receive, send: Send
+    ) -> None:
+        match method, parts:
+            case "GET", ["api", "health"]:
+                await send_json(send, 200, {"status": "ok", "version": __version__})
+            case "GET", ["api", "models"]:
+                await send_json(send, 200, [self._manager.describe(m) for m in self._manager.models])
+            case "GET", ["api", "endpoint"]:
+                await send_json(send, 200, self._endpoint.__dict__)
+            case "GET", ["api", "models", model_id, "logs"]:
+                tail = query.get("tail", ["200"])[0]
+                if not tail.isdigit():
+                    await send_error(send, 400, "`tail` must be a whole number.", "invalid_request_error")
+                    return
+                await send_json(send, 200, {"lines": self._manager.logs(model_id, int(tail))})
+            case "POST", ["api", "models", model_id, "start"]:
+                await self._start(model_id, wait="wait" in query, send=send)
+            case "POST", ["api", "models", model_id, "stop"]:
+                await self._manager.stop(model_id)
+                await send_json(send, 200, self._manager.describe(model_id))
+            case "GET", ["api", "events"]:
+                stream = asyncio.create_task(self._stream_events(send))
+                gone = asyncio.create_task(wait_disconnect(receive))
+                await asyncio.wait({stream, gone}, return_when=asyncio.FIRST_COMPLETED)
+                for task in (stream, gone):
+                    task.cancel()
+            case "POST", ["api", "shutdown"]:
+                await send_json(send, 202, {"status": "shutting down"})
+                self._request_shutdown()
+            case _:
+                await send_error(send, 404, f"Unknown route {method} /{'/'.join(parts)}.", "invalid_request_error")
+
+    async def _start(self, model_id: str, wait: bool, send: Send) -> None:
+        self._manager.describe(model_id)  # raises UnknownModel before anything starts
+        if wait:
+            await self._manager.start(model_id)
+            await send_json(send, 200, self._manager.describe(model_id))
+            return
+        task = asyncio.create_task(self._manager.start(model_id))
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+        await send_json(send, 202, self._manager.describe(model_id))
+
+    async def _stream_events(self, send: Send) -> None:
+        """Server-sent events: a snapshot of every model first, then engine and log events as they happen."""
+        await send({"type": "http.response.start", "status": 200, "headers": SSE_HEADERS})
+        async with self._bus.subscribe() as queue:
+            snapshot = {"type": "snapshot", "models": [self._manager.describe(m) for m in self._manager.models]}
+            await send({"type": "http.response.body", "body": _sse(snapshot), "more_body": True})
+            while True:
+                try:
+                    event = await asyncio.wait_for(queue.get(), KEEPALIVE_S)
+                    body = _sse(event)
+                except TimeoutError:
+                    body = b": keep-alive\n\n"
+                await send({"type": "http.response.body", "body": body, "more_body": True})
+
+
+def _sse(event: dict[str, Any]) -> bytes:
+    return b"data: " + json.dumps(event, default=str).encode() + b"\n\n"

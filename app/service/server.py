@@ -1,0 +1,193 @@
+"""Wiring of the service: listeners, engines, discovery file, and an orderly shutdown."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import errno
+import ipaddress
+import json
+import logging
+import os
+import secrets
+import signal
+import socket
+import time
+from collections.abc import Callable, Generator
+from dataclasses import dataclass
+
+import aiohttp
+import uvicorn
+
+from app.hub.library import ModelSpec, known_models
+from app.keys import ApiKey, load_api_key
+from app.paths import AppPaths, write_private
+from app.service.asgi import LOOPBACK_HOSTS
+from app.service.control import ControlApi, EndpointInfo
+from app.service.engines import EngineManager
+from app.service.events import EventBus
+from app.service.gateway import Gateway, GatewayConfig
+from engines.processes import reap_leftover_engines
+from engines.states import EngineState
+from engines.supervisor import SupervisorPolicy
+
+log = logging.getLogger("modeldeck.service")
+
+
+class ServiceError(Exception):
+    """The service cannot start; the message says why and what to do."""
+
+
+@dataclass(frozen=True)
+class ServeOptions:
+    host: str = "127.0.0.1"
+    port: int = 8642
+    control_port: int = 0  # 0: any free loopback port, published in the discovery file
+    models: tuple[str, ...] = ()
+    require_api_key: bool = True
+
+
+class _Server(uvicorn.Server):
+    """uvicorn without its own signal handling: the service stops both listeners and the engines together."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Generator[None, None, None]:
+        yield
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def bind_socket(host: str, port: int, what: str) -> socket.socket:
+    """Bind a listening socket now, so that a taken port is a clear error before anything starts."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        if exc.errno == errno.EADDRINUSE:
+            raise ServiceError(
+                f"Port {port} on {host} is already in use, so the {what} cannot start. Stop the program using "
+                f"it, or choose another port (modeldeck serve --port N, or MODELDECK_PORT=N)."
+            ) from exc
+        raise ServiceError(f"Cannot listen on {host}:{port} for the {what}: {exc.strerror or exc}") from exc
+    sock.listen(2048)
+    sock.setblocking(False)
+    return sock
+
+
+def _uvicorn_server(app: Callable[..., object], sock: socket.socket) -> tuple[_Server, socket.socket]:
+    config = uvicorn.Config(
+        app, http="httptools", loop="none", lifespan="off", access_log=False, log_level="warning",
+        timeout_graceful_shutdown=2, timeout_keep_alive=30,
+    )  # fmt: skip
+    return _Server(config), sock
+
+
+class Service:
+    """One running service. `run()` returns after a signal or a shutdown request, with every engine stopped."""
+
+    def __init__(self, options: ServeOptions, paths: AppPaths, policy: SupervisorPolicy | None = None) -> None:
+        self.options = options
+        self.paths = paths
+        self._policy = policy
+        self._stop = asyncio.Event()
+
+    def request_stop(self) -> None:
+        self._stop.set()
+
+    async def run(self) -> None:
+        options, paths = self.options, self.paths
+        for directory in (paths.config, paths.data, paths.logs, paths.state):
+            directory.mkdir(parents=True, exist_ok=True)
+        models = known_models()
+        unknown = [m for m in options.models if m not in models]
+        if unknown:
+            raise ServiceError(f"Unknown model {', '.join(unknown)}. Known models: {', '.join(models) or 'none'}.")
+        if not options.require_api_key and not is_loopback(options.host):
+            raise ServiceError(
+                f"Refusing to listen on {options.host} without an API key: anyone on the network could use it. "
+                "Drop --no-api-key, or bind to 127.0.0.1."
+            )
+        api_key = load_api_key(paths) if options.require_api_key else None
+        for record in await asyncio.to_thread(reap_leftover_engines, paths.engine_records):
+            log.warning("stopped engine pid %s (%s) left behind by an earlier run", record.pid, record.model_id)
+        gateway_sock = bind_socket(options.host, options.port, "OpenAI endpoint")
+        try:
+            control_sock = bind_socket("127.0.0.1", options.control_port, "control API")
+        except ServiceError:
+            gateway_sock.close()
+            raise
+        await self._serve(models, api_key, gateway_sock, control_sock)
+
+    async def _serve(
+        self,
+        models: dict[str, ModelSpec],
+        api_key: ApiKey | None,
+        gateway_sock: socket.socket,
+        control_sock: socket.socket,
+    ) -> None:
+        options, paths = self.options, self.paths
+        bus = EventBus()
+        manager = EngineManager(models, paths, bus, self._policy)
+        gateway_port = gateway_sock.getsockname()[1]
+        control_port = control_sock.getsockname()[1]
+        shown_host = f"[{options.host}]" if ":" in options.host else options.host
+        url = f"http://{shown_host}:{gateway_port}/v1"
+        key_value = api_key.value if api_key else None
+        endpoint = EndpointInfo(url, key_value, api_key.source if api_key else "none", api_key.note if api_key else "")
+        token = secrets.token_urlsafe(32)
+        write_private(paths.control_token_file, token + "\n")
+        allowed = LOOPBACK_HOSTS if is_loopback(options.host) else LOOPBACK_HOSTS | {options.host}
+        connector = aiohttp.TCPConnector(limit=0, keepalive_timeout=60)
+        session = aiohttp.ClientSession(
+            connector=connector, timeout=aiohttp.ClientTimeout(total=None, connect=10), auto_decompress=False
+        )
+        gateway = Gateway(manager, GatewayConfig(key_value, allowed), session)
+        control = ControlApi(manager, bus, token, endpoint, self.request_stop)
+        servers = [_uvicorn_server(gateway, gateway_sock), _uvicorn_server(control, control_sock)]
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, self.request_stop)
+        tasks = [asyncio.create_task(server.serve(sockets=[sock])) for server, sock in servers]
+        try:
+            while not all(server.started for server, _ in servers):
+                if any(task.done() for task in tasks):
+                    raise ServiceError("a listener failed to start; see the service log")
+                await asyncio.sleep(0.01)
+            write_private(paths.service_file, json.dumps({
+                "pid": os.getpid(), "url": url, "control_url": f"http://127.0.0.1:{control_port}",
+                "started": time.time(),
+            }))  # fmt: skip
+            log.info("OpenAI endpoint on %s (API key: %s)", url, endpoint.key_source)
+            if endpoint.key_note:
+                log.warning("API key: %s", endpoint.key_note)
+            for model_id in options.models:
+                asyncio.create_task(self._start_model(manager, model_id))
+            await self._stop.wait()
+        finally:
+            log.info("stopping")
+            for server, _ in servers:
+                server.should_exit = True
+            await manager.stop_all()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            await session.close()
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                loop.remove_signal_handler(sig)
+            paths.service_file.unlink(missing_ok=True)
+            paths.control_token_file.unlink(missing_ok=True)
+
+    async def _start_model(self, manager: EngineManager, model_id: str) -> None:
+        state = await manager.start(model_id)
+        if state == EngineState.READY:
+            log.info("%s is ready", model_id)
+        else:
+            log.error("%s failed to start: %s", model_id, manager.describe(model_id)["message"])

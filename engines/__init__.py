@@ -1,0 +1,1 @@
+"""Inference engines and the supervisor that runs them. Knows nothing of the application."""

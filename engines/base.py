@@ -1,0 +1,57 @@
+"""The engine protocol: what every engine adapter answers, and the plain data it exchanges.
+
+An adapter builds commands; the supervisor runs them. Adapters never start processes themselves.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol
+
+
+@dataclass(frozen=True)
+class LaunchPlan:
+    """Everything needed to start one engine for one model. Unknown values are None."""
+
+    model_id: str
+    model_path: Path
+    context_length: int
+    threads: int
+    batch_size: int = 512
+    gpu_layers: int = 0
+    chat_format: str | None = None  # None: the engine uses the chat template stored in the GGUF
+
+
+@dataclass(frozen=True)
+class EngineCommand:
+    """How to run an engine for a plan: argv, extra environment and the readiness probe."""
+
+    argv: tuple[str, ...]
+    env: dict[str, str] = field(default_factory=dict)
+    ready_path: str = "/v1/models"
+    ready_headers: dict[str, str] = field(default_factory=dict)
+    secrets: tuple[str, ...] = ()  # values to redact from every log line
+
+
+@dataclass(frozen=True)
+class Installation:
+    """Whether an engine is installed here, and which version."""
+
+    installed: bool
+    version: str | None
+    detail: str
+
+
+class Engine(Protocol):
+    """An inference engine adapter. Registered by name in `engines.registry.ENGINES`."""
+
+    name: str
+
+    def detect(self) -> Installation:
+        """Report whether the engine can be run on this machine."""
+        ...
+
+    def build_command(self, plan: LaunchPlan, port: int, api_key: str) -> EngineCommand:
+        """The command that serves `plan` on 127.0.0.1:`port`, accepting only `api_key`."""
+        ...

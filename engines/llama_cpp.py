@@ -1,0 +1,49 @@
+"""llama.cpp through llama-cpp-python's OpenAI-compatible server, run as a subprocess."""
+
+from __future__ import annotations
+
+import sys
+from importlib import metadata
+
+from engines.base import EngineCommand, Installation, LaunchPlan
+
+DISTRIBUTION = "llama-cpp-python"
+
+
+class LlamaCppPythonEngine:
+    """`python -m llama_cpp.server`: one request at a time, readiness through /v1/models (it has no /health)."""
+
+    name = "llama-cpp-python"
+
+    def detect(self) -> Installation:
+        try:
+            version = metadata.version(DISTRIBUTION)
+        except metadata.PackageNotFoundError:
+            return Installation(False, None, f"{DISTRIBUTION} is not installed in {sys.prefix}")
+        return Installation(True, version, f"{DISTRIBUTION} {version} in {sys.prefix}")
+
+    def build_command(self, plan: LaunchPlan, port: int, api_key: str) -> EngineCommand:
+        argv = [
+            sys.executable, "-m", "llama_cpp.server",
+            "--model", str(plan.model_path),
+            "--model_alias", plan.model_id,
+            "--host", "127.0.0.1",
+            "--port", str(port),
+            "--n_ctx", str(plan.context_length),
+            "--n_threads", str(plan.threads),
+            "--n_threads_batch", str(plan.threads),
+            "--n_batch", str(plan.batch_size),
+            "--n_gpu_layers", str(plan.gpu_layers),
+            # Its default aborts the stream in flight whenever another request arrives.
+            "--interrupt_requests", "false",
+        ]  # fmt: skip
+        if plan.chat_format:
+            argv += ["--chat_format", plan.chat_format]
+        return EngineCommand(
+            argv=tuple(argv),
+            # The server's settings read API_KEY from the environment, which keeps the key off the command line.
+            env={"API_KEY": api_key},
+            ready_path="/v1/models",
+            ready_headers={"Authorization": f"Bearer {api_key}"},
+            secrets=(api_key,),
+        )

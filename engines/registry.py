@@ -1,0 +1,10 @@
+"""Engine adapters by name. Filled here, explicitly, never as a side effect of importing an adapter."""
+
+from __future__ import annotations
+
+from engines.base import Engine
+from engines.llama_cpp import LlamaCppPythonEngine
+
+ENGINES: dict[str, Engine] = {
+    LlamaCppPythonEngine.name: LlamaCppPythonEngine(),
+}

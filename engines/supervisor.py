@@ -1,0 +1,235 @@
+"""Runs one engine process: spawn, readiness, log capture, restart with backoff, and a clean stop.
+
+One supervisor owns one engine's state; a single lifecycle task changes it, so transitions never race.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+import uuid
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import aiohttp
+
+from engines.base import EngineCommand
+from engines.logs import EngineLog
+from engines.processes import (
+    EngineRecord,
+    free_loopback_port,
+    spawn_engine,
+    stop_process_tree,
+    write_record,
+)
+from engines.states import ACTIVE_STATES, EngineEvent, EngineState
+
+CommandFactory = Callable[[int], EngineCommand]
+EventSink = Callable[[EngineEvent], None]
+LogSink = Callable[[str, str], None]
+
+
+@dataclass(frozen=True)
+class SupervisorPolicy:
+    """Timing of readiness, stop and restarts."""
+
+    ready_timeout_s: float = 60.0  # without new log output; loading progress pushes the deadline back
+    ready_poll_s: float = 0.1
+    stop_grace_s: float = 5.0
+    max_failures: int = 5  # unexpected exits within `failure_window_s` before giving up
+    failure_window_s: float = 120.0
+    backoff_initial_s: float = 0.5
+    backoff_max_s: float = 30.0
+    failure_log_lines: int = 15
+
+
+class StartFailed(Exception):
+    """The engine exited or never became ready; the message carries the last log lines."""
+
+
+class EngineSupervisor:
+    """Supervises the engine serving one model."""
+
+    def __init__(
+        self,
+        model_id: str,
+        command_factory: CommandFactory,
+        log_path: Path,
+        records_dir: Path,
+        on_event: EventSink | None = None,
+        on_log: LogSink | None = None,
+        policy: SupervisorPolicy | None = None,
+    ) -> None:
+        self.model_id = model_id
+        self._command_factory = command_factory
+        self._records_dir = records_dir
+        self._on_event = on_event
+        self._on_log = on_log
+        self.policy = policy or SupervisorPolicy()
+        self.log = EngineLog(log_path)
+        self.state = EngineState.STOPPED
+        self.message = ""
+        self.port: int | None = None
+        self.restarts = 0
+        self._process: asyncio.subprocess.Process | None = None
+        self._record_path: Path | None = None
+        self._lifecycle: asyncio.Task[None] | None = None
+        self._settled: asyncio.Event = asyncio.Event()
+        self._last_output = 0.0
+        self._ready_path = "/"
+        self._ready_headers: dict[str, str] = {}
+        self._pump: asyncio.Task[None] | None = None
+
+    @property
+    def pid(self) -> int | None:
+        return self._process.pid if self._process and self._process.returncode is None else None
+
+    @property
+    def base_url(self) -> str | None:
+        return f"http://127.0.0.1:{self.port}" if self.port else None
+
+    async def start(self) -> EngineState:
+        """Start the engine and wait until it is ready or has failed. Safe to call while already running."""
+        if self.state not in ACTIVE_STATES:
+            self._settled = asyncio.Event()
+            self.restarts = 0
+            self._lifecycle = asyncio.create_task(self._run(), name=f"engine:{self.model_id}")
+        await self._settled.wait()
+        return self.state
+
+    async def stop(self) -> None:
+        """Stop the engine and every process it started. Safe to call twice."""
+        if self._lifecycle is None and self._process is None:
+            return
+        if self.state in ACTIVE_STATES:
+            self._set_state(EngineState.STOPPING, "stopping")
+        lifecycle, self._lifecycle = self._lifecycle, None
+        if lifecycle is not None:
+            lifecycle.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await lifecycle
+        await self._reap(self._process)
+        self._settled.set()
+        if self.state == EngineState.STOPPING:
+            self._set_state(EngineState.STOPPED, "stopped")
+
+    async def _run(self) -> None:
+        failures: deque[float] = deque()
+        ever_ready = False
+        while True:
+            self._set_state(EngineState.STARTING if not ever_ready else EngineState.RESTARTING, "starting")
+            try:
+                process = await self._launch()
+                await self._wait_ready(process)
+            except StartFailed as failure:
+                await self._reap(self._process)
+                if not ever_ready:
+                    self._fail(str(failure))
+                    return
+                reason = str(failure)
+            else:
+                ever_ready = True
+                self._set_state(EngineState.READY, f"serving on {self.base_url}")
+                self._settled.set()
+                code = await process.wait()
+                await self._reap(process)
+                reason = f"exited unexpectedly with code {code}; last output:\n{self._log_excerpt()}"
+            now = time.monotonic()
+            failures.append(now)
+            while failures and now - failures[0] > self.policy.failure_window_s:
+                failures.popleft()
+            if len(failures) >= self.policy.max_failures:
+                self._fail(f"gave up after {len(failures)} failures in {self.policy.failure_window_s:.0f} s: {reason}")
+                return
+            delay = min(self.policy.backoff_max_s, self.policy.backoff_initial_s * 2 ** (len(failures) - 1))
+            self.restarts += 1
+            self._set_state(EngineState.RESTARTING, f"{reason}\nrestarting in {delay:.1f} s")
+            await asyncio.sleep(delay)
+
+    async def _launch(self) -> asyncio.subprocess.Process:
+        self.port = free_loopback_port()
+        command = self._command_factory(self.port)
+        self.log.add_secrets(command.secrets)
+        self._ready_path = command.ready_path
+        self._ready_headers = command.ready_headers
+        marker = uuid.uuid4().hex
+        env = {**command.env, "MODELDECK_MODEL_ID": self.model_id}
+        try:
+            process, record = await spawn_engine(command.argv, env, marker)
+        except OSError as exc:
+            raise StartFailed(f"could not start {command.argv[0]}: {exc}") from exc
+        self._process = process
+        self._record_path = write_record(self._records_dir, record) if record else None
+        self._last_output = time.monotonic()
+        assert process.stdout is not None
+        self._pump = asyncio.create_task(self._pump_output(process.stdout), name=f"engine-log:{self.model_id}")
+        return process
+
+    async def _pump_output(self, stream: asyncio.StreamReader) -> None:
+        while True:
+            try:
+                raw = await stream.readline()
+            except ValueError:  # a line over the stream limit: take what is buffered
+                raw = await stream.read(64 * 1024)
+            if not raw:
+                return
+            self._last_output = time.monotonic()
+            line = self.log.append(raw.decode("utf-8", errors="replace"))
+            if self._on_log is not None:
+                self._on_log(self.model_id, line)
+
+    async def _wait_ready(self, process: asyncio.subprocess.Process) -> None:
+        url = f"{self.base_url}{self._ready_path}"
+        timeout = aiohttp.ClientTimeout(total=2.0)
+        async with aiohttp.ClientSession(timeout=timeout) as session:
+            while True:
+                if process.returncode is not None:
+                    await asyncio.sleep(0.05)  # let the pump collect the final lines
+                    raise StartFailed(
+                        f"exited with code {process.returncode} during start-up; last output:\n{self._log_excerpt()}"
+                    )
+                if time.monotonic() - self._last_output > self.policy.ready_timeout_s:
+                    raise StartFailed(
+                        f"not ready after {self.policy.ready_timeout_s:.0f} s without progress; "
+                        f"last output:\n{self._log_excerpt()}"
+                    )
+                if await self._probe(session, url):
+                    return
+                await asyncio.sleep(self.policy.ready_poll_s)
+
+    async def _probe(self, session: aiohttp.ClientSession, url: str) -> bool:
+        try:
+            async with session.get(url, headers=self._ready_headers) as response:
+                return response.status == 200
+        except (aiohttp.ClientError, TimeoutError):
+            return False  # not listening yet; the exit and deadline checks decide when to give up
+
+    async def _reap(self, process: asyncio.subprocess.Process | None) -> None:
+        if process is not None:
+            await stop_process_tree(process, self.policy.stop_grace_s)
+        pump, self._pump = self._pump, None
+        if pump is not None:
+            # the pipe closes when the engine exits, unless a stray grandchild still holds it
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(pump, 1.0)
+        if self._record_path is not None:
+            self._record_path.unlink(missing_ok=True)
+            self._record_path = None
+
+    def _log_excerpt(self) -> str:
+        return "\n".join(self.log.tail(self.policy.failure_log_lines)) or "(no output)"
+
+    def _fail(self, message: str) -> None:
+        self._set_state(EngineState.FAILED, message)
+        self._settled.set()
+
+    def _set_state(self, state: EngineState, message: str) -> None:
+        previous, self.state, self.message = self.state, state, message
+        if self._on_event is not None:
+            self._on_event(EngineEvent(self.model_id, state, previous, message, self.pid, self.port))
+
+
+__all__ = ["EngineRecord", "EngineSupervisor", "StartFailed", "SupervisorPolicy"]
