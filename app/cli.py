@@ -8,7 +8,7 @@ import logging
 import logging.handlers
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from app.client import ControlError, ServiceUnavailable, connect
 from app.hub.library import known_models
@@ -57,6 +57,7 @@ def _serve(args: argparse.Namespace, paths: AppPaths) -> int:
 
     _setup_service_logging(paths)
     options = ServeOptions(args.host, args.port, models=tuple(args.model), require_api_key=not args.no_api_key)
+    loop_factory: Callable[[], asyncio.AbstractEventLoop]
     try:
         import uvloop
 
@@ -77,7 +78,7 @@ def _models(paths: AppPaths) -> int:
     if client is not None:
         rows = [(m["id"], m["state"], m["size_bytes"], m["path"]) for m in client.models()]
     else:
-        rows = [(m.id, "stopped", m.size_bytes, str(m.path)) for m in known_models().values()]
+        rows = [(m.id, "stopped", m.size_bytes, str(m.path)) for m in known_models(paths).values()]
     if not rows:
         print("No models. Install the bundled model with installers/run.sh.")
     for model_id, state, size, path in rows:

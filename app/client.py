@@ -63,7 +63,9 @@ class ControlClient:
         try:
             response = self._http.request(method, path, **kwargs)
         except httpx.HTTPError as exc:
-            raise ServiceUnavailable(f"The ModelDeck service at {self.address.control_url} does not answer: {exc}")
+            raise ServiceUnavailable(
+                f"The ModelDeck service at {self.address.control_url} does not answer: {exc}"
+            ) from exc
         if response.status_code >= 400:
             try:
                 message = response.json()["error"]["message"]

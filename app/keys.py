@@ -54,10 +54,7 @@ def load_api_key(paths: AppPaths) -> ApiKey:
         reason = "the keyring did not keep the key" if not paths.api_key_file.exists() else "a key file exists"
     except keyring.errors.KeyringError as exc:
         reason = f"no usable OS keyring: {exc}"
-    if paths.api_key_file.exists():
-        value = paths.api_key_file.read_text(encoding="utf-8").strip()
-    else:
-        value = ""
+    value = paths.api_key_file.read_text(encoding="utf-8").strip() if paths.api_key_file.exists() else ""
     if not value:
         value = new_secret()
         write_private(paths.api_key_file, value + "\n")

@@ -23,6 +23,10 @@ class AppPaths:
     state: Path
 
     @property
+    def models_dir(self) -> Path:
+        return self.data / "models"
+
+    @property
     def engine_logs(self) -> Path:
         return self.logs / "engines"
 

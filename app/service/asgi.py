@@ -78,9 +78,7 @@ async def send_bytes(
     await send({"type": "http.response.body", "body": body})
 
 
-async def send_json(
-    send: Send, status: int, payload: Any, extra_headers: Iterable[tuple[bytes, bytes]] = ()
-) -> None:
+async def send_json(send: Send, status: int, payload: Any, extra_headers: Iterable[tuple[bytes, bytes]] = ()) -> None:
     await send_bytes(send, status, json.dumps(payload).encode(), [*JSON_HEADERS, *extra_headers])
 
 

@@ -120,7 +120,10 @@ class ControlApi:
         """Server-sent events: a snapshot of every model first, then engine and log events as they happen."""
         await send({"type": "http.response.start", "status": 200, "headers": SSE_HEADERS})
         async with self._bus.subscribe() as queue:
-            snapshot = {"type": "snapshot", "models": [self._manager.describe(m) for m in self._manager.models]}
+            snapshot = {
+                "type": "snapshot",
+                "models": [self._manager.describe(m) for m in self._manager.models],
+            }
             await send({"type": "http.response.body", "body": _sse(snapshot), "more_body": True})
             while True:
                 try:

@@ -7,6 +7,8 @@ import secrets
 from dataclasses import asdict
 from typing import Any
 
+import psutil
+
 from app.hub.library import ModelSpec
 from app.paths import AppPaths
 from app.planner.defaults import default_plan
@@ -15,6 +17,14 @@ from engines.gguf import GGUFError, read_gguf_info
 from engines.registry import ENGINES
 from engines.states import ACTIVE_STATES, EngineEvent, EngineState
 from engines.supervisor import EngineSupervisor, SupervisorPolicy
+
+
+def _rss(pid: int) -> int | None:
+    try:
+        rss: int = psutil.Process(pid).memory_info().rss
+        return rss
+    except (psutil.NoSuchProcess, psutil.AccessDenied):
+        return None
 
 
 class UnknownModel(KeyError):
@@ -70,7 +80,7 @@ class EngineManager:
             plan = default_plan(model_id, info)
             engine = ENGINES[spec.engine]
             if supervisor is not None:
-                supervisor.log.close()
+                await supervisor.stop()  # a failed one: reaps what is left and closes its log
             supervisor = EngineSupervisor(
                 model_id,
                 lambda port: engine.build_command(plan, port, self.internal_key),
@@ -93,8 +103,6 @@ class EngineManager:
 
     async def stop_all(self) -> None:
         await asyncio.gather(*(supervisor.stop() for supervisor in self._supervisors.values()))
-        for supervisor in self._supervisors.values():
-            supervisor.log.close()
 
     def describe(self, model_id: str) -> dict[str, Any]:
         """The model and its engine's state, as the control API and /v1/models report it."""
@@ -113,6 +121,7 @@ class EngineManager:
             "pid": supervisor.pid if supervisor else None,
             "port": supervisor.port if supervisor and supervisor.pid else None,
             "restarts": supervisor.restarts if supervisor else 0,
+            "rss_bytes": _rss(supervisor.pid) if supervisor and supervisor.pid else None,
         }
 
     def logs(self, model_id: str, count: int | None = None) -> list[str]:

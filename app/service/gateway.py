@@ -147,7 +147,10 @@ class Gateway:
         return supervisor.base_url
 
     async def _forward(self, url: str, body: bytes, send: Send, stream: object) -> None:
-        headers = {"Authorization": f"Bearer {self._manager.internal_key}", "Content-Type": "application/json"}
+        headers = {
+            "Authorization": f"Bearer {self._manager.internal_key}",
+            "Content-Type": "application/json",
+        }
         started = False
         try:
             async with self._session.post(url, data=body, headers=headers) as upstream:

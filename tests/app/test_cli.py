@@ -1,0 +1,44 @@
+"""The `modeldeck` command as a user runs it."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+from app.hub.library import BUNDLED_ID
+from tests.conftest import REPO, RunningService
+
+
+def modeldeck(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "app", *args], capture_output=True, text=True, timeout=60, cwd=REPO,
+        env={**os.environ, **(env or {})},
+    )  # fmt: skip
+
+
+def test_key_prints_the_same_key_twice() -> None:
+    first, second = modeldeck("key"), modeldeck("key")
+    assert first.returncode == 0
+    assert first.stdout.strip() and first.stdout == second.stdout
+    assert "no usable OS keyring" in first.stderr
+
+
+def test_models_lists_the_bundled_model() -> None:
+    result = modeldeck("models")
+    assert result.returncode == 0
+    assert BUNDLED_ID in result.stdout and "stopped" in result.stdout
+
+
+def test_ps_without_service_says_so() -> None:
+    result = modeldeck("ps")
+    assert result.returncode == 1
+    assert "not running" in result.stdout
+
+
+def test_ps_and_models_with_running_service(service: RunningService) -> None:
+    ps = modeldeck("ps")
+    assert ps.returncode == 0
+    pid = next(m for m in service.client.models() if m["id"] == BUNDLED_ID)["pid"]
+    assert BUNDLED_ID in ps.stdout and "ready" in ps.stdout and str(pid) in ps.stdout
+    assert "ready" in modeldeck("models").stdout

@@ -1,0 +1,186 @@
+"""`modeldeck serve` as a real process on the bundled model, used through the official openai client."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import httpx
+import openai
+import psutil
+import pytest
+
+from app.hub.library import BUNDLED_ID
+from app.paths import AppPaths
+from tests.conftest import REPO, RunningService, free_port, start_service_process, stop_service_process
+
+
+def client_for(service: RunningService) -> openai.OpenAI:
+    return openai.OpenAI(base_url=service.url, api_key=service.api_key, max_retries=0, timeout=60)
+
+
+def test_chat_streamed_chat_and_completions(service: RunningService) -> None:
+    client = client_for(service)
+    chat = client.chat.completions.create(
+        model=BUNDLED_ID, messages=[{"role": "user", "content": "Say hello."}], max_tokens=16
+    )
+    assert chat.model == BUNDLED_ID
+    assert chat.choices[0].message.content
+    assert chat.choices[0].finish_reason in ("stop", "length")
+    assert chat.usage is not None and chat.usage.prompt_tokens > 0 and 0 < chat.usage.completion_tokens <= 16
+
+    stream = client.chat.completions.create(
+        model=BUNDLED_ID, messages=[{"role": "user", "content": "Count to five."}], max_tokens=16, stream=True
+    )
+    pieces, finish = [], None
+    for chunk in stream:
+        if chunk.choices:
+            pieces.append(chunk.choices[0].delta.content or "")
+            finish = chunk.choices[0].finish_reason or finish
+    assert "".join(pieces).strip()
+    assert finish in ("stop", "length")
+
+    completion = client.completions.create(model=BUNDLED_ID, prompt="The sky is", max_tokens=8)
+    assert completion.choices[0].text
+    assert completion.choices[0].finish_reason in ("stop", "length")
+    assert completion.usage is not None and completion.usage.completion_tokens > 0
+
+
+def test_two_concurrent_streams_both_complete(service: RunningService) -> None:
+    """llama-cpp-python's default would abort the first stream when the second request arrives."""
+    results: dict[int, tuple[str, str | None]] = {}
+
+    def stream(index: int) -> None:
+        client = client_for(service)
+        text, finish = [], None
+        for chunk in client.chat.completions.create(
+            model=BUNDLED_ID, messages=[{"role": "user", "content": f"Tell a story number {index}."}],
+            max_tokens=32, stream=True,
+        ):  # fmt: skip
+            if chunk.choices:
+                text.append(chunk.choices[0].delta.content or "")
+                finish = chunk.choices[0].finish_reason or finish
+        results[index] = ("".join(text), finish)
+
+    threads = [threading.Thread(target=stream, args=(i,)) for i in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=120)
+    assert sorted(results) == [0, 1]
+    for text, finish in results.values():
+        assert text.strip()
+        assert finish in ("stop", "length"), "a stream was cut off"
+
+
+def test_killed_engine_is_restarted_and_serves_again(service: RunningService) -> None:
+    model = next(m for m in service.client.models() if m["id"] == BUNDLED_ID)
+    os.kill(model["pid"], signal.SIGKILL)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        model = next(m for m in service.client.models() if m["id"] == BUNDLED_ID)
+        if model["state"] == "ready" and model["restarts"] == 1:
+            break
+        time.sleep(0.1)
+    assert model["state"] == "ready" and model["restarts"] == 1
+    reply = client_for(service).completions.create(model=BUNDLED_ID, prompt="Hello", max_tokens=4)
+    assert reply.choices[0].text
+
+
+def test_service_sigkill_leaves_no_engine(service: RunningService) -> None:
+    pid = next(m for m in service.client.models() if m["id"] == BUNDLED_ID)["pid"]
+    engine = psutil.Process(pid)
+    service.process.kill()
+    service.process.wait()
+    _, alive = psutil.wait_procs([engine], timeout=5)
+    assert not alive, "the engine outlived the SIGKILLed service"
+
+
+def test_leftover_engine_from_crashed_service_is_reaped(paths: AppPaths, tmp_path: Path) -> None:
+    """With the parent-death signal in place no engine survives; a record left by a crash is cleaned up."""
+    first = start_service_process(paths, tmp_path, "--model", BUNDLED_ID)
+    first.process.kill()
+    first.process.wait()
+    first.client.close()
+    assert list(paths.engine_records.glob("*.json")), "the crashed service left no record to check"
+    second = start_service_process(paths, tmp_path)
+    try:
+        assert not list(paths.engine_records.glob("*.json"))
+    finally:
+        stop_service_process(second)
+
+
+def test_sigterm_stops_engines_and_cleans_up(service: RunningService, paths: AppPaths) -> None:
+    engine = psutil.Process(next(m for m in service.client.models() if m["id"] == BUNDLED_ID)["pid"])
+    service.process.send_signal(signal.SIGTERM)
+    assert service.process.wait(timeout=30) == 0
+    assert not engine.is_running() or engine.status() == psutil.STATUS_ZOMBIE
+    assert not paths.service_file.exists()
+    assert not paths.control_token_file.exists()
+
+
+def test_corrupt_gguf_fails_clearly_and_service_stays_up(paths: AppPaths, tmp_path: Path, bundled_gguf: Path) -> None:
+    paths.models_dir.mkdir(parents=True)
+    broken = paths.models_dir / "broken-model.gguf"
+    broken.write_bytes(bundled_gguf.read_bytes()[:1_000_000])
+    service = start_service_process(paths, tmp_path, "--model", "broken-model")
+    try:
+        model = next(m for m in service.client.models() if m["id"] == "broken-model")
+        assert model["state"] == "failed"
+        assert str(broken) in model["message"] and "truncated" in model["message"]
+        with pytest.raises(openai.APIStatusError) as error:
+            client_for(service).completions.create(model="broken-model", prompt="x", max_tokens=2)
+        assert error.value.status_code == 503
+        assert "truncated" in str(error.value)
+        assert service.client.health()["status"] == "ok"
+        assert client_for(service).completions.create(model=BUNDLED_ID, prompt="Hi", max_tokens=2).choices
+    finally:
+        stop_service_process(service)
+
+
+def test_port_in_use_is_a_clear_error(paths: AppPaths) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        result = subprocess.run(
+            [sys.executable, "-m", "app", "serve", "--port", str(port)],
+            capture_output=True, text=True, timeout=60, cwd=REPO, env={**os.environ, "MODELDECK_API_KEY": "k"},
+        )  # fmt: skip
+    assert result.returncode == 2
+    assert f"Port {port} on 127.0.0.1 is already in use" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_lan_bind_without_key_is_refused(paths: AppPaths) -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "app", "serve", "--host", "0.0.0.0", "--port", str(free_port()), "--no-api-key"],
+        capture_output=True, text=True, timeout=60, cwd=REPO,
+    )  # fmt: skip
+    assert result.returncode == 2
+    assert "Refusing to listen on 0.0.0.0 without an API key" in result.stderr
+
+
+def test_requests_need_the_key_and_valid_input(service: RunningService) -> None:
+    with pytest.raises(openai.AuthenticationError):
+        openai.OpenAI(base_url=service.url, api_key="wrong", max_retries=0).models.list()
+    models = client_for(service).models.list()
+    assert [m.id for m in models.data] == [BUNDLED_ID]
+    with pytest.raises(openai.NotFoundError) as missing:
+        client_for(service).completions.create(model="no-such-model", prompt="x")
+    assert BUNDLED_ID in str(missing.value)
+    headers = {"Authorization": f"Bearer {service.api_key}", "Content-Type": "application/json"}
+    bad = httpx.post(f"{service.url}/chat/completions", content=b"{not json", headers=headers, timeout=10)
+    assert bad.status_code == 400 and bad.json()["error"]["type"] == "invalid_request_error"
+    wrong_type = httpx.post(f"{service.url}/chat/completions", content=b"{}", timeout=10,
+                            headers={**headers, "Content-Type": "text/plain"})  # fmt: skip
+    assert wrong_type.status_code == 415
+    rebinding = httpx.get(f"{service.url}/models", headers={**headers, "Host": "attacker.example"}, timeout=10)
+    assert rebinding.status_code == 403
+    assert service.client.health()["status"] == "ok"

@@ -1,0 +1,68 @@
+"""The bounded GGUF preflight on the bundled model and on hostile copies of it."""
+
+from __future__ import annotations
+
+import struct
+from pathlib import Path
+
+import pytest
+
+from engines.gguf import GGUFError, read_gguf_info
+
+
+def test_bundled_model_header_is_read(bundled_gguf: Path) -> None:
+    info = read_gguf_info(bundled_gguf)
+    assert info.architecture == "llama"
+    assert info.context_length == 8192
+    assert info.has_chat_template
+    assert info.tensor_count > 100
+    assert info.version == 3
+
+
+def test_truncated_file_names_file_and_problem(bundled_gguf: Path, tmp_path: Path) -> None:
+    cut = tmp_path / "cut.gguf"
+    cut.write_bytes(bundled_gguf.read_bytes()[: bundled_gguf.stat().st_size // 2])
+    with pytest.raises(GGUFError) as error:
+        read_gguf_info(cut)
+    assert str(cut) in str(error.value)
+    assert "truncated" in str(error.value)
+
+
+def test_header_cut_inside_metadata(bundled_gguf: Path, tmp_path: Path) -> None:
+    cut = tmp_path / "header.gguf"
+    cut.write_bytes(bundled_gguf.read_bytes()[:5000])
+    with pytest.raises(GGUFError, match="truncated"):
+        read_gguf_info(cut)
+
+
+@pytest.mark.parametrize(
+    ("content", "problem"),
+    [
+        (b"", "not a GGUF file"),
+        (b"PK\x03\x04 this is a zip", "not a GGUF file"),
+        (b"GGUF" + struct.pack("<I", 99) + bytes(16), "unsupported GGUF version 99"),
+        (b"GGUF" + struct.pack("<IQQ", 3, 2**40, 0), "implausible header"),
+        # one metadata entry whose key claims 2**62 bytes
+        (b"GGUF" + struct.pack("<IQQQ", 3, 0, 1, 2**62), "more than the limit"),
+        # one string value claiming more bytes than the file has
+        (b"GGUF" + struct.pack("<IQQ", 3, 0, 1) + struct.pack("<Q", 1) + b"k" + struct.pack("<IQ", 8, 1000),
+         "truncated"),
+        # an array of 2**60 strings
+        (b"GGUF" + struct.pack("<IQQ", 3, 0, 1) + struct.pack("<Q", 1) + b"a" + struct.pack("<IIQ", 9, 8, 2**60),
+         "more than the remaining"),
+        (b"GGUF" + struct.pack("<IQQ", 3, 0, 1) + struct.pack("<Q", 1) + b"x" + struct.pack("<I", 77),
+         "unknown value type 77"),
+    ],
+)  # fmt: skip
+def test_hostile_headers_are_refused(tmp_path: Path, content: bytes, problem: str) -> None:
+    path = tmp_path / "hostile.gguf"
+    path.write_bytes(content)
+    with pytest.raises(GGUFError) as error:
+        read_gguf_info(path)
+    assert problem in str(error.value)
+    assert str(path) in str(error.value)
+
+
+def test_missing_file(tmp_path: Path) -> None:
+    with pytest.raises(GGUFError, match="cannot be read"):
+        read_gguf_info(tmp_path / "absent.gguf")

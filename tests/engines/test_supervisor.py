@@ -1,0 +1,185 @@
+"""The supervisor against real processes: the llama.cpp engine on the bundled model, and a tiny fault engine
+(tests/engines/fault_engine.py) for failures the real engine cannot be made to show on demand."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import sys
+import time
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+
+import aiohttp
+import psutil
+import pytest
+
+from app.planner.defaults import default_plan
+from engines.base import EngineCommand
+from engines.gguf import read_gguf_info
+from engines.llama_cpp import LlamaCppPythonEngine
+from engines.states import EngineEvent, EngineState
+from engines.supervisor import EngineSupervisor, SupervisorPolicy
+
+FAULT_ENGINE = Path(__file__).with_name("fault_engine.py")
+FAST = SupervisorPolicy(ready_timeout_s=10, stop_grace_s=2, backoff_initial_s=0.05, backoff_max_s=0.2)
+
+
+def fault_command(*flags: str) -> Callable[[int], EngineCommand]:
+    def build(port: int) -> EngineCommand:
+        return EngineCommand((sys.executable, str(FAULT_ENGINE), "--port", str(port), *flags))
+
+    return build
+
+
+class Recorder:
+    def __init__(self) -> None:
+        self.events: list[EngineEvent] = []
+
+    def __call__(self, event: EngineEvent) -> None:
+        self.events.append(event)
+
+    def states(self) -> list[EngineState]:
+        return [event.state for event in self.events]
+
+
+def make(tmp_path: Path, factory: Callable[[int], EngineCommand], policy: SupervisorPolicy = FAST
+         ) -> tuple[EngineSupervisor, Recorder]:  # fmt: skip
+    recorder = Recorder()
+    supervisor = EngineSupervisor(
+        "test-model", factory, tmp_path / "logs" / "engine.log", tmp_path / "records", recorder, policy=policy
+    )
+    return supervisor, recorder
+
+
+@pytest.fixture
+async def llama(tmp_path: Path, bundled_gguf: Path) -> AsyncIterator[tuple[EngineSupervisor, Recorder]]:
+    plan = default_plan("smollm2", read_gguf_info(bundled_gguf))
+    engine = LlamaCppPythonEngine()
+    supervisor, recorder = make(tmp_path, lambda port: engine.build_command(plan, port, "secret-key-123"))
+    yield supervisor, recorder
+    await supervisor.stop()
+
+
+async def wait_for(condition: Callable[[], bool], timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "condition not met in time"
+        await asyncio.sleep(0.05)
+
+
+async def complete(base_url: str, key: str) -> dict[str, object]:
+    async with aiohttp.ClientSession() as session:
+        request = {"prompt": "The capital of France is", "max_tokens": 8}
+        headers = {"Authorization": f"Bearer {key}"}
+        async with session.post(f"{base_url}/v1/completions", json=request, headers=headers) as response:
+            assert response.status == 200
+            result: dict[str, object] = await response.json()
+            return result
+
+
+async def test_llama_engine_ready_restarted_after_sigkill(llama: tuple[EngineSupervisor, Recorder]) -> None:
+    supervisor, recorder = llama
+    assert await supervisor.start() == EngineState.READY
+    assert supervisor.base_url is not None
+    assert (await complete(supervisor.base_url, "secret-key-123"))["choices"]
+    first_pid = supervisor.pid
+    assert first_pid is not None
+    os.kill(first_pid, signal.SIGKILL)
+    await wait_for(lambda: supervisor.state == EngineState.READY and supervisor.pid not in (None, first_pid))
+    assert EngineState.RESTARTING in recorder.states()
+    assert supervisor.restarts == 1
+    assert (await complete(supervisor.base_url, "secret-key-123"))["choices"]
+    # the internal key never reaches the log
+    assert all("secret-key-123" not in line for line in supervisor.log.tail())
+    assert "secret-key-123" not in supervisor.log.path.read_text()
+
+
+async def test_start_and_stop_are_safe_twice(llama: tuple[EngineSupervisor, Recorder]) -> None:
+    supervisor, recorder = llama
+    first, second = await asyncio.gather(supervisor.start(), supervisor.start())
+    assert first == second == EngineState.READY
+    assert recorder.states().count(EngineState.STARTING) == 1
+    pid = supervisor.pid
+    await supervisor.stop()
+    await supervisor.stop()
+    assert supervisor.state == EngineState.STOPPED
+    assert not psutil.pid_exists(pid or 0) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    assert recorder.states()[-2:] == [EngineState.STOPPING, EngineState.STOPPED]
+
+
+async def test_clean_exit_is_restarted_too(tmp_path: Path) -> None:
+    supervisor, recorder = make(tmp_path, fault_command("--exit-after", "0.3", "--exit-code", "0"))
+    try:
+        assert await supervisor.start() == EngineState.READY
+        await wait_for(lambda: supervisor.restarts >= 1 and supervisor.state == EngineState.READY)
+        restart = next(e for e in recorder.events if e.state == EngineState.RESTARTING and "code 0" in e.message)
+        assert "exiting (injected)" in restart.message
+    finally:
+        await supervisor.stop()
+
+
+async def test_gives_up_after_repeated_failures(tmp_path: Path) -> None:
+    policy = SupervisorPolicy(max_failures=3, failure_window_s=60, backoff_initial_s=0.05, stop_grace_s=1)
+    supervisor, recorder = make(tmp_path, fault_command("--exit-after", "0.1", "--exit-code", "3"), policy)
+    try:
+        await supervisor.start()
+        await wait_for(lambda: supervisor.state == EngineState.FAILED)
+        assert "gave up after 3 failures" in supervisor.message
+        assert supervisor.restarts == 2
+        assert recorder.states().count(EngineState.RESTARTING) >= 2
+    finally:
+        await supervisor.stop()
+
+
+async def test_early_exit_reports_code_and_last_lines(tmp_path: Path) -> None:
+    supervisor, _ = make(tmp_path, fault_command("--fail-start", "7"))
+    assert await supervisor.start() == EngineState.FAILED
+    assert "exited with code 7 during start-up" in supervisor.message
+    assert "fatal: cannot load the model (injected)" in supervisor.message
+    assert supervisor.restarts == 0
+    await supervisor.stop()
+
+
+async def test_missing_program_fails_clearly(tmp_path: Path) -> None:
+    supervisor, _ = make(tmp_path, lambda port: EngineCommand(("/nonexistent/engine-binary", str(port))))
+    assert await supervisor.start() == EngineState.FAILED
+    assert "/nonexistent/engine-binary" in supervisor.message
+    await supervisor.stop()
+
+
+async def test_loading_progress_pushes_the_deadline_back(tmp_path: Path) -> None:
+    policy = SupervisorPolicy(ready_timeout_s=1.0, stop_grace_s=1)
+    supervisor, _ = make(tmp_path, fault_command("--load-seconds", "2.5", "--progress"), policy)
+    try:
+        assert await supervisor.start() == EngineState.READY
+    finally:
+        await supervisor.stop()
+
+
+async def test_silent_slow_start_times_out(tmp_path: Path) -> None:
+    policy = SupervisorPolicy(ready_timeout_s=1.0, stop_grace_s=1)
+    supervisor, _ = make(tmp_path, fault_command("--load-seconds", "30"), policy)
+    started = time.monotonic()
+    assert await supervisor.start() == EngineState.FAILED
+    assert time.monotonic() - started < 10
+    assert "not ready after 1 s without progress" in supervisor.message
+    assert supervisor.pid is None
+    await supervisor.stop()
+
+
+async def test_stop_kills_engine_ignoring_sigterm_and_its_children(tmp_path: Path) -> None:
+    policy = SupervisorPolicy(stop_grace_s=0.5)
+    supervisor, _ = make(tmp_path, fault_command("--ignore-term", "--grandchild"), policy)
+    assert await supervisor.start() == EngineState.READY
+    engine = psutil.Process(supervisor.pid)
+    children = engine.children(recursive=True)
+    assert len(children) == 1
+    started = time.monotonic()
+    await supervisor.stop()
+    assert time.monotonic() - started < 5
+    _gone, alive = psutil.wait_procs([engine, *children], timeout=5)
+    assert not alive
+    assert supervisor.state == EngineState.STOPPED
+    assert not list((tmp_path / "records").glob("*.json")), "the engine record outlived the engine"
