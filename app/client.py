@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -102,16 +105,66 @@ class ControlClient:
     def shutdown(self) -> None:
         self._call("POST", "/api/shutdown")
 
-    def events(self) -> Iterator[dict[str, Any]]:
+    def events(self) -> EventStream:
         """Live events (a snapshot, then engine states and log lines) until the service goes away."""
+        return EventStream(self.address)
+
+
+class EventStream:
+    """The service's live events. Iterate in one thread; `close()` from any thread ends the stream at once.
+
+    Closing an httpx client does not wake a thread blocked reading its socket, so `close()` shuts the
+    stream's socket down instead, which does.
+    """
+
+    def __init__(self, address: ServiceAddress) -> None:
+        self._lock = threading.Lock()
+        self._socket: socket.socket | None = None
+        self._closed = False
+        self._http = httpx.Client(
+            base_url=address.control_url,
+            headers={"Authorization": f"Bearer {address.token}"},
+            timeout=httpx.Timeout(10.0, read=None),
+            trust_env=False,
+            event_hooks={"response": [self._remember_socket]},
+        )
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
         try:
-            with self._http.stream("GET", "/api/events", timeout=httpx.Timeout(10.0, read=None)) as response:
+            with self._http.stream("GET", "/api/events") as response:
+                if response.status_code != 200:
+                    raise ServiceUnavailable(f"The service refused the event stream ({response.status_code}).")
                 for line in response.iter_lines():
                     if line.startswith("data: "):
                         event: dict[str, Any] = json.loads(line[6:])
                         yield event
         except httpx.HTTPError as exc:
-            raise ServiceUnavailable(f"The event stream from the service ended: {exc}") from exc
+            if not self._closed:
+                raise ServiceUnavailable(f"The event stream from the service ended: {exc}") from exc
+        finally:
+            self._http.close()
+
+    def _remember_socket(self, response: httpx.Response) -> None:
+        stream = response.extensions.get("network_stream")
+        sock = stream.get_extra_info("socket") if stream is not None else None
+        if isinstance(sock, socket.socket):
+            with self._lock:
+                self._socket = sock
+                closed = self._closed
+            if closed:  # close() came while the request was on its way
+                _shut_down(sock)
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            sock = self._socket
+        if sock is not None:
+            _shut_down(sock)
+
+
+def _shut_down(sock: socket.socket) -> None:
+    with contextlib.suppress(OSError):  # already closed: the stream ended on its own
+        sock.shutdown(socket.SHUT_RDWR)
 
 
 def connect(paths: AppPaths) -> ControlClient | None:

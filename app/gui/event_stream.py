@@ -1,0 +1,54 @@
+"""The service's live events read on a QThread and re-emitted as Qt signals."""
+
+from __future__ import annotations
+
+import threading
+
+from PySide6.QtCore import QObject, QThread, Signal
+
+from app.client import EventStream, ServiceAddress, ServiceUnavailable
+
+STOP_WAIT_MS = 5000
+
+
+class EventStreamThread(QThread):
+    """Iterates the service's `EventStream` off the GUI thread until the stream ends or `stop()` is called."""
+
+    sig_snapshot_received = Signal(object)  # list of model records
+    sig_engine_changed = Signal(object)  # an engine event
+    sig_log_received = Signal(str, str)  # model id, line
+    sig_stream_ended = Signal(str)  # why, in words; not emitted after stop()
+
+    def __init__(self, address: ServiceAddress, parent: QObject | None = None) -> None:
+        super().__init__(parent)
+        self._events = EventStream(address)
+        self._stopping = threading.Event()
+
+    def run(self) -> None:
+        try:
+            for event in self._events:
+                if self._stopping.is_set():
+                    return
+                self._dispatch(event)
+            reason = "The service closed its event stream."
+        except ServiceUnavailable as exc:
+            reason = str(exc)
+        except (ValueError, KeyError, TypeError):
+            reason = "The service sent an event that could not be read."
+        if not self._stopping.is_set():
+            self.sig_stream_ended.emit(reason)
+
+    def _dispatch(self, event: dict[str, object]) -> None:
+        kind = event.get("type")
+        if kind == "snapshot":
+            self.sig_snapshot_received.emit(event["models"])
+        elif kind == "engine":
+            self.sig_engine_changed.emit(event)
+        elif kind == "log":
+            self.sig_log_received.emit(str(event["model_id"]), str(event["line"]))
+
+    def stop(self) -> bool:
+        """End the stream and wait (bounded) for the thread; True when it has finished."""
+        self._stopping.set()
+        self._events.close()
+        return self.wait(STOP_WAIT_MS)

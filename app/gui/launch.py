@@ -1,0 +1,64 @@
+"""`modeldeck` with no subcommand: open the window, or say how to run headless when there is no display."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+from collections.abc import Mapping
+from types import FrameType
+
+from PySide6.QtCore import QTimer
+from PySide6.QtWidgets import QApplication
+
+from app.gui.main_window import MainWindow
+from app.gui.service_connection import ServiceConnection, service_port
+from app.paths import AppPaths
+
+NO_DISPLAY_EXIT_CODE = 2
+HEADLESS_HINT = (
+    "modeldeck: no display is available (neither DISPLAY nor WAYLAND_DISPLAY is set), so the window cannot "
+    "open.\n"
+    "To serve models without a window, run the service headless:\n"
+    "    modeldeck serve            (or: installers/run.sh serve)\n"
+    "and use the OpenAI endpoint it prints; `modeldeck models` and `modeldeck ps` work without a display too."
+)
+# Python runs signal handlers only between bytecodes; while Qt's event loop waits in C++, a timer gives it
+# the chance to, so that Ctrl+C closes the window (and the service it started) instead of being ignored.
+SIGNAL_CHECK_MS = 250
+
+
+def has_display(environ: Mapping[str, str] | None = None, platform: str | None = None) -> bool:
+    """False on Linux without an X11 or Wayland display and with no Qt platform chosen by hand."""
+    environ = os.environ if environ is None else environ
+    platform = sys.platform if platform is None else platform
+    if not platform.startswith("linux"):
+        return True
+    return any(environ.get(name) for name in ("DISPLAY", "WAYLAND_DISPLAY", "QT_QPA_PLATFORM"))
+
+
+def run_gui(paths: AppPaths) -> int:
+    """Open the window, connected to the service (started if none runs); the exit code of the event loop."""
+    if not has_display():
+        print(HEADLESS_HINT, file=sys.stderr)
+        return NO_DISPLAY_EXIT_CODE
+    existing = QApplication.instance()
+    app = existing if isinstance(existing, QApplication) else QApplication(sys.argv[:1])
+    app.setApplicationName("ModelDeck")
+    connection = ServiceConnection(paths, service_port())
+    window = MainWindow(connection)
+
+    def close_window(_signum: int, _frame: FrameType | None) -> None:
+        window.close()
+
+    previous_handler = signal.signal(signal.SIGINT, close_window)
+    signal_timer = QTimer()
+    signal_timer.timeout.connect(lambda: None)
+    signal_timer.start(SIGNAL_CHECK_MS)
+    try:
+        window.show()
+        connection.open()
+        return app.exec()
+    finally:
+        signal_timer.stop()
+        signal.signal(signal.SIGINT, previous_handler)

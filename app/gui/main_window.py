@@ -1,0 +1,205 @@
+"""ModelDeck's main window: models and engines, the endpoint, the selected engine's log and memory."""
+
+from __future__ import annotations
+
+import time
+from collections import defaultdict, deque
+from typing import Any
+
+from PySide6.QtCore import Qt, QTimer, Slot
+from PySide6.QtGui import QCloseEvent
+from PySide6.QtWidgets import QLabel, QMainWindow, QSplitter, QVBoxLayout, QWidget
+
+from app.gui.endpoint_panel import EndpointPanel
+from app.gui.log_panel import MAX_LINES, LogPanel
+from app.gui.memory_chart import MemoryChartPanel
+from app.gui.model_item_model import ModelItemModel
+from app.gui.model_list_panel import ModelListPanel
+from app.gui.service_connection import ServiceConnection
+
+MEMORY_HISTORY = 600  # samples: ten minutes at one poll a second
+
+
+def one_line(message: str) -> str:
+    """A multi-line message for the status bar: its headline and its last line, which usually says why."""
+    lines = [line.strip() for line in message.splitlines() if line.strip()]
+    if len(lines) <= 1:
+        return lines[0] if lines else ""
+    return f"{lines[0]} {lines[-1]}"
+
+
+class MainWindow(QMainWindow):
+    """The first window of ModelDeck. Everything it shows comes from a `ServiceConnection`."""
+
+    def __init__(self, connection: ServiceConnection, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setWindowTitle("ModelDeck")
+        self.resize(1100, 720)
+        self._connection = connection
+        self._close_requested = False
+        self._logs: defaultdict[str, deque[str]] = defaultdict(lambda: deque(maxlen=MAX_LINES))
+        self._logs_requested: set[str] = set()
+        self._memory: defaultdict[str, deque[tuple[float, float]]] = defaultdict(lambda: deque(maxlen=MEMORY_HISTORY))
+
+        self.item_model = ModelItemModel(self)
+        self.model_list_panel = ModelListPanel(self.item_model)
+        self.endpoint_panel = EndpointPanel()
+        self.log_panel = LogPanel()
+        self.memory_chart_panel = MemoryChartPanel()
+        self.connection_label = QLabel("Not connected")
+        self._build_layout()
+        self._connect_signals()
+
+    def _build_layout(self) -> None:
+        details = QSplitter(Qt.Orientation.Vertical)
+        details.addWidget(self.log_panel)
+        details.addWidget(self.memory_chart_panel)
+        details.setStretchFactor(0, 3)
+        details.setStretchFactor(1, 1)
+        right = QWidget()
+        right_layout = QVBoxLayout(right)
+        right_layout.addWidget(self.endpoint_panel)
+        right_layout.addWidget(details, 1)
+        central = QSplitter(Qt.Orientation.Horizontal)
+        central.addWidget(self.model_list_panel)
+        central.addWidget(right)
+        central.setStretchFactor(1, 2)
+        self.setCentralWidget(central)
+        self.statusBar().addPermanentWidget(self.connection_label)
+
+    def _connect_signals(self) -> None:
+        connection = self._connection
+        connection.sig_status_changed.connect(self._on_connection_status_changed)
+        connection.sig_error_occurred.connect(self._on_connection_error_occurred)
+        connection.sig_models_received.connect(self._on_connection_models_received)
+        connection.sig_usage_received.connect(self._on_connection_usage_received)
+        connection.sig_engine_changed.connect(self._on_connection_engine_changed)
+        connection.sig_log_received.connect(self._on_connection_log_received)
+        connection.sig_logs_loaded.connect(self._on_connection_logs_loaded)
+        connection.sig_endpoint_received.connect(self._on_connection_endpoint_received)
+        connection.sig_connection_closed.connect(self._on_connection_closed)
+        panel = self.model_list_panel
+        panel.sig_selection_changed.connect(self._on_model_list_selection_changed)
+        panel.sig_launch_requested.connect(self._on_model_list_launch_requested)
+        panel.sig_stop_requested.connect(self._on_model_list_stop_requested)
+        self.endpoint_panel.sig_text_copied.connect(self._on_endpoint_text_copied)
+
+    @property
+    def connection(self) -> ServiceConnection:
+        return self._connection
+
+    # From the connection -------------------------------------------------------------------------------
+
+    @Slot(str)
+    def _on_connection_status_changed(self, status: str) -> None:
+        self.connection_label.setText(status)
+        self.model_list_panel.set_actions_enabled(self._connection.is_connected)
+
+    @Slot(str)
+    def _on_connection_error_occurred(self, message: str) -> None:
+        self.statusBar().showMessage(one_line(message))
+        self.statusBar().setToolTip(message)
+
+    @Slot(object)
+    def _on_connection_models_received(self, models: list[dict[str, Any]]) -> None:
+        self.item_model.set_models(models)
+
+    @Slot(object)
+    def _on_connection_usage_received(self, models: list[dict[str, Any]]) -> None:
+        self.item_model.update_usage(models)
+        now = time.monotonic()
+        for model in models:
+            if model.get("rss_bytes") is not None:
+                self._memory[model["id"]].append((now, float(model["rss_bytes"])))
+        selected = self.model_list_panel.selected_model_id()
+        if selected:
+            self._show_memory(selected)
+
+    @Slot(object)
+    def _on_connection_engine_changed(self, event: dict[str, Any]) -> None:
+        self.item_model.apply_engine_event(event)
+        model_id, state = str(event["model_id"]), str(event["state"])
+        if state == "starting" and event.get("previous") in ("stopped", "failed"):
+            self._memory[model_id].clear()  # a new run: its memory starts from nothing
+        if state == "failed":
+            self.statusBar().showMessage(one_line(f"{model_id} failed: {event.get('message') or 'no reason given'}"))
+        self.model_list_panel.settle(model_id)
+
+    @Slot(str, str)
+    def _on_connection_log_received(self, model_id: str, line: str) -> None:
+        self._logs[model_id].append(line)
+        if model_id == self.model_list_panel.selected_model_id():
+            self.log_panel.append_line(line)
+
+    @Slot(str, object)
+    def _on_connection_logs_loaded(self, model_id: str, lines: list[str]) -> None:
+        buffer = self._logs[model_id]
+        # Lines streamed in while the tail was on its way are newer than the tail; keep them rather than
+        # risk showing a line twice.
+        if buffer:
+            return
+        buffer.extend(lines)
+        if model_id == self.model_list_panel.selected_model_id():
+            self._show_log(model_id)
+
+    @Slot(object)
+    def _on_connection_endpoint_received(self, info: dict[str, Any]) -> None:
+        note = str(info.get("key_note") or "")
+        self.endpoint_panel.set_endpoint(str(info["url"]), info.get("api_key"), note)
+
+    @Slot()
+    def _on_connection_closed(self) -> None:
+        if self._close_requested:
+            QTimer.singleShot(0, self.close)  # not from inside closeEvent, which may still be on the stack
+
+    # From the panels -----------------------------------------------------------------------------------
+
+    @Slot(str)
+    def _on_model_list_selection_changed(self, model_id: str) -> None:
+        if not model_id:
+            self.log_panel.show_lines("Engine log", [])
+            self.memory_chart_panel.show_samples("Resident memory", [], [])
+            return
+        self._show_log(model_id)
+        self._show_memory(model_id)
+        if not self._logs[model_id] and model_id not in self._logs_requested:
+            self._logs_requested.add(model_id)
+            self._connection.load_logs(model_id)
+
+    @Slot(str)
+    def _on_model_list_launch_requested(self, model_id: str) -> None:
+        self.statusBar().showMessage(f"Launching {model_id}\N{HORIZONTAL ELLIPSIS}", 5000)
+        self._connection.start_model(model_id)
+
+    @Slot(str)
+    def _on_model_list_stop_requested(self, model_id: str) -> None:
+        self.statusBar().showMessage(f"Stopping {model_id}\N{HORIZONTAL ELLIPSIS}", 5000)
+        self._connection.stop_model(model_id)
+
+    @Slot(str)
+    def _on_endpoint_text_copied(self, what: str) -> None:
+        self.statusBar().showMessage(f"Copied the {what} to the clipboard.", 3000)
+
+    def _show_log(self, model_id: str) -> None:
+        self.log_panel.show_lines(f"Engine log: {model_id}", self._logs[model_id])
+
+    def _show_memory(self, model_id: str) -> None:
+        samples = self._memory[model_id]
+        self.memory_chart_panel.show_samples(
+            f"Resident memory: {model_id}", [t for t, _ in samples], [rss for _, rss in samples]
+        )
+
+    # Closing -------------------------------------------------------------------------------------------
+
+    def closeEvent(self, event: QCloseEvent) -> None:
+        if self._connection.is_closed:
+            event.accept()
+            return
+        # Stopping the service (and its engines) takes seconds: the window stays up, disabled, until the
+        # connection reports it is done, then closes itself.
+        event.ignore()
+        self._close_requested = True
+        central = self.centralWidget()
+        if central is not None:
+            central.setEnabled(False)
+        self._connection.close()

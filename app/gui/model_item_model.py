@@ -1,0 +1,131 @@
+"""The Qt item model of the language models the service knows, with their engines' live state."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from PySide6.QtCore import QAbstractTableModel, QModelIndex, QObject, QPersistentModelIndex, Qt
+from PySide6.QtGui import QColor
+
+ModelRecord = dict[str, Any]
+Index = QModelIndex | QPersistentModelIndex
+
+COLUMNS = ("Model", "State", "Size", "Memory")
+MODEL_COLUMN, STATE_COLUMN, SIZE_COLUMN, MEMORY_COLUMN = range(len(COLUMNS))
+MODEL_ID_ROLE = Qt.ItemDataRole.UserRole + 1
+
+# Fields an engine event carries; polled rows never overwrite them, because a poll answered before an event
+# was published would otherwise roll the state back until the next poll.
+_EVENT_FIELDS = ("state", "message")
+_FAILED_COLOUR = QColor("#c0392b")
+
+
+def format_bytes(value: int | None) -> str:
+    """A size for people: '93.8 MiB'; an unknown size is a dash."""
+    if value is None:
+        return "\N{EM DASH}"
+    size, unit = float(value), "B"
+    for bigger in ("KiB", "MiB", "GiB", "TiB"):
+        if size < 1024:
+            break
+        size, unit = size / 1024, bigger
+    return f"{size:.0f} B" if unit == "B" else f"{size:.1f} {unit}"
+
+
+class ModelItemModel(QAbstractTableModel):
+    """One row per model: id, engine state (its message as tooltip), file size and resident memory."""
+
+    def __init__(self, parent: QObject | None = None) -> None:
+        super().__init__(parent)
+        self._rows: list[ModelRecord] = []
+
+    def rowCount(self, parent: Index = QModelIndex()) -> int:  # noqa: B008 (Qt's default argument)
+        return 0 if parent.isValid() else len(self._rows)
+
+    def columnCount(self, parent: Index = QModelIndex()) -> int:  # noqa: B008
+        return 0 if parent.isValid() else len(COLUMNS)
+
+    def headerData(self, section: int, orientation: Qt.Orientation, role: int = Qt.ItemDataRole.DisplayRole) -> Any:
+        if orientation == Qt.Orientation.Horizontal and role == Qt.ItemDataRole.DisplayRole:
+            return COLUMNS[section]
+        return None
+
+    def data(self, index: Index, role: int = Qt.ItemDataRole.DisplayRole) -> Any:
+        if not index.isValid() or index.row() >= len(self._rows):
+            return None
+        record = self._rows[index.row()]
+        column = index.column()
+        if role == Qt.ItemDataRole.DisplayRole:
+            return self._display(record, column)
+        if role == Qt.ItemDataRole.ToolTipRole:
+            if column == STATE_COLUMN:
+                return record.get("message") or record["state"]
+            return f"{record['name']}\n{record['path']}"
+        if role == Qt.ItemDataRole.ForegroundRole and column == STATE_COLUMN and record["state"] == "failed":
+            return _FAILED_COLOUR
+        if role == MODEL_ID_ROLE:
+            return record["id"]
+        return None
+
+    @staticmethod
+    def _display(record: ModelRecord, column: int) -> str:
+        if column == MODEL_COLUMN:
+            return str(record["id"])
+        if column == STATE_COLUMN:
+            return str(record["state"])
+        if column == SIZE_COLUMN:
+            return format_bytes(record.get("size_bytes"))
+        return format_bytes(record.get("rss_bytes"))
+
+    def set_models(self, models: list[ModelRecord]) -> None:
+        """Replace every row with a snapshot from the service."""
+        if [m["id"] for m in models] == [r["id"] for r in self._rows]:
+            # Same models: update in place so that the view keeps its selection.
+            self._rows = [dict(m) for m in models]
+            self._emit_changed(0, len(self._rows) - 1)
+            return
+        self.beginResetModel()
+        self._rows = [dict(m) for m in models]
+        self.endResetModel()
+
+    def apply_engine_event(self, event: ModelRecord) -> None:
+        """Take an engine event (state, message, pid, port) into its model's row."""
+        row = self.row_of(event["model_id"])
+        if row < 0:
+            return
+        record = self._rows[row]
+        for field in (*_EVENT_FIELDS, "pid", "port"):
+            record[field] = event.get(field)
+        if event["state"] == "stopped":
+            record["rss_bytes"] = None
+        self._emit_changed(row, row)
+
+    def update_usage(self, models: list[ModelRecord]) -> None:
+        """Take polled rows (memory, pid, restarts) without touching the state the events keep current."""
+        for polled in models:
+            row = self.row_of(polled["id"])
+            if row < 0:
+                continue
+            record = self._rows[row]
+            record.update({k: v for k, v in polled.items() if k not in _EVENT_FIELDS})
+            self._emit_changed(row, row)
+
+    def _emit_changed(self, first: int, last: int) -> None:
+        if last >= first:
+            self.dataChanged.emit(self.index(first, 0), self.index(last, len(COLUMNS) - 1))
+
+    def row_of(self, model_id: str) -> int:
+        """The row of a model, or -1 when it is not listed."""
+        return next((row for row, r in enumerate(self._rows) if r["id"] == model_id), -1)
+
+    def record(self, model_id: str) -> ModelRecord | None:
+        """A copy of a model's row, or None when it is not listed."""
+        row = self.row_of(model_id)
+        return dict(self._rows[row]) if row >= 0 else None
+
+    def state_of(self, model_id: str) -> str | None:
+        row = self.row_of(model_id)
+        return str(self._rows[row]["state"]) if row >= 0 else None
+
+    def model_ids(self) -> list[str]:
+        return [str(r["id"]) for r in self._rows]

@@ -1,0 +1,271 @@
+"""The window's link to the service: connects or starts it, runs every blocking call off the GUI thread,
+relays live events as signals, and on close shuts down the service it started."""
+
+from __future__ import annotations
+
+import enum
+import functools
+import os
+import subprocess
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from PySide6.QtCore import QObject, QThreadPool, QTimer, Signal, Slot
+
+from app.client import ControlClient, ControlError, ServiceUnavailable, connect, start_service
+from app.gui.event_stream import EventStreamThread
+from app.paths import AppPaths
+
+T = TypeVar("T")
+
+PORT_ENV = "MODELDECK_PORT"
+DEFAULT_PORT = 8642
+POLL_INTERVAL_MS = 1000
+SHUTDOWN_WAIT_S = 30.0
+KILL_WAIT_S = 10.0
+POOL_DRAIN_MS = 5000
+
+
+def service_port() -> int:
+    """The port of the OpenAI endpoint for a service the window starts: $MODELDECK_PORT, else 8642."""
+    value = os.environ.get(PORT_ENV, "")
+    return int(value) if value.isdigit() else DEFAULT_PORT
+
+
+class Phase(enum.Enum):
+    """Where the connection stands."""
+
+    IDLE = "idle"
+    CONNECTING = "connecting"
+    CONNECTED = "connected"
+    LOST = "lost"
+    CLOSING = "closing"
+    CLOSED = "closed"
+
+
+@dataclass(frozen=True)
+class _Opened:
+    client: ControlClient
+    process: subprocess.Popen[bytes] | None  # set when this window started the service
+
+
+class ServiceConnection(QObject):
+    """Owns the control client, the event stream thread and the calls in flight; emits what to show."""
+
+    sig_status_changed = Signal(str)  # the connection's state, in words
+    sig_error_occurred = Signal(str)  # something failed, in words
+    sig_models_received = Signal(object)  # a snapshot: list of model records
+    sig_usage_received = Signal(object)  # a poll: list of model records (memory, pid, restarts)
+    sig_engine_changed = Signal(object)  # an engine event
+    sig_log_received = Signal(str, str)  # model id, line
+    sig_logs_loaded = Signal(str, object)  # model id, list of the latest lines
+    sig_endpoint_received = Signal(object)  # {url, api_key, key_source, key_note}
+    sig_connection_closed = Signal()
+    # Internal: a worker's result, as a callable to run on the GUI thread (queued across threads).
+    sig_call_done = Signal(object)
+
+    def __init__(self, paths: AppPaths, port: int, parent: QObject | None = None) -> None:
+        super().__init__(parent)
+        self._paths = paths
+        self._port = port
+        self._phase = Phase.IDLE
+        self._client: ControlClient | None = None
+        self._process: subprocess.Popen[bytes] | None = None
+        self._stream: EventStreamThread | None = None
+        self._pool = QThreadPool(self)
+        self._poll_in_flight = False
+        self._poll_timer = QTimer(self)
+        self._poll_timer.setInterval(POLL_INTERVAL_MS)
+        self._poll_timer.timeout.connect(self._on_poll_timer_timeout)
+        self.sig_call_done.connect(self._on_call_done)
+
+    @property
+    def phase(self) -> Phase:
+        return self._phase
+
+    @property
+    def is_connected(self) -> bool:
+        return self._phase is Phase.CONNECTED
+
+    @property
+    def is_closed(self) -> bool:
+        return self._phase is Phase.CLOSED
+
+    @property
+    def started_service(self) -> bool:
+        """True when this connection started the service (and so stops it on close)."""
+        return self._process is not None
+
+    @property
+    def service_process(self) -> subprocess.Popen[bytes] | None:
+        return self._process
+
+    # Off-thread calls ------------------------------------------------------------------------------------
+
+    def _submit(self, job: Callable[[], T], on_done: Callable[[T], None], on_failed: Callable[[str], None]) -> None:
+        self._pool.start(functools.partial(self._run_call, job, on_done, on_failed))
+
+    def _run_call(self, job: Callable[[], T], on_done: Callable[[T], None], on_failed: Callable[[str], None]) -> None:
+        """Runs on a pool thread; hands the outcome to the GUI thread through a queued signal."""
+        try:
+            result = job()
+        except (ServiceUnavailable, ControlError, OSError) as exc:
+            self.sig_call_done.emit(functools.partial(on_failed, str(exc)))
+            return
+        except Exception as exc:  # a pool thread has no caller to raise to: the GUI must still hear it ended
+            self.sig_call_done.emit(functools.partial(on_failed, f"Unexpected error ({type(exc).__name__}): {exc}"))
+            return
+        self.sig_call_done.emit(functools.partial(on_done, result))
+
+    @Slot(object)
+    def _on_call_done(self, deliver: Callable[[], None]) -> None:
+        deliver()
+
+    # Opening ---------------------------------------------------------------------------------------------
+
+    def open(self) -> None:
+        """Connect to the running service, or start one; the outcome arrives as signals."""
+        if self._phase is not Phase.IDLE:
+            return
+        self._set_phase(Phase.CONNECTING, "Connecting to the ModelDeck service\N{HORIZONTAL ELLIPSIS}")
+        self._submit(self._connect_or_start, self._on_open_done, self._on_open_failed)
+
+    def _connect_or_start(self) -> _Opened:
+        client = connect(self._paths)
+        if client is not None:
+            return _Opened(client, None)
+        self.sig_status_changed.emit(f"Starting the ModelDeck service (port {self._port})\N{HORIZONTAL ELLIPSIS}")
+        started = start_service(self._paths, self._port)
+        return _Opened(started.client, started.process)
+
+    def _on_open_done(self, opened: _Opened) -> None:
+        self._client, self._process = opened.client, opened.process
+        if self._phase is Phase.CLOSING:  # the window closed while the service was starting
+            self._begin_shutdown()
+            return
+        origin = "started by ModelDeck" if opened.process is not None else "already running"
+        self._set_phase(Phase.CONNECTED, f"Connected to the service at {opened.client.address.url} ({origin})")
+        stream = EventStreamThread(opened.client.address, self)
+        stream.sig_snapshot_received.connect(self.sig_models_received)
+        stream.sig_engine_changed.connect(self.sig_engine_changed)
+        stream.sig_log_received.connect(self.sig_log_received)
+        stream.sig_stream_ended.connect(self._on_stream_ended)
+        self._stream = stream
+        stream.start()
+        self._submit(opened.client.endpoint, self.sig_endpoint_received.emit, self._on_call_failed("read the endpoint"))
+        self._poll_timer.start()
+
+    def _on_open_failed(self, message: str) -> None:
+        if self._phase is Phase.CLOSING:
+            self._finish_close()
+            return
+        self._set_phase(Phase.LOST, "Not connected to the service")
+        self.sig_error_occurred.emit(f"Could not connect to or start the service: {message}")
+
+    @Slot(str)
+    def _on_stream_ended(self, reason: str) -> None:
+        if self._phase is not Phase.CONNECTED:
+            return
+        self._poll_timer.stop()
+        self._set_phase(Phase.LOST, "Lost the connection to the service")
+        self.sig_error_occurred.emit(reason)
+
+    # Requests --------------------------------------------------------------------------------------------
+
+    def start_model(self, model_id: str) -> None:
+        if self._client is not None and self.is_connected:
+            job = functools.partial(self._client.start_model, model_id)
+            self._submit(job, lambda _record: None, self._on_call_failed(f"launch {model_id}"))
+
+    def stop_model(self, model_id: str) -> None:
+        if self._client is not None and self.is_connected:
+            job = functools.partial(self._client.stop_model, model_id)
+            self._submit(job, lambda _record: None, self._on_call_failed(f"stop {model_id}"))
+
+    def load_logs(self, model_id: str) -> None:
+        """Fetch the latest lines of a model's engine log (for a model selected after its engine started)."""
+        if self._client is not None and self.is_connected:
+            job = functools.partial(self._client.logs, model_id, 500)
+            done: Callable[[list[str]], None] = functools.partial(self.sig_logs_loaded.emit, model_id)
+            self._submit(job, done, self._on_call_failed(f"read the log of {model_id}"))
+
+    def _on_call_failed(self, action: str) -> Callable[[str], None]:
+        def report(message: str) -> None:
+            if self._phase is Phase.CONNECTED:
+                self.sig_error_occurred.emit(f"Could not {action}: {message}")
+
+        return report
+
+    @Slot()
+    def _on_poll_timer_timeout(self) -> None:
+        if self._client is None or self._poll_in_flight or not self.is_connected:
+            return
+        self._poll_in_flight = True
+        self._submit(self._client.models, self._on_poll_done, self._on_poll_failed)
+
+    def _on_poll_done(self, models: list[dict[str, Any]]) -> None:
+        self._poll_in_flight = False
+        if self.is_connected:
+            self.sig_usage_received.emit(models)
+
+    def _on_poll_failed(self, message: str) -> None:
+        self._poll_in_flight = False
+        self._on_call_failed("read the models' memory use")(message)
+
+    # Closing ---------------------------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Stop the event stream; shut down the service if this connection started it. Ends with
+        `sig_connection_closed` (at once when there is nothing to wait for)."""
+        if self._phase in (Phase.CLOSING, Phase.CLOSED):
+            return
+        connecting = self._phase is Phase.CONNECTING
+        self._set_phase(Phase.CLOSING, "Closing\N{HORIZONTAL ELLIPSIS}")
+        self._poll_timer.stop()
+        if self._stream is not None:
+            self._stream.stop()
+        if not connecting:  # otherwise the opening call, when it returns, finishes the close
+            self._begin_shutdown()
+
+    def _begin_shutdown(self) -> None:
+        client, process = self._client, self._process
+        if client is None or process is None:
+            self._finish_close()  # not ours to stop: the service keeps serving
+            return
+        self.sig_status_changed.emit("Stopping the service ModelDeck started\N{HORIZONTAL ELLIPSIS}")
+        job = functools.partial(_shut_down_service, client, process)
+        self._submit(job, lambda _none: self._finish_close(), self._on_shutdown_failed)
+
+    def _on_shutdown_failed(self, message: str) -> None:
+        self.sig_error_occurred.emit(f"The service did not stop cleanly: {message}")
+        self._finish_close()
+
+    def _finish_close(self) -> None:
+        if self._client is not None:
+            self._client.close()
+        self._pool.waitForDone(POOL_DRAIN_MS)
+        self._set_phase(Phase.CLOSED, "Disconnected")
+        self.sig_connection_closed.emit()
+
+    def _set_phase(self, phase: Phase, status: str) -> None:
+        self._phase = phase
+        self.sig_status_changed.emit(status)
+
+
+def _shut_down_service(client: ControlClient, process: subprocess.Popen[bytes]) -> None:
+    """Ask the service to stop (it stops its engines first), wait for it; signal it if it does not answer."""
+    if process.poll() is None:
+        try:
+            client.shutdown()
+        except (ServiceUnavailable, ControlError):
+            process.terminate()  # the control API is gone, the process is not: SIGTERM stops it the same way
+    try:
+        process.wait(timeout=SHUTDOWN_WAIT_S)
+    except subprocess.TimeoutExpired:
+        process.terminate()
+        try:
+            process.wait(timeout=KILL_WAIT_S)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()

@@ -1,0 +1,153 @@
+"""The window against the real service on the bundled model: launch, log, endpoint, stop, close, copy."""
+
+from __future__ import annotations
+
+import time
+
+import httpx
+from PySide6.QtCore import Qt
+from PySide6.QtGui import QGuiApplication
+from PySide6.QtWidgets import QLineEdit
+from pytestqt.qtbot import QtBot
+
+from app.gui.event_stream import STOP_WAIT_MS
+from app.gui.main_window import MainWindow
+from app.gui.model_item_model import STATE_COLUMN
+from app.gui.service_connection import ServiceConnection, service_port
+from app.hub.library import BUNDLED_ID
+from app.paths import AppPaths
+from tests.conftest import RunningService
+from tests.gui.conftest import API_KEY, CLOSE_TIMEOUT_MS, CONNECT_TIMEOUT_MS
+
+READY_TIMEOUT_MS = 60_000
+STOP_TIMEOUT_MS = 30_000
+EVENT_STREAM_STOP_S = STOP_WAIT_MS / 1000 / 2
+
+
+def test_launch_stop_and_close_the_bundled_model(
+    qtbot: QtBot, main_window: MainWindow, endpoint_port: int, paths: AppPaths
+) -> None:
+    window, connection = main_window, main_window.connection
+    models, panel = window.item_model, window.model_list_panel
+    assert connection.started_service
+    process = connection.service_process
+    assert process is not None
+    assert process.poll() is None
+
+    qtbot.waitUntil(lambda: models.state_of(BUNDLED_ID) == "stopped")
+    panel.select_model(BUNDLED_ID)
+    assert panel.selected_model_id() == BUNDLED_ID
+    qtbot.waitUntil(panel.launch_button.isEnabled)
+    assert not panel.stop_button.isEnabled()
+
+    qtbot.mouseClick(panel.launch_button, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: models.state_of(BUNDLED_ID) == "ready", timeout=READY_TIMEOUT_MS)
+    assert "Ready" in panel.state_label.text()
+    qtbot.waitUntil(panel.stop_button.isEnabled)
+    assert not panel.launch_button.isEnabled()
+    # The engine's own output (llama.cpp loading the file, then its HTTP server) reaches the log panel.
+    qtbot.waitUntil(lambda: "llama_model_loader" in window.log_panel.plain_text())
+    qtbot.waitUntil(lambda: "Uvicorn running on" in window.log_panel.plain_text())
+
+    # The URL shown is the service's, and it serves the model with the key shown.
+    url = f"http://127.0.0.1:{endpoint_port}/v1"
+    qtbot.waitUntil(lambda: window.endpoint_panel.url_edit.text() == url)
+    response = httpx.get(f"{url}/models", headers={"Authorization": f"Bearer {API_KEY}"}, trust_env=False)
+    assert response.status_code == 200
+    assert BUNDLED_ID in [m["id"] for m in response.json()["data"]]
+
+    # Resident memory is polled and charted for the selected engine.
+    qtbot.waitUntil(lambda: len(window.memory_chart_panel.curve_data()[1]) >= 2, timeout=10_000)
+    record = models.record(BUNDLED_ID)
+    assert record is not None
+    assert record["rss_bytes"] > 10 * 1024 * 1024
+    assert all(mib > 10 for mib in window.memory_chart_panel.curve_data()[1])
+
+    qtbot.mouseClick(panel.stop_button, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: models.state_of(BUNDLED_ID) == "stopped", timeout=STOP_TIMEOUT_MS)
+    qtbot.waitUntil(panel.launch_button.isEnabled)
+
+    window.close()
+    qtbot.waitUntil(lambda: connection.is_closed, timeout=CLOSE_TIMEOUT_MS)
+    assert process.poll() == 0  # the service exited by itself, after its shutdown request
+    qtbot.waitUntil(lambda: not window.isVisible())
+    assert not paths.service_file.exists()
+
+
+def test_copy_buttons_put_url_and_key_on_the_clipboard(
+    qtbot: QtBot, main_window: MainWindow, endpoint_port: int
+) -> None:
+    endpoint = main_window.endpoint_panel
+    url = f"http://127.0.0.1:{endpoint_port}/v1"
+    qtbot.waitUntil(lambda: endpoint.url_edit.text() == url)
+    clipboard = QGuiApplication.clipboard()
+
+    clipboard.setText("something else")
+    qtbot.mouseClick(endpoint.copy_url_button, Qt.MouseButton.LeftButton)
+    assert clipboard.text() == url
+
+    # The key is masked until revealed, and copied in full either way.
+    assert endpoint.key_edit.echoMode() == QLineEdit.EchoMode.Password
+    assert endpoint.key_edit.displayText() != API_KEY
+    qtbot.mouseClick(endpoint.copy_key_button, Qt.MouseButton.LeftButton)
+    assert clipboard.text() == API_KEY
+    qtbot.mouseClick(endpoint.reveal_button, Qt.MouseButton.LeftButton)
+    assert endpoint.key_edit.displayText() == API_KEY
+    qtbot.mouseClick(endpoint.reveal_button, Qt.MouseButton.LeftButton)
+    assert endpoint.key_edit.echoMode() == QLineEdit.EchoMode.Password
+
+
+def test_a_failed_engine_shows_its_message(qtbot: QtBot, paths: AppPaths, endpoint_port: int) -> None:
+    # A file that is not GGUF: the service lists it, and refuses it when it is launched.
+    paths.models_dir.mkdir(parents=True)
+    (paths.models_dir / "broken.gguf").write_bytes(b"this is not a model" * 100)
+    connection = ServiceConnection(paths, service_port())
+    window = MainWindow(connection)
+    qtbot.addWidget(window)
+    window.show()
+    connection.open()
+    models, panel = window.item_model, window.model_list_panel
+    try:
+        qtbot.waitUntil(lambda: models.state_of("broken") == "stopped", timeout=CONNECT_TIMEOUT_MS)
+        panel.select_model("broken")
+        qtbot.waitUntil(panel.launch_button.isEnabled)
+        qtbot.mouseClick(panel.launch_button, Qt.MouseButton.LeftButton)
+        qtbot.waitUntil(lambda: models.state_of("broken") == "failed")
+        record = models.record("broken")
+        assert record is not None
+        message = record["message"]
+        assert "broken.gguf" in message
+        assert "Failed" in panel.state_label.text()
+        assert message in panel.state_label.text()
+        state_index = models.index(models.row_of("broken"), STATE_COLUMN)
+        assert models.data(state_index, Qt.ItemDataRole.ToolTipRole) == message
+        assert "broken failed" in window.statusBar().currentMessage()
+        qtbot.waitUntil(panel.launch_button.isEnabled)  # a failed engine can be launched again
+    finally:
+        window.close()
+        qtbot.waitUntil(lambda: connection.is_closed, timeout=CLOSE_TIMEOUT_MS)
+
+
+def test_window_on_a_running_service_leaves_it_running(qtbot: QtBot, paths: AppPaths, service: RunningService) -> None:
+    connection = ServiceConnection(paths, service_port())
+    window = MainWindow(connection)
+    qtbot.addWidget(window)
+    window.show()
+    connection.open()
+    qtbot.waitUntil(lambda: connection.is_connected, timeout=CONNECT_TIMEOUT_MS)
+    assert not connection.started_service
+    assert connection.service_process is None
+    qtbot.waitUntil(lambda: window.item_model.state_of(BUNDLED_ID) == "ready")
+    qtbot.waitUntil(lambda: window.endpoint_panel.url_edit.text() == service.url)
+    # The engine started before the window opened: its log comes from the service's tail.
+    window.model_list_panel.select_model(BUNDLED_ID)
+    qtbot.waitUntil(lambda: "Uvicorn running on" in window.log_panel.plain_text())
+
+    started = time.monotonic()
+    window.close()
+    qtbot.waitUntil(lambda: connection.is_closed, timeout=CLOSE_TIMEOUT_MS)
+    # The event stream blocks in a read with nothing to say; closing must end it at once, not at a timeout.
+    assert time.monotonic() - started < EVENT_STREAM_STOP_S
+    qtbot.waitUntil(lambda: not window.isVisible())
+    assert service.process.poll() is None  # not ours: still serving
+    assert service.client.health()["status"] == "ok"
