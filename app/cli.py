@@ -23,6 +23,16 @@ def _default_port() -> int:
     return int(value) if value.isdigit() else 8642
 
 
+def _size(text: str) -> int:
+    """A byte count such as 512M, 8G or 1500000000."""
+    units = {"K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
+    number, unit = (text[:-1], units[text[-1].upper()]) if text[-1:].upper() in units else (text, 1)
+    try:
+        return int(float(number) * unit)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a size: {text!r} (examples: 512M, 8G)") from None
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="modeldeck", description="Serve language models locally.")
     commands = parser.add_subparsers(dest="command")
@@ -33,6 +43,11 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument(
         "--no-api-key", action="store_true", help="accept requests without a key (only on a loopback address)"
     )
+    serve.add_argument("--idle-ttl", type=float, metavar="SECONDS", help="stop engines unused for this long")
+    serve.add_argument(
+        "--max-memory", type=_size, metavar="SIZE", help="stop least recently used engines to stay under this (8G)"
+    )
+    serve.add_argument("--cors-origin", action="append", default=[], metavar="ORIGIN", help="allow this web origin")
     commands.add_parser("models", help="list the models ModelDeck can serve")
     commands.add_parser("ps", help="list the running engines")
     commands.add_parser("key", help="print the API key of the OpenAI endpoint")
@@ -56,7 +71,15 @@ def _serve(args: argparse.Namespace, paths: AppPaths) -> int:
     from app.service.server import ServeOptions, Service, ServiceError
 
     _setup_service_logging(paths)
-    options = ServeOptions(args.host, args.port, models=tuple(args.model), require_api_key=not args.no_api_key)
+    options = ServeOptions(
+        args.host,
+        args.port,
+        models=tuple(args.model),
+        require_api_key=not args.no_api_key,
+        idle_ttl_s=args.idle_ttl,
+        max_loaded_bytes=args.max_memory,
+        cors_origins=tuple(args.cors_origin),
+    )
     loop_factory: Callable[[], asyncio.AbstractEventLoop]
     try:
         import uvloop

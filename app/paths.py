@@ -27,6 +27,10 @@ class AppPaths:
         return self.data / "models"
 
     @property
+    def requests_db(self) -> Path:
+        return self.data / "requests.sqlite"
+
+    @property
     def engine_logs(self) -> Path:
         return self.logs / "engines"
 

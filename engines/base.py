@@ -21,6 +21,7 @@ class LaunchPlan:
     batch_size: int = 512
     gpu_layers: int = 0
     chat_format: str | None = None  # None: the engine uses the chat template stored in the GGUF
+    embeddings: bool = True  # also serve /v1/embeddings
 
 
 @dataclass(frozen=True)
@@ -43,10 +44,21 @@ class Installation:
     detail: str
 
 
+@dataclass(frozen=True)
+class Capabilities:
+    """What the gateway must know to serve an engine well."""
+
+    max_concurrency: int  # requests it serves at once; the gateway queues the rest
+    stream_usage: bool  # honours stream_options.include_usage itself
+    tokenize_count_path: str | None = None  # POST {"input": text} -> {"count": n}, for usage it omits
+    embeddings_pooled: bool = True  # False: /v1/embeddings returns one vector per token
+
+
 class Engine(Protocol):
     """An inference engine adapter. Registered by name in `engines.registry.ENGINES`."""
 
     name: str
+    capabilities: Capabilities
 
     def detect(self) -> Installation:
         """Report whether the engine can be run on this machine."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 from importlib import metadata
 
-from engines.base import EngineCommand, Installation, LaunchPlan
+from engines.base import Capabilities, EngineCommand, Installation, LaunchPlan
 
 DISTRIBUTION = "llama-cpp-python"
 
@@ -14,6 +14,10 @@ class LlamaCppPythonEngine:
     """`python -m llama_cpp.server`: one request at a time, readiness through /v1/models (it has no /health)."""
 
     name = "llama-cpp-python"
+    # One request at a time, no usage in streams, and per-token embeddings (its server has no pooling option).
+    capabilities = Capabilities(
+        max_concurrency=1, stream_usage=False, tokenize_count_path="/extras/tokenize/count", embeddings_pooled=False
+    )
 
     def detect(self) -> Installation:
         try:
@@ -37,6 +41,8 @@ class LlamaCppPythonEngine:
             # Its default aborts the stream in flight whenever another request arrives.
             "--interrupt_requests", "false",
         ]  # fmt: skip
+        if plan.embeddings:
+            argv += ["--embedding", "true"]
         if plan.chat_format:
             argv += ["--chat_format", plan.chat_format]
         return EngineCommand(

@@ -136,7 +136,7 @@ class EngineSupervisor:
                 reason = str(failure)
             else:
                 ever_ready = True
-                self._set_state(EngineState.READY, f"serving on {self.base_url}")
+                self._set_state(EngineState.READY, "ready")
                 self._settled.set()
                 code = await process.wait()
                 await self._reap(process)

@@ -8,9 +8,10 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
+import openai
 import psutil
 import pytest
 
@@ -71,9 +72,16 @@ class RunningService:
     api_key: str
     client: ControlClient
     log_path: Path
+    openai_clients: list[openai.OpenAI] = field(default_factory=list)
 
     def output(self) -> str:
         return self.log_path.read_text(encoding="utf-8", errors="replace")
+
+    def openai_client(self, api_key: str | None = None) -> openai.OpenAI:
+        """An official OpenAI client for the gateway, closed with the service."""
+        client = openai.OpenAI(base_url=self.url, api_key=api_key or self.api_key, max_retries=0, timeout=60)
+        self.openai_clients.append(client)
+        return client
 
 
 def start_service_process(
@@ -111,6 +119,8 @@ def start_service_process(
 
 def stop_service_process(service: RunningService) -> None:
     service.client.close()
+    for client in service.openai_clients:
+        client.close()
     if service.process.poll() is None:
         service.process.terminate()
         service.process.wait(timeout=30)

@@ -64,6 +64,7 @@ class MainWindow(QMainWindow):
         central.addWidget(self.model_list_panel)
         central.addWidget(right)
         central.setStretchFactor(1, 2)
+        central.setSizes([420, 680])  # room for the model list's four columns
         self.setCentralWidget(central)
         self.statusBar().addPermanentWidget(self.connection_label)
 

@@ -17,12 +17,14 @@ from app.service.asgi import (
     Send,
     bearer_ok,
     host_allowed,
+    send_bytes,
     send_error,
     send_json,
     wait_disconnect,
 )
 from app.service.engines import EngineManager, UnknownModel
 from app.service.events import EventBus
+from app.service.request_log import RequestLog
 
 SSE_HEADERS = [(b"content-type", b"text/event-stream"), (b"cache-control", b"no-cache")]
 KEEPALIVE_S = 15.0
@@ -48,12 +50,14 @@ class ControlApi:
         token: str,
         endpoint: EndpointInfo,
         request_shutdown: Callable[[], None],
+        request_log: RequestLog,
     ) -> None:
         self._manager = manager
         self._bus = bus
         self._token = token
         self._endpoint = endpoint
         self._request_shutdown = request_shutdown
+        self._request_log = request_log
         self._background: set[asyncio.Task[Any]] = set()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -93,6 +97,23 @@ class ControlApi:
             case "POST", ["api", "models", model_id, "stop"]:
                 await self._manager.stop(model_id)
                 await send_json(send, 200, self._manager.describe(model_id))
+            case "GET", ["api", "metrics"]:
+                window = query.get("window", ["60"])[0]
+                if not window.isdigit() or int(window) == 0:
+                    await send_error(send, 400, "`window` must be a whole number of seconds.", "invalid_request_error")
+                    return
+                aggregates = self._request_log.aggregates(float(window))
+                await send_json(send, 200, {"window_s": int(window), "models": aggregates,
+                                            "queues": self._manager.queue_depths()})  # fmt: skip
+            case "GET", ["api", "requests"]:
+                limit = query.get("limit", ["100"])[0]
+                if not limit.isdigit():
+                    await send_error(send, 400, "`limit` must be a whole number.", "invalid_request_error")
+                    return
+                await send_json(send, 200, self._request_log.recent(int(limit)))
+            case "GET", ["metrics"]:
+                text = self._request_log.prometheus(self._manager.queue_depths()).encode()
+                await send_bytes(send, 200, text, [(b"content-type", b"text/plain; version=0.0.4")])
             case "GET", ["api", "events"]:
                 stream = asyncio.create_task(self._stream_events(send))
                 gone = asyncio.create_task(wait_disconnect(receive))

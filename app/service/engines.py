@@ -1,19 +1,24 @@
-"""The engines of the service: one supervisor per model, started from a checked model file and a plan."""
+"""The engines of the service: one supervisor per model, started from a checked model file and a plan,
+with a queue in front of each, idle engines stopped after a TTL, and a memory cap enforced by stopping the
+least recently used idle engine before a start that would not fit."""
 
 from __future__ import annotations
 
 import asyncio
 import secrets
-from dataclasses import asdict
+import time
+from dataclasses import asdict, dataclass
 from typing import Any
 
 import psutil
 
 from app.hub.library import ModelSpec
 from app.paths import AppPaths
-from app.planner.defaults import default_plan
+from app.planner.defaults import DEFAULT_CONTEXT, default_plan
+from app.service.admission import EngineQueue
 from app.service.events import EventBus
-from engines.gguf import GGUFError, read_gguf_info
+from engines.base import Engine, LaunchPlan
+from engines.gguf import GGUFError, GGUFInfo, read_gguf_info
 from engines.registry import ENGINES
 from engines.states import ACTIVE_STATES, EngineEvent, EngineState
 from engines.supervisor import EngineSupervisor, SupervisorPolicy
@@ -31,6 +36,15 @@ class UnknownModel(KeyError):
     """No model with that id is known."""
 
 
+@dataclass(frozen=True)
+class LifecyclePolicy:
+    """When engines are stopped without being asked. None: never."""
+
+    idle_ttl_s: float | None = None
+    max_loaded_bytes: int | None = None  # the planner's figures once it exists; until then, file sizes
+    max_waiting: int = 32  # requests waiting per engine before 429
+
+
 class EngineManager:
     """Owns every engine supervisor of the service, by model id."""
 
@@ -40,18 +54,51 @@ class EngineManager:
         paths: AppPaths,
         bus: EventBus,
         policy: SupervisorPolicy | None = None,
+        lifecycle: LifecyclePolicy | None = None,
     ) -> None:
         self.models = models
         self._paths = paths
         self._bus = bus
         self._policy = policy
+        self.lifecycle = lifecycle or LifecyclePolicy()
         self._supervisors: dict[str, EngineSupervisor] = {}
         self._preflight_errors: dict[str, str] = {}  # model id -> why its file was refused
+        self._infos: dict[str, GGUFInfo] = {}
+        self._plans: dict[str, LaunchPlan] = {}
+        self._queues: dict[str, EngineQueue] = {}
+        self._last_used: dict[str, float] = {}
+        self._start_locks: dict[str, asyncio.Lock] = {}
         # Engines accept only this key; it never leaves the service.
         self.internal_key = secrets.token_urlsafe(32)
 
     def supervisor(self, model_id: str) -> EngineSupervisor | None:
         return self._supervisors.get(model_id)
+
+    def engine(self, model_id: str) -> Engine:
+        return ENGINES[self.models[model_id].engine]
+
+    def queue(self, model_id: str) -> EngineQueue:
+        queue = self._queues.get(model_id)
+        if queue is None:
+            capacity = self.engine(model_id).capabilities.max_concurrency
+            queue = self._queues[model_id] = EngineQueue(capacity, self.lifecycle.max_waiting)
+        return queue
+
+    def queue_depths(self) -> dict[str, tuple[int, int]]:
+        return {model_id: (queue.running, queue.waiting) for model_id, queue in self._queues.items()}
+
+    def context_length(self, model_id: str) -> int:
+        plan = self._plans.get(model_id)
+        return plan.context_length if plan else DEFAULT_CONTEXT  # the default plan never uses more
+
+    def chat_template(self, model_id: str) -> str | None:
+        info = self._infos.get(model_id)
+        template = info.metadata.get("tokenizer.chat_template") if info else None
+        return template if isinstance(template, str) else None
+
+    def touch(self, model_id: str) -> None:
+        """Note that the model was just used (for the idle TTL and least-recently-used eviction)."""
+        self._last_used[model_id] = time.monotonic()
 
     def state(self, model_id: str) -> EngineState:
         return self._state_and_message(model_id)[0]
@@ -67,31 +114,92 @@ class EngineManager:
         spec = self.models.get(model_id)
         if spec is None:
             raise UnknownModel(model_id)
-        supervisor = self._supervisors.get(model_id)
-        if supervisor is None or supervisor.state not in ACTIVE_STATES:
-            try:
-                info = await asyncio.to_thread(read_gguf_info, spec.path)
-            except GGUFError as exc:
-                previous = self.state(model_id)
-                self._preflight_errors[model_id] = str(exc)
-                self._on_engine_event(EngineEvent(model_id, EngineState.FAILED, previous, str(exc)))
-                return EngineState.FAILED
-            self._preflight_errors.pop(model_id, None)
-            plan = default_plan(model_id, info)
-            engine = ENGINES[spec.engine]
-            if supervisor is not None:
-                await supervisor.stop()  # a failed one: reaps what is left and closes its log
-            supervisor = EngineSupervisor(
-                model_id,
-                lambda port: engine.build_command(plan, port, self.internal_key),
-                log_path=self._paths.engine_logs / f"{model_id}.log",
-                records_dir=self._paths.engine_records,
-                on_event=self._on_engine_event,
-                on_log=self._on_engine_log,
-                policy=self._policy,
-            )
-            self._supervisors[model_id] = supervisor
+        self.touch(model_id)
+        async with self._start_locks.setdefault(model_id, asyncio.Lock()):
+            supervisor = self._supervisors.get(model_id)
+            if supervisor is None or supervisor.state not in ACTIVE_STATES:
+                supervisor = await self._new_supervisor(spec, supervisor)
+                if supervisor is None:
+                    return EngineState.FAILED
         return await supervisor.start()
+
+    async def _new_supervisor(self, spec: ModelSpec, old: EngineSupervisor | None) -> EngineSupervisor | None:
+        model_id = spec.id
+        try:
+            info = await asyncio.to_thread(read_gguf_info, spec.path)
+        except GGUFError as exc:
+            self._refuse(model_id, str(exc))
+            return None
+        self._preflight_errors.pop(model_id, None)
+        if not await self._make_room(spec):
+            return None
+        plan = default_plan(model_id, info)
+        self._infos[model_id], self._plans[model_id] = info, plan
+        engine = self.engine(model_id)
+        if old is not None:
+            await old.stop()  # a failed one: reaps what is left and closes its log
+        supervisor = EngineSupervisor(
+            model_id,
+            lambda port: engine.build_command(plan, port, self.internal_key),
+            log_path=self._paths.engine_logs / f"{model_id}.log",
+            records_dir=self._paths.engine_records,
+            on_event=self._on_engine_event,
+            on_log=self._on_engine_log,
+            policy=self._policy,
+        )
+        self._supervisors[model_id] = supervisor
+        return supervisor
+
+    def _refuse(self, model_id: str, message: str) -> None:
+        previous = self.state(model_id)
+        self._preflight_errors[model_id] = message
+        self._on_engine_event(EngineEvent(model_id, EngineState.FAILED, previous, message))
+
+    def _loaded(self, excluding: str) -> list[str]:
+        return [m for m, s in self._supervisors.items() if m != excluding and s.state in ACTIVE_STATES]
+
+    def _is_idle(self, model_id: str) -> bool:
+        queue = self._queues.get(model_id)
+        return queue is None or (queue.running == 0 and queue.waiting == 0)
+
+    async def _make_room(self, spec: ModelSpec) -> bool:
+        """Stop least recently used idle engines until `spec` fits under the memory cap."""
+        cap = self.lifecycle.max_loaded_bytes
+        if cap is None:
+            return True
+        if spec.size_bytes > cap:
+            self._refuse(spec.id, f"{spec.id} needs {spec.size_bytes} bytes, more than the cap of {cap} bytes")
+            return False
+        while sum(self.models[m].size_bytes for m in self._loaded(spec.id)) + spec.size_bytes > cap:
+            idle = sorted((m for m in self._loaded(spec.id) if self._is_idle(m)), key=self._last_used_at)
+            if not idle:
+                self._refuse(spec.id, f"{spec.id} does not fit under the memory cap next to engines in use")
+                return False
+            await self._stop_for(idle[0], f"stopped to make room for {spec.id}")
+        return True
+
+    def _last_used_at(self, model_id: str) -> float:
+        return self._last_used.get(model_id, 0.0)
+
+    async def _stop_for(self, model_id: str, reason: str) -> None:
+        supervisor = self._supervisors[model_id]
+        await supervisor.stop()
+        supervisor.message = reason
+        self._on_engine_event(EngineEvent(model_id, EngineState.STOPPED, EngineState.STOPPED, reason))
+
+    async def stop_idle_engines(self) -> None:
+        """Stop ready engines unused for longer than the idle TTL, until cancelled."""
+        ttl = self.lifecycle.idle_ttl_s
+        if ttl is None:
+            return
+        while True:
+            await asyncio.sleep(min(1.0, ttl / 4))
+            now = time.monotonic()
+            for model_id in self._loaded(excluding=""):
+                supervisor = self._supervisors[model_id]
+                idle_for = now - self._last_used_at(model_id)
+                if supervisor.state == EngineState.READY and self._is_idle(model_id) and idle_for > ttl:
+                    await self._stop_for(model_id, f"stopped after {idle_for:.0f} s idle")
 
     async def stop(self, model_id: str) -> None:
         if model_id not in self.models:
@@ -109,6 +217,7 @@ class EngineManager:
         spec = self.models[model_id]
         supervisor = self._supervisors.get(model_id)
         state, message = self._state_and_message(model_id)
+        queue = self._queues.get(model_id)
         return {
             "id": spec.id,
             "name": spec.name,
@@ -122,6 +231,8 @@ class EngineManager:
             "port": supervisor.port if supervisor and supervisor.pid else None,
             "restarts": supervisor.restarts if supervisor else 0,
             "rss_bytes": _rss(supervisor.pid) if supervisor and supervisor.pid else None,
+            "running_requests": queue.running if queue else 0,
+            "waiting_requests": queue.waiting if queue else 0,
         }
 
     def logs(self, model_id: str, count: int | None = None) -> list[str]:
@@ -135,3 +246,6 @@ class EngineManager:
 
     def _on_engine_log(self, model_id: str, line: str) -> None:
         self._bus.publish({"type": "log", "model_id": model_id, "line": line})
+
+
+__all__ = ["EngineManager", "LifecyclePolicy", "UnknownModel"]

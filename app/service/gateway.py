@@ -1,6 +1,7 @@
-"""The OpenAI-compatible endpoint (/v1): authenticates, routes by `model`, and streams engine answers through.
+"""The OpenAI-compatible endpoint (/v1): checks, routes by `model`, queues, measures and streams through.
 
-Bytes from the engine are forwarded as they arrive, never parsed or re-serialized.
+Bytes from the engine are forwarded as they arrive, never re-serialized; they are only searched as far as
+measurement needs (app.service.metering).
 """
 
 from __future__ import annotations
@@ -8,15 +9,21 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import math
+import time
+import uuid
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
 import aiohttp
 
+from app.service.admission import QueueFull
 from app.service.asgi import (
     LOOPBACK_HOSTS,
     BodyTooLarge,
     ClientGone,
+    Message,
     Receive,
     Scope,
     Send,
@@ -30,27 +37,48 @@ from app.service.asgi import (
     wait_disconnect,
 )
 from app.service.engines import EngineManager
+from app.service.metering import RequestRecord, StreamMeter, ends_with_done, percentile, split_done, usage_event
+from app.service.prompt_tokens import count_tokens, prompt_text
+from app.service.request_log import RequestLog
+from app.service.validation import CheckedRequest, InvalidRequest, check_request
 from engines.states import EngineState
 
-PROXIED_PATHS = frozenset({"/v1/chat/completions", "/v1/completions"})
+PROXIED_PATHS = frozenset({"/v1/chat/completions", "/v1/completions", "/v1/embeddings"})
 _FORWARDED_RESPONSE_HEADERS = frozenset({"content-type", "cache-control"})
+CLIENT_CLOSED = 499  # nginx's convention for a client that left before the answer
 
 
 @dataclass(frozen=True)
 class GatewayConfig:
     api_key: str | None  # None only on loopback, by the user's explicit choice
     allowed_hosts: frozenset[str] = LOOPBACK_HOSTS
-    max_body_bytes: int = 8 * 1024 * 1024
+    cors_origins: frozenset[str] = frozenset()
+    max_body_bytes: int = 4 * 1024 * 1024
     start_timeout_s: float = 300.0
+
+
+@dataclass
+class _Outcome:
+    """What happened to one request, filled in as it goes, recorded at the end."""
+
+    status: int = 0
+    queued_s: float = 0.0
+    meter: StreamMeter | None = None
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+    error: str | None = None
 
 
 class Gateway:
     """Raw ASGI app serving /v1. `session` is the shared upstream pool, opened by the server."""
 
-    def __init__(self, manager: EngineManager, config: GatewayConfig, session: aiohttp.ClientSession) -> None:
+    def __init__(
+        self, manager: EngineManager, config: GatewayConfig, session: aiohttp.ClientSession, log: RequestLog
+    ) -> None:
         self._manager = manager
         self._config = config
         self._session = session
+        self._log = log
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -58,6 +86,14 @@ class Gateway:
         if not host_allowed(scope, self._config.allowed_hosts):
             await send_error(send, 403, "Host not allowed.", "permission_error", "host_not_allowed")
             return
+        origin = header(scope, b"origin")
+        if origin is not None:
+            allowed = origin.decode("latin-1") in self._config.cors_origins
+            if scope["method"] == "OPTIONS":
+                await self._preflight(send, origin if allowed else None)
+                return
+            if allowed:
+                send = _adding_headers(send, [(b"access-control-allow-origin", origin), (b"vary", b"Origin")])
         if self._config.api_key is not None and not bearer_ok(scope, self._config.api_key):
             await send_error(
                 send, 401, "Missing or invalid API key (Authorization: Bearer ...).", "authentication_error",
@@ -74,6 +110,20 @@ class Gateway:
         else:
             await send_error(send, 404, f"Unknown route {path}.", "invalid_request_error", "unknown_url")
 
+    async def _preflight(self, send: Send, origin: bytes | None) -> None:
+        if origin is None:  # no CORS grant unless the user listed this origin
+            await send_error(send, 403, "Cross-origin requests are not allowed.", "permission_error")
+            return
+        headers = [
+            (b"access-control-allow-origin", origin),
+            (b"access-control-allow-methods", b"GET, POST, OPTIONS"),
+            (b"access-control-allow-headers", b"authorization, content-type"),
+            (b"access-control-max-age", b"600"),
+            (b"vary", b"Origin"),
+        ]
+        await send({"type": "http.response.start", "status": 204, "headers": headers})
+        await send({"type": "http.response.body", "body": b""})
+
     def _model_list(self) -> dict[str, Any]:
         data = []
         for model_id in self._manager.models:
@@ -83,6 +133,7 @@ class Gateway:
         return {"object": "list", "data": data}
 
     async def _proxy(self, scope: Scope, receive: Receive, send: Send) -> None:
+        path = scope["path"]
         content_type = (header(scope, b"content-type") or b"").split(b";")[0].strip().lower()
         try:
             body = await read_body(receive, self._config.max_body_bytes)
@@ -97,79 +148,183 @@ class Gateway:
             return
         try:
             payload = json.loads(body)
+            checked = check_request(path, payload, self._manager.context_length)
         except (ValueError, UnicodeDecodeError) as exc:
-            await send_error(send, 400, f"Request body is not valid JSON: {exc}", "invalid_request_error")
+            param = exc.param if isinstance(exc, InvalidRequest) else None
+            message = str(exc) if isinstance(exc, InvalidRequest) else f"Request body is not valid JSON: {exc}"
+            await send_error(send, 400, message, "invalid_request_error", param=param)
             return
-        if not isinstance(payload, dict):
-            await send_error(send, 400, "Request body must be a JSON object.", "invalid_request_error")
-            return
-        model = payload.get("model")
-        if not isinstance(model, str) or not model:
-            await send_error(send, 400, "`model` is required.", "invalid_request_error", param="model")
-            return
-        if model not in self._manager.models:
+        if checked.model not in self._manager.models:
             known = ", ".join(self._manager.models) or "none"
             await send_error(
-                send, 404, f"The model `{model}` does not exist. Available models: {known}.",
+                send, 404, f"The model `{checked.model}` does not exist. Available models: {known}.",
                 "invalid_request_error", "model_not_found", "model",
             )  # fmt: skip
             return
-        base_url = await self._engine_url(model, send)
-        if base_url is None:
-            return
-        # Forward while watching for the client to go away: then the upstream request is cancelled at once.
-        forward = asyncio.create_task(self._forward(base_url + scope["path"], body, send, payload.get("stream")))
+        outcome = _Outcome()
+        started_at, started = time.time(), time.monotonic()
+        # Serve while watching for the client to go away: then its queued or running request is cancelled.
+        serve = asyncio.create_task(self._serve(path, body, payload, checked, send, outcome))
         gone = asyncio.create_task(wait_disconnect(receive))
-        await asyncio.wait({forward, gone}, return_when=asyncio.FIRST_COMPLETED)
-        for task in (forward, gone):
+        await asyncio.wait({serve, gone}, return_when=asyncio.FIRST_COMPLETED)
+        for task in (serve, gone):
             task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
-            await forward
+            await serve
+        if serve.cancelled() or outcome.status == 0:
+            outcome.status, outcome.error = CLIENT_CLOSED, outcome.error or "client disconnected"
+        self._log.add(_record(path, checked, outcome, started_at, time.monotonic() - started))
 
-    async def _engine_url(self, model: str, send: Send) -> str | None:
+    async def _serve(
+        self, path: str, body: bytes, payload: dict[str, Any], checked: CheckedRequest, send: Send, outcome: _Outcome
+    ) -> None:
+        model = checked.model
+        try:
+            async with self._manager.queue(model).slot() as queued_s:
+                outcome.queued_s = queued_s
+                self._manager.touch(model)
+                base_url = await self._engine_url(model, send, outcome)
+                if base_url is not None:
+                    await self._forward(base_url, path, body, payload, checked, send, outcome)
+                self._manager.touch(model)
+        except QueueFull as full:
+            outcome.status, outcome.error = 429, "queue full"
+            message = f"Too many requests waiting for `{model}`; retry in {full.retry_after_s} s."
+            error = json.dumps(openai_error(message, "rate_limit_error", "queue_full")).encode()
+            headers = [(b"content-type", b"application/json"), (b"retry-after", str(full.retry_after_s).encode())]
+            await send({"type": "http.response.start", "status": 429, "headers": headers})
+            await send({"type": "http.response.body", "body": error})
+
+    async def _engine_url(self, model: str, send: Send, outcome: _Outcome) -> str | None:
         """The ready engine's URL, starting it on demand; answers the client itself when that fails."""
         supervisor = self._manager.supervisor(model)
         if supervisor is None or supervisor.state != EngineState.READY:
             try:
                 state = await asyncio.wait_for(self._manager.start(model), self._config.start_timeout_s)
             except TimeoutError:
-                await send_error(
-                    send, 503, f"The model `{model}` did not become ready within "
-                    f"{self._config.start_timeout_s:.0f} s.", "server_error", "model_start_timeout",
-                )  # fmt: skip
-                return None
+                state = EngineState.STARTING
             supervisor = self._manager.supervisor(model)
             if state != EngineState.READY or supervisor is None:
-                message = self._manager.describe(model)["message"]
-                await send_error(send, 503, f"The model `{model}` could not be started: {message}",
-                                 "server_error", "model_unavailable")  # fmt: skip
+                if state == EngineState.STARTING:
+                    message = f"The model `{model}` did not become ready within {self._config.start_timeout_s:.0f} s."
+                else:
+                    message = f"The model `{model}` could not be started: {self._manager.describe(model)['message']}"
+                outcome.status, outcome.error = 503, message
+                await send_error(send, 503, message, "server_error", "model_unavailable")
                 return None
         return supervisor.base_url
 
-    async def _forward(self, url: str, body: bytes, send: Send, stream: object) -> None:
-        headers = {
-            "Authorization": f"Bearer {self._manager.internal_key}",
-            "Content-Type": "application/json",
-        }
+    async def _forward(
+        self,
+        base_url: str,
+        path: str,
+        body: bytes,
+        payload: dict[str, Any],
+        checked: CheckedRequest,
+        send: Send,
+        outcome: _Outcome,
+    ) -> None:
+        key = self._manager.internal_key
+        headers = {"Authorization": f"Bearer {key}", "Content-Type": "application/json"}
+        capabilities = self._manager.engine(checked.model).capabilities
+        add_usage = checked.include_usage and not capabilities.stream_usage
         started = False
         try:
-            async with self._session.post(url, data=body, headers=headers) as upstream:
+            async with self._session.post(base_url + path, data=body, headers=headers) as upstream:
+                outcome.status = upstream.status
                 response_headers = [
                     (name.lower().encode("latin-1"), value.encode("latin-1"))
                     for name, value in upstream.headers.items()
                     if name.lower() in _FORWARDED_RESPONSE_HEADERS
                 ]
-                await send({"type": "http.response.start", "status": upstream.status, "headers": response_headers})
+                if not checked.stream or upstream.status != 200:
+                    answer = await upstream.read()
+                    if path == "/v1/embeddings" and upstream.status == 200 and not capabilities.embeddings_pooled:
+                        answer = _pool_embeddings(answer)
+                    _read_usage(answer, outcome)
+                    await send({"type": "http.response.start", "status": upstream.status, "headers": response_headers})
+                    await send({"type": "http.response.body", "body": answer})
+                    return
+                await send({"type": "http.response.start", "status": 200, "headers": response_headers})
                 started = True
+                meter = outcome.meter = StreamMeter(time.monotonic())
                 async for chunk in upstream.content.iter_any():
+                    meter.feed(chunk)
+                    if add_usage and meter.usage is None and ends_with_done(chunk):
+                        before, done = split_done(chunk)
+                        count = capabilities.tokenize_count_path
+                        text = prompt_text(path, payload, self._manager.chat_template(checked.model))
+                        prompt_tokens = await count_tokens(self._session, base_url + count, key, text) if (
+                            count and text is not None) else None  # fmt: skip
+                        outcome.prompt_tokens = prompt_tokens
+                        chunk = before + usage_event(meter.first_event, prompt_tokens, meter.completion_tokens) + done
                     await send({"type": "http.response.body", "body": chunk, "more_body": True})
                 await send({"type": "http.response.body", "body": b""})
         except (aiohttp.ClientError, TimeoutError) as exc:
             message = f"The engine stopped answering: {exc.__class__.__name__}."
+            outcome.status, outcome.error = 502, message
             if not started:
                 await send_error(send, 502, message, "server_error", "engine_unavailable")
-            elif stream:
+            else:  # the stream is open: end it with an error event a client can read
                 event = b"data: " + json.dumps(openai_error(message, "server_error", "engine_failed")).encode()
-                await send({"type": "http.response.body", "body": event + b"\n\n", "more_body": False})
-            else:
-                await send({"type": "http.response.body", "body": b"", "more_body": False})
+                await send({"type": "http.response.body", "body": event + b"\n\ndata: [DONE]\n\n"})
+
+
+def _adding_headers(send: Send, extra: list[tuple[bytes, bytes]]) -> Callable[[Message], Awaitable[None]]:
+    async def wrapped(message: Message) -> None:
+        if message["type"] == "http.response.start":
+            message = {**message, "headers": [*message.get("headers", []), *extra]}
+        await send(message)
+
+    return wrapped
+
+
+def _read_usage(answer: bytes, outcome: _Outcome) -> None:
+    try:
+        usage = json.loads(answer).get("usage") or {}
+    except (ValueError, AttributeError):
+        return
+    if isinstance(usage, dict):
+        outcome.prompt_tokens = usage.get("prompt_tokens")
+        outcome.completion_tokens = usage.get("completion_tokens")
+
+
+def _pool_embeddings(answer: bytes) -> bytes:
+    """Mean-pool and L2-normalize per-token embeddings into the one vector per input that OpenAI returns."""
+    try:
+        result = json.loads(answer)
+        for item in result["data"]:
+            vectors = item["embedding"]
+            if vectors and isinstance(vectors[0], list):
+                pooled = [sum(column) / len(vectors) for column in zip(*vectors, strict=True)]
+                norm = math.sqrt(sum(value * value for value in pooled)) or 1.0
+                item["embedding"] = [value / norm for value in pooled]
+    except (ValueError, KeyError, TypeError):
+        return answer
+    return json.dumps(result).encode()
+
+
+def _record(path: str, checked: CheckedRequest, outcome: _Outcome, started_at: float, duration: float
+            ) -> RequestRecord:  # fmt: skip
+    meter = outcome.meter
+    itls = meter.inter_token_latencies() if meter else []
+    completion = meter.completion_tokens if meter else outcome.completion_tokens
+    return RequestRecord(
+        id=uuid.uuid4().hex,
+        time=started_at,
+        model=checked.model,
+        route=path,
+        stream=checked.stream,
+        status=outcome.status,
+        queued_s=outcome.queued_s,
+        ttft_s=meter.ttft_s if meter else None,
+        duration_s=duration,
+        prompt_tokens=(meter.usage or {}).get("prompt_tokens", outcome.prompt_tokens)
+        if meter
+        else outcome.prompt_tokens,
+        completion_tokens=completion,
+        itl_p50_s=percentile(itls, 0.5),
+        itl_max_s=max(itls) if itls else None,
+        decode_tps=meter.decode_tps() if meter else None,
+        error=outcome.error,
+    )

@@ -24,9 +24,10 @@ from app.keys import ApiKey, load_api_key
 from app.paths import AppPaths, write_private
 from app.service.asgi import LOOPBACK_HOSTS
 from app.service.control import ControlApi, EndpointInfo
-from app.service.engines import EngineManager
+from app.service.engines import EngineManager, LifecyclePolicy
 from app.service.events import EventBus
 from app.service.gateway import Gateway, GatewayConfig
+from app.service.request_log import RequestLog
 from engines.processes import reap_leftover_engines
 from engines.states import EngineState
 from engines.supervisor import SupervisorPolicy
@@ -45,6 +46,9 @@ class ServeOptions:
     control_port: int = 0  # 0: any free loopback port, published in the discovery file
     models: tuple[str, ...] = ()
     require_api_key: bool = True
+    idle_ttl_s: float | None = None
+    max_loaded_bytes: int | None = None
+    cors_origins: tuple[str, ...] = ()
 
 
 class _Server(uvicorn.Server):
@@ -137,7 +141,9 @@ class Service:
     ) -> None:
         options, paths = self.options, self.paths
         bus = EventBus()
-        manager = EngineManager(models, paths, bus, self._policy)
+        lifecycle = LifecyclePolicy(options.idle_ttl_s, options.max_loaded_bytes)
+        manager = EngineManager(models, paths, bus, self._policy, lifecycle)
+        request_log = RequestLog(paths.requests_db, bus.publish)
         gateway_port = gateway_sock.getsockname()[1]
         control_port = control_sock.getsockname()[1]
         shown_host = f"[{options.host}]" if ":" in options.host else options.host
@@ -151,14 +157,15 @@ class Service:
         session = aiohttp.ClientSession(
             connector=connector, timeout=aiohttp.ClientTimeout(total=None, connect=10), auto_decompress=False
         )
-        gateway = Gateway(manager, GatewayConfig(key_value, allowed), session)
-        control = ControlApi(manager, bus, token, endpoint, self.request_stop)
+        gateway_config = GatewayConfig(key_value, allowed, frozenset(options.cors_origins))
+        gateway = Gateway(manager, gateway_config, session, request_log)
+        control = ControlApi(manager, bus, token, endpoint, self.request_stop, request_log)
         servers = [_uvicorn_server(gateway, gateway_sock), _uvicorn_server(control, control_sock)]
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, self.request_stop)
         tasks = [asyncio.create_task(server.serve(sockets=[sock])) for server, sock in servers]
-        preloads: list[asyncio.Task[None]] = []
+        preloads: list[asyncio.Task[None]] = [asyncio.create_task(manager.stop_idle_engines())]
         try:
             while not all(server.started for server, _ in servers):
                 if any(task.done() for task in tasks):
@@ -182,6 +189,7 @@ class Service:
             await manager.stop_all()
             await asyncio.gather(*tasks, return_exceptions=True)
             await session.close()
+            await asyncio.to_thread(request_log.close)
             for sig in (signal.SIGINT, signal.SIGTERM):
                 loop.remove_signal_handler(sig)
             paths.service_file.unlink(missing_ok=True)

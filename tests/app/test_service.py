@@ -21,12 +21,8 @@ from app.paths import AppPaths
 from tests.conftest import REPO, RunningService, free_port, start_service_process, stop_service_process
 
 
-def client_for(service: RunningService) -> openai.OpenAI:
-    return openai.OpenAI(base_url=service.url, api_key=service.api_key, max_retries=0, timeout=60)
-
-
 def test_chat_streamed_chat_and_completions(service: RunningService) -> None:
-    client = client_for(service)
+    client = service.openai_client()
     chat = client.chat.completions.create(
         model=BUNDLED_ID, messages=[{"role": "user", "content": "Say hello."}], max_tokens=16
     )
@@ -57,7 +53,7 @@ def test_two_concurrent_streams_both_complete(service: RunningService) -> None:
     results: dict[int, tuple[str, str | None]] = {}
 
     def stream(index: int) -> None:
-        client = client_for(service)
+        client = service.openai_client()
         text, finish = [], None
         for chunk in client.chat.completions.create(
             model=BUNDLED_ID, messages=[{"role": "user", "content": f"Tell a story number {index}."}],
@@ -89,7 +85,7 @@ def test_killed_engine_is_restarted_and_serves_again(service: RunningService) ->
             break
         time.sleep(0.1)
     assert model["state"] == "ready" and model["restarts"] == 1
-    reply = client_for(service).completions.create(model=BUNDLED_ID, prompt="Hello", max_tokens=4)
+    reply = service.openai_client().completions.create(model=BUNDLED_ID, prompt="Hello", max_tokens=4)
     assert reply.choices[0].text
 
 
@@ -135,11 +131,11 @@ def test_corrupt_gguf_fails_clearly_and_service_stays_up(paths: AppPaths, tmp_pa
         assert model["state"] == "failed"
         assert str(broken) in model["message"] and "truncated" in model["message"]
         with pytest.raises(openai.APIStatusError) as error:
-            client_for(service).completions.create(model="broken-model", prompt="x", max_tokens=2)
+            service.openai_client().completions.create(model="broken-model", prompt="x", max_tokens=2)
         assert error.value.status_code == 503
         assert "truncated" in str(error.value)
         assert service.client.health()["status"] == "ok"
-        assert client_for(service).completions.create(model=BUNDLED_ID, prompt="Hi", max_tokens=2).choices
+        assert service.openai_client().completions.create(model=BUNDLED_ID, prompt="Hi", max_tokens=2).choices
     finally:
         stop_service_process(service)
 
@@ -169,11 +165,11 @@ def test_lan_bind_without_key_is_refused(paths: AppPaths) -> None:
 
 def test_requests_need_the_key_and_valid_input(service: RunningService) -> None:
     with pytest.raises(openai.AuthenticationError):
-        openai.OpenAI(base_url=service.url, api_key="wrong", max_retries=0).models.list()
-    models = client_for(service).models.list()
+        service.openai_client(api_key="wrong").models.list()
+    models = service.openai_client().models.list()
     assert [m.id for m in models.data] == [BUNDLED_ID]
     with pytest.raises(openai.NotFoundError) as missing:
-        client_for(service).completions.create(model="no-such-model", prompt="x")
+        service.openai_client().completions.create(model="no-such-model", prompt="x")
     assert BUNDLED_ID in str(missing.value)
     headers = {"Authorization": f"Bearer {service.api_key}", "Content-Type": "application/json"}
     bad = httpx.post(f"{service.url}/chat/completions", content=b"{not json", headers=headers, timeout=10)

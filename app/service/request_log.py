@@ -1,0 +1,117 @@
+"""Where request measurements go: recent records in memory, every record in SQLite, live events, aggregates
+and Prometheus text. SQLite is written from one thread of its own, so the event loop never waits on disk."""
+
+from __future__ import annotations
+
+import queue
+import sqlite3
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import asdict, fields
+from pathlib import Path
+from typing import Any
+
+from app.service.metering import RequestRecord, percentile
+
+_COLUMNS = [field.name for field in fields(RequestRecord)]
+_SCHEMA = f"CREATE TABLE IF NOT EXISTS requests ({', '.join(_COLUMNS)})"
+_INSERT = f"INSERT INTO requests VALUES ({', '.join('?' for _ in _COLUMNS)})"
+
+
+class RequestLog:
+    """Keeps request records. `add` is cheap and never blocks; `close` flushes to disk."""
+
+    def __init__(self, database: Path, publish: Callable[[dict[str, Any]], None], keep: int = 10_000) -> None:
+        self._recent: deque[RequestRecord] = deque(maxlen=keep)
+        self._publish = publish
+        self._totals: dict[tuple[str, int], int] = {}
+        self._tokens: dict[tuple[str, str], int] = {}
+        self._pending: queue.SimpleQueue[RequestRecord | None] = queue.SimpleQueue()
+        database.parent.mkdir(parents=True, exist_ok=True)
+        self._writer = threading.Thread(target=self._write, args=(database,), name="request-log", daemon=True)
+        self._writer.start()
+
+    def add(self, record: RequestRecord) -> None:
+        self._recent.append(record)
+        key = (record.model, record.status)
+        self._totals[key] = self._totals.get(key, 0) + 1
+        for kind, count in (("prompt", record.prompt_tokens), ("completion", record.completion_tokens)):
+            if count:
+                self._tokens[(record.model, kind)] = self._tokens.get((record.model, kind), 0) + count
+        self._pending.put(record)
+        self._publish({"type": "request", **asdict(record)})
+
+    def recent(self, limit: int) -> list[dict[str, Any]]:
+        return [asdict(record) for record in list(self._recent)[-limit:]]
+
+    def aggregates(self, window_s: float) -> dict[str, dict[str, Any]]:
+        """Per model over the last `window_s` seconds: counts, token rates and latency percentiles."""
+        since = time.time() - window_s
+        by_model: dict[str, list[RequestRecord]] = {}
+        for record in self._recent:
+            if record.time >= since:
+                by_model.setdefault(record.model, []).append(record)
+        return {model: _summarize(records, window_s) for model, records in by_model.items()}
+
+    def prometheus(self, queues: dict[str, tuple[int, int]]) -> str:
+        """Prometheus text: totals since start, and the running/waiting count of each engine's queue."""
+        lines = [
+            "# HELP modeldeck_requests_total Requests through the gateway by model and HTTP status.",
+            "# TYPE modeldeck_requests_total counter",
+        ]
+        lines += [f'modeldeck_requests_total{{model="{m}",status="{s}"}} {n}' for (m, s), n in self._totals.items()]
+        lines += ["# HELP modeldeck_tokens_total Prompt and completion tokens by model.",
+                  "# TYPE modeldeck_tokens_total counter"]  # fmt: skip
+        lines += [f'modeldeck_tokens_total{{model="{m}",kind="{k}"}} {n}' for (m, k), n in self._tokens.items()]
+        for name, index, what in (("running", 0, "in an engine"), ("waiting", 1, "waiting in the gateway queue")):
+            lines += [f"# HELP modeldeck_requests_{name} Requests {what}.", f"# TYPE modeldeck_requests_{name} gauge"]
+            lines += [f'modeldeck_requests_{name}{{model="{m}"}} {q[index]}' for m, q in queues.items()]
+        lines += ["# HELP modeldeck_ttft_seconds Time to first token over the last 5 minutes.",
+                  "# TYPE modeldeck_ttft_seconds summary"]  # fmt: skip
+        for model, summary in self.aggregates(300).items():
+            for quantile, key in (("0.5", "ttft_p50_s"), ("0.95", "ttft_p95_s")):
+                if summary[key] is not None:
+                    lines.append(f'modeldeck_ttft_seconds{{model="{model}",quantile="{quantile}"}} {summary[key]}')
+        return "\n".join(lines) + "\n"
+
+    def close(self) -> None:
+        self._pending.put(None)
+        self._writer.join(timeout=10)
+
+    def _write(self, database: Path) -> None:
+        connection = sqlite3.connect(database)
+        try:
+            connection.execute(_SCHEMA)
+            while True:
+                batch = [self._pending.get()]
+                while not self._pending.empty():  # one transaction for whatever has piled up
+                    batch.append(self._pending.get())
+                records = [record for record in batch if record is not None]
+                with connection:
+                    connection.executemany(_INSERT, [tuple(asdict(r).values()) for r in records])
+                if None in batch:
+                    return
+        finally:
+            connection.close()
+
+
+def _summarize(records: list[RequestRecord], window_s: float) -> dict[str, Any]:
+    ttfts = [r.ttft_s for r in records if r.ttft_s is not None]
+    itls = [r.itl_p50_s for r in records if r.itl_p50_s is not None]
+    queued = [r.queued_s for r in records]
+    completion = sum(r.completion_tokens or 0 for r in records)
+    prompt = sum(r.prompt_tokens or 0 for r in records)
+    return {
+        "requests": len(records),
+        "errors": sum(1 for r in records if r.status >= 400),
+        "prompt_tokens": prompt,
+        "completion_tokens": completion,
+        "completion_tokens_per_s": completion / window_s,
+        "prompt_tokens_per_s": prompt / window_s,
+        "ttft_p50_s": percentile(ttfts, 0.5),
+        "ttft_p95_s": percentile(ttfts, 0.95),
+        "itl_p50_s": percentile(itls, 0.5),
+        "queue_p50_s": percentile(queued, 0.5),
+    }

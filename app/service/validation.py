@@ -1,0 +1,178 @@
+"""Checks of OpenAI request bodies before they reach an engine: only known fields, of the right types, within
+bounds. Anything else is a 400 with an OpenAI-shaped error naming the field."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+Check = Callable[[Any], str | None]  # returns what is wrong, or None
+
+
+class InvalidRequest(ValueError):
+    """The body breaks a rule; `param` names the field."""
+
+    def __init__(self, message: str, param: str | None = None) -> None:
+        super().__init__(message)
+        self.param = param
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def number(low: float, high: float) -> Check:
+    return lambda v: None if _is_number(v) and low <= v <= high else f"must be a number from {low} to {high}"
+
+
+def integer(low: int, high: int) -> Check:
+    return lambda v: None if _is_int(v) and low <= v <= high else f"must be a whole number from {low} to {high}"
+
+
+def boolean(value: Any) -> str | None:
+    return None if isinstance(value, bool) else "must be true or false"
+
+
+def string(value: Any) -> str | None:
+    return None if isinstance(value, str) else "must be a string"
+
+
+def obj(value: Any) -> str | None:
+    return None if isinstance(value, dict) else "must be an object"
+
+
+def array(value: Any) -> str | None:
+    return None if isinstance(value, list) else "must be an array"
+
+
+def string_or_strings(limit: int) -> Check:
+    def check(value: Any) -> str | None:
+        if isinstance(value, str):
+            return None
+        if isinstance(value, list) and 0 < len(value) <= limit and all(isinstance(v, str) for v in value):
+            return None
+        return f"must be a string or a list of 1 to {limit} strings"
+
+    return check
+
+
+def only_one(value: Any) -> str | None:
+    return None if value == 1 else "must be 1 (one choice per request)"
+
+
+def stream_options(value: Any) -> str | None:
+    if not isinstance(value, dict) or set(value) - {"include_usage"}:
+        return "must be an object with `include_usage` only"
+    return boolean(value.get("include_usage", False))
+
+
+def messages(value: Any) -> str | None:
+    if not isinstance(value, list) or not value:
+        return "must be a non-empty array of messages"
+    for index, message in enumerate(value):
+        if not isinstance(message, dict):
+            return f"[{index}] must be an object"
+        if message.get("role") not in ("system", "developer", "user", "assistant", "tool"):
+            return f"[{index}].role must be one of system, developer, user, assistant, tool"
+        content = message.get("content")
+        if content is not None and not isinstance(content, str | list):
+            return f"[{index}].content must be a string or an array of parts"
+    return None
+
+
+_SAMPLING: dict[str, Check] = {
+    "model": string,
+    "stream": boolean,
+    "stream_options": stream_options,
+    "temperature": number(0, 2),
+    "top_p": number(0, 1),
+    "top_k": integer(0, 1000),
+    "min_p": number(0, 1),
+    "n": only_one,
+    "stop": string_or_strings(4),
+    "presence_penalty": number(-2, 2),
+    "frequency_penalty": number(-2, 2),
+    "repeat_penalty": number(0, 10),
+    "seed": integer(-(2**63), 2**64 - 1),
+    "logit_bias": obj,
+    "user": string,
+}
+
+ROUTE_FIELDS: dict[str, dict[str, Check]] = {
+    "/v1/chat/completions": {
+        **_SAMPLING,
+        "messages": messages,
+        "max_tokens": integer(1, 2**31),
+        "max_completion_tokens": integer(1, 2**31),
+        "logprobs": boolean,
+        "top_logprobs": integer(0, 20),
+        "response_format": obj,
+        "tools": array,
+        "tool_choice": lambda v: None if isinstance(v, str | dict) else "must be a string or an object",
+    },
+    "/v1/completions": {
+        **_SAMPLING,
+        "prompt": string_or_strings(1),
+        "suffix": string,
+        "max_tokens": integer(1, 2**31),
+        "echo": boolean,
+        "logprobs": integer(0, 5),
+        "best_of": only_one,
+    },
+    "/v1/embeddings": {
+        "model": string,
+        "input": string_or_strings(2048),
+        "encoding_format": lambda v: None if v == "float" else "must be `float`",
+        "user": string,
+    },
+}
+
+REQUIRED: dict[str, tuple[str, ...]] = {
+    "/v1/chat/completions": ("model", "messages"),
+    "/v1/completions": ("model", "prompt"),
+    "/v1/embeddings": ("model", "input"),
+}
+
+
+@dataclass(frozen=True)
+class CheckedRequest:
+    """What the gateway needs to know of a valid body."""
+
+    model: str
+    stream: bool
+    include_usage: bool
+    max_tokens: int | None
+
+
+def check_request(route: str, body: Any, context_length: Callable[[str], int | None]) -> CheckedRequest:
+    """Validate `body` for `route`; `context_length(model)` bounds max_tokens. Raises InvalidRequest."""
+    if not isinstance(body, dict):
+        raise InvalidRequest("The request body must be a JSON object.")
+    fields = ROUTE_FIELDS[route]
+    unknown = sorted(set(body) - set(fields))
+    if unknown:
+        raise InvalidRequest(f"Unknown field `{unknown[0]}` for {route}.", unknown[0])
+    for name in REQUIRED[route]:
+        if name not in body:
+            raise InvalidRequest(f"`{name}` is required.", name)
+    for name, value in body.items():
+        if value is None and name not in REQUIRED[route]:
+            continue
+        problem = fields[name](value)
+        if problem is not None:
+            raise InvalidRequest(f"`{name}` {problem}.", name)
+    model = body["model"]
+    if not model:
+        raise InvalidRequest("`model` must not be empty.", "model")
+    max_tokens = body.get("max_tokens") or body.get("max_completion_tokens")
+    limit = context_length(model)
+    if max_tokens is not None and limit is not None and max_tokens > limit:
+        raise InvalidRequest(f"`max_tokens` is {max_tokens}, more than the model's context of {limit}.", "max_tokens")
+    stream = bool(body.get("stream"))
+    include_usage = stream and bool((body.get("stream_options") or {}).get("include_usage"))
+    return CheckedRequest(model, stream, include_usage, max_tokens)
