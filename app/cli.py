@@ -8,6 +8,7 @@ import logging
 import logging.handlers
 import os
 import sys
+import urllib.parse
 from collections.abc import Callable, Sequence
 
 from app.client import ControlError, ServiceUnavailable, connect
@@ -33,6 +34,14 @@ def _size(text: str) -> int:
         raise argparse.ArgumentTypeError(f"not a size: {text!r} (examples: 512M, 8G)") from None
 
 
+def _upstream(text: str) -> tuple[str, str]:
+    model_id, _, url = text.partition("=")
+    parsed = urllib.parse.urlsplit(url)
+    if not model_id or parsed.scheme != "http" or parsed.hostname not in ("127.0.0.1", "localhost", "::1"):
+        raise argparse.ArgumentTypeError(f"expected ID=http://127.0.0.1:PORT (a server on this machine), got {text!r}")
+    return model_id, url
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="modeldeck", description="Serve language models locally.")
     commands = parser.add_subparsers(dest="command")
@@ -46,6 +55,13 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--idle-ttl", type=float, metavar="SECONDS", help="stop engines unused for this long")
     serve.add_argument(
         "--max-memory", type=_size, metavar="SIZE", help="stop least recently used engines to stay under this (8G)"
+    )
+    serve.add_argument(
+        "--upstream", action="append", default=[], type=_upstream, metavar="ID=URL",
+        help="serve an OpenAI-compatible server already running on this machine as model ID",
+    )  # fmt: skip
+    serve.add_argument(
+        "--max-queue", type=int, default=32, metavar="N", help="requests waiting per engine before 429 (32)"
     )
     serve.add_argument("--cors-origin", action="append", default=[], metavar="ORIGIN", help="allow this web origin")
     commands.add_parser("models", help="list the models ModelDeck can serve")
@@ -79,6 +95,8 @@ def _serve(args: argparse.Namespace, paths: AppPaths) -> int:
         idle_ttl_s=args.idle_ttl,
         max_loaded_bytes=args.max_memory,
         cors_origins=tuple(args.cors_origin),
+        upstreams=tuple(args.upstream),
+        max_waiting=args.max_queue,
     )
     loop_factory: Callable[[], asyncio.AbstractEventLoop]
     try:

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 from engines.base import Engine
+from engines.external import ExternalEngine
 from engines.llama_cpp import LlamaCppPythonEngine
 
 ENGINES: dict[str, Engine] = {
     LlamaCppPythonEngine.name: LlamaCppPythonEngine(),
+    ExternalEngine.name: ExternalEngine(),
 }

@@ -20,10 +20,16 @@ class ModelSpec:
 
     id: str
     name: str
-    path: Path
+    path: Path | None  # None for an external server
     size_bytes: int
     source: str
     engine: str = "llama-cpp-python"
+    url: str | None = None  # an OpenAI-compatible server ModelDeck fronts but does not run
+
+
+def external_model(model_id: str, url: str) -> ModelSpec:
+    """An already running OpenAI-compatible server on this machine, served under `model_id`."""
+    return ModelSpec(model_id, f"{model_id} (external)", None, 0, "external", engine="external", url=url.rstrip("/"))
 
 
 def bundled_model() -> ModelSpec | None:

@@ -103,7 +103,18 @@ class EngineManager:
     def state(self, model_id: str) -> EngineState:
         return self._state_and_message(model_id)[0]
 
+    def base_url(self, model_id: str) -> str | None:
+        """Where the model's server answers, if it is ready."""
+        spec = self.models[model_id]
+        if spec.url is not None:
+            return spec.url
+        supervisor = self._supervisors.get(model_id)
+        return supervisor.base_url if supervisor and supervisor.state == EngineState.READY else None
+
     def _state_and_message(self, model_id: str) -> tuple[EngineState, str]:
+        url = self.models[model_id].url
+        if url is not None:
+            return EngineState.READY, f"external server at {url}"
         if model_id in self._preflight_errors:
             return EngineState.FAILED, self._preflight_errors[model_id]
         supervisor = self._supervisors.get(model_id)
@@ -114,6 +125,8 @@ class EngineManager:
         spec = self.models.get(model_id)
         if spec is None:
             raise UnknownModel(model_id)
+        if spec.url is not None:
+            return EngineState.READY
         self.touch(model_id)
         async with self._start_locks.setdefault(model_id, asyncio.Lock()):
             supervisor = self._supervisors.get(model_id)
@@ -125,6 +138,7 @@ class EngineManager:
 
     async def _new_supervisor(self, spec: ModelSpec, old: EngineSupervisor | None) -> EngineSupervisor | None:
         model_id = spec.id
+        assert spec.path is not None, "only external models have no file, and they have no supervisor"
         try:
             info = await asyncio.to_thread(read_gguf_info, spec.path)
         except GGUFError as exc:
@@ -221,7 +235,7 @@ class EngineManager:
         return {
             "id": spec.id,
             "name": spec.name,
-            "path": str(spec.path),
+            "path": str(spec.path) if spec.path else spec.url,
             "size_bytes": spec.size_bytes,
             "source": spec.source,
             "engine": spec.engine,

@@ -7,9 +7,11 @@ measurement needs (app.service.metering).
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import json
 import math
+import struct
 import time
 import uuid
 from collections.abc import Awaitable, Callable
@@ -197,14 +199,14 @@ class Gateway:
 
     async def _engine_url(self, model: str, send: Send, outcome: _Outcome) -> str | None:
         """The ready engine's URL, starting it on demand; answers the client itself when that fails."""
-        supervisor = self._manager.supervisor(model)
-        if supervisor is None or supervisor.state != EngineState.READY:
+        url = self._manager.base_url(model)
+        if url is None:
             try:
                 state = await asyncio.wait_for(self._manager.start(model), self._config.start_timeout_s)
             except TimeoutError:
                 state = EngineState.STARTING
-            supervisor = self._manager.supervisor(model)
-            if state != EngineState.READY or supervisor is None:
+            url = self._manager.base_url(model)
+            if state != EngineState.READY or url is None:
                 if state == EngineState.STARTING:
                     message = f"The model `{model}` did not become ready within {self._config.start_timeout_s:.0f} s."
                 else:
@@ -212,7 +214,7 @@ class Gateway:
                 outcome.status, outcome.error = 503, message
                 await send_error(send, 503, message, "server_error", "model_unavailable")
                 return None
-        return supervisor.base_url
+        return url
 
     async def _forward(
         self,
@@ -228,6 +230,9 @@ class Gateway:
         headers = {"Authorization": f"Bearer {key}", "Content-Type": "application/json"}
         capabilities = self._manager.engine(checked.model).capabilities
         add_usage = checked.include_usage and not capabilities.stream_usage
+        encoding = payload.pop("encoding_format", None) if path == "/v1/embeddings" else None
+        if encoding is not None:  # engines answer floats; the gateway encodes
+            body = json.dumps(payload).encode()
         started = False
         try:
             async with self._session.post(base_url + path, data=body, headers=headers) as upstream:
@@ -239,8 +244,8 @@ class Gateway:
                 ]
                 if not checked.stream or upstream.status != 200:
                     answer = await upstream.read()
-                    if path == "/v1/embeddings" and upstream.status == 200 and not capabilities.embeddings_pooled:
-                        answer = _pool_embeddings(answer)
+                    if path == "/v1/embeddings" and upstream.status == 200:
+                        answer = _shape_embeddings(answer, not capabilities.embeddings_pooled, encoding == "base64")
                     _read_usage(answer, outcome)
                     await send({"type": "http.response.start", "status": upstream.status, "headers": response_headers})
                     await send({"type": "http.response.body", "body": answer})
@@ -289,17 +294,20 @@ def _read_usage(answer: bytes, outcome: _Outcome) -> None:
         outcome.completion_tokens = usage.get("completion_tokens")
 
 
-def _pool_embeddings(answer: bytes) -> bytes:
-    """Mean-pool and L2-normalize per-token embeddings into the one vector per input that OpenAI returns."""
+def _shape_embeddings(answer: bytes, pool: bool, as_base64: bool) -> bytes:
+    """One vector per input, as OpenAI returns it: per-token vectors mean-pooled and L2-normalized when the
+    engine does not pool; little-endian float32 in base64 when the client asked for that."""
     try:
         result = json.loads(answer)
         for item in result["data"]:
-            vectors = item["embedding"]
-            if vectors and isinstance(vectors[0], list):
-                pooled = [sum(column) / len(vectors) for column in zip(*vectors, strict=True)]
+            vector = item["embedding"]
+            if pool and vector and isinstance(vector[0], list):
+                pooled = [sum(column) / len(vector) for column in zip(*vector, strict=True)]
                 norm = math.sqrt(sum(value * value for value in pooled)) or 1.0
-                item["embedding"] = [value / norm for value in pooled]
-    except (ValueError, KeyError, TypeError):
+                vector = [value / norm for value in pooled]
+            item["embedding"] = base64.b64encode(struct.pack(f"<{len(vector)}f", *vector)).decode() if (
+                as_base64) else vector  # fmt: skip
+    except (ValueError, KeyError, TypeError, struct.error):
         return answer
     return json.dumps(result).encode()
 

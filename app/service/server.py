@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import aiohttp
 import uvicorn
 
-from app.hub.library import ModelSpec, known_models
+from app.hub.library import ModelSpec, external_model, known_models
 from app.keys import ApiKey, load_api_key
 from app.paths import AppPaths, write_private
 from app.service.asgi import LOOPBACK_HOSTS
@@ -49,6 +49,8 @@ class ServeOptions:
     idle_ttl_s: float | None = None
     max_loaded_bytes: int | None = None
     cors_origins: tuple[str, ...] = ()
+    upstreams: tuple[tuple[str, str], ...] = ()  # (model id, base URL) of external servers
+    max_waiting: int = 32
 
 
 class _Server(uvicorn.Server):
@@ -112,7 +114,7 @@ class Service:
         options, paths = self.options, self.paths
         for directory in (paths.config, paths.data, paths.logs, paths.state):
             directory.mkdir(parents=True, exist_ok=True)
-        models = known_models(paths)
+        models = known_models(paths) | {model_id: external_model(model_id, url) for model_id, url in options.upstreams}
         unknown = [m for m in options.models if m not in models]
         if unknown:
             raise ServiceError(f"Unknown model {', '.join(unknown)}. Known models: {', '.join(models) or 'none'}.")
@@ -141,7 +143,7 @@ class Service:
     ) -> None:
         options, paths = self.options, self.paths
         bus = EventBus()
-        lifecycle = LifecyclePolicy(options.idle_ttl_s, options.max_loaded_bytes)
+        lifecycle = LifecyclePolicy(options.idle_ttl_s, options.max_loaded_bytes, options.max_waiting)
         manager = EngineManager(models, paths, bus, self._policy, lifecycle)
         request_log = RequestLog(paths.requests_db, bus.publish)
         gateway_port = gateway_sock.getsockname()[1]

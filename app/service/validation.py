@@ -127,7 +127,7 @@ ROUTE_FIELDS: dict[str, dict[str, Check]] = {
     "/v1/embeddings": {
         "model": string,
         "input": string_or_strings(2048),
-        "encoding_format": lambda v: None if v == "float" else "must be `float`",
+        "encoding_format": lambda v: None if v in ("float", "base64") else "must be `float` or `base64`",
         "user": string,
     },
 }
