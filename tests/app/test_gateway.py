@@ -14,6 +14,7 @@ from pathlib import Path
 
 import httpx
 import openai
+import psutil
 import pytest
 
 from app.hub.library import BUNDLED_ID
@@ -266,3 +267,18 @@ def test_requests_are_measured_and_logged(paths: AppPaths, tmp_path: Path) -> No
     streamed = [row for row in rows if row[1]]
     assert len(streamed) == 2 and all(row[2] > 0 and row[3] > 0 for row in streamed)
     assert all(json.dumps(row).find("Hi") < 0 for row in rows)  # no prompt text is kept
+
+
+def test_keys_stay_off_command_lines_and_out_of_logs(service: RunningService, paths: AppPaths) -> None:
+    service.openai_client().completions.create(model=BUNDLED_ID, prompt="Hi", max_tokens=2)
+    engine = psutil.Process(int(model_state(service, BUNDLED_ID)["pid"]))  # type: ignore[arg-type]
+    internal_key = engine.environ()["API_KEY"]
+    assert len(internal_key) > 30 and internal_key != service.api_key
+    for process in (engine, psutil.Process(service.process.pid)):
+        command_line = " ".join(process.cmdline())
+        assert internal_key not in command_line and service.api_key not in command_line
+    logs = [*paths.logs.rglob("*.log"), service.log_path]
+    assert any(path.name == f"{BUNDLED_ID}.log" for path in logs)
+    for path in logs:
+        text = path.read_text(errors="replace")
+        assert internal_key not in text and service.api_key not in text, path
