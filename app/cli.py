@@ -6,22 +6,14 @@ import argparse
 import asyncio
 import logging
 import logging.handlers
-import os
 import sys
 import urllib.parse
 from collections.abc import Callable, Sequence
 
-from app.client import ControlError, ServiceUnavailable, connect
+from app.client import ControlError, ServiceUnavailable, connect, default_port
 from app.hub.library import known_models
 from app.keys import load_api_key
 from app.paths import AppPaths, app_paths
-
-PORT_ENV = "MODELDECK_PORT"
-
-
-def _default_port() -> int:
-    value = os.environ.get(PORT_ENV, "8642")
-    return int(value) if value.isdigit() else 8642
 
 
 def _size(text: str) -> int:
@@ -47,7 +39,7 @@ def _parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command")
     serve = commands.add_parser("serve", help="run the service in the foreground (headless)")
     serve.add_argument("--host", default="127.0.0.1", help="address of the OpenAI endpoint (default 127.0.0.1)")
-    serve.add_argument("--port", type=int, default=_default_port(), help="port of the OpenAI endpoint (8642)")
+    serve.add_argument("--port", type=int, default=default_port(), help="port of the OpenAI endpoint (8642)")
     serve.add_argument("--model", action="append", default=[], metavar="ID", help="start this model (repeatable)")
     serve.add_argument(
         "--no-api-key", action="store_true", help="accept requests without a key (only on a loopback address)"

@@ -19,6 +19,14 @@ import httpx
 from app.paths import AppPaths
 
 START_TIMEOUT_S = 30.0
+PORT_ENV = "MODELDECK_PORT"
+DEFAULT_PORT = 8642
+
+
+def default_port() -> int:
+    """The port of the OpenAI endpoint: $MODELDECK_PORT, else 8642."""
+    value = os.environ.get(PORT_ENV, "")
+    return int(value) if value.isdigit() else DEFAULT_PORT
 
 
 class ServiceUnavailable(Exception):

@@ -11,8 +11,9 @@ from types import FrameType
 from PySide6.QtCore import QTimer
 from PySide6.QtWidgets import QApplication
 
+from app.client import default_port
 from app.gui.main_window import MainWindow
-from app.gui.service_connection import ServiceConnection, service_port
+from app.gui.service_connection import ServiceConnection
 from app.paths import AppPaths
 
 NO_DISPLAY_EXIT_CODE = 2
@@ -45,7 +46,7 @@ def run_gui(paths: AppPaths) -> int:
     existing = QApplication.instance()
     app = existing if isinstance(existing, QApplication) else QApplication(sys.argv[:1])
     app.setApplicationName("ModelDeck")
-    connection = ServiceConnection(paths, service_port())
+    connection = ServiceConnection(paths, default_port())
     window = MainWindow(connection)
 
     def close_window(_signum: int, _frame: FrameType | None) -> None:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import enum
 import functools
-import os
 import subprocess
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -19,18 +18,10 @@ from app.paths import AppPaths
 
 T = TypeVar("T")
 
-PORT_ENV = "MODELDECK_PORT"
-DEFAULT_PORT = 8642
 POLL_INTERVAL_MS = 1000
 SHUTDOWN_WAIT_S = 30.0
 KILL_WAIT_S = 10.0
 POOL_DRAIN_MS = 5000
-
-
-def service_port() -> int:
-    """The port of the OpenAI endpoint for a service the window starts: $MODELDECK_PORT, else 8642."""
-    value = os.environ.get(PORT_ENV, "")
-    return int(value) if value.isdigit() else DEFAULT_PORT
 
 
 class Phase(enum.Enum):

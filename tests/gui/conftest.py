@@ -8,8 +8,9 @@ from pathlib import Path
 import pytest
 from pytestqt.qtbot import QtBot
 
+from app.client import default_port
 from app.gui.main_window import MainWindow
-from app.gui.service_connection import Phase, ServiceConnection, service_port
+from app.gui.service_connection import Phase, ServiceConnection
 from app.paths import AppPaths
 from tests.conftest import free_port
 
@@ -40,7 +41,7 @@ def endpoint_port(monkeypatch: pytest.MonkeyPatch) -> int:
 @pytest.fixture
 def main_window(qtbot: QtBot, paths: AppPaths, endpoint_port: int) -> Iterator[MainWindow]:
     """The window, shown and connected to a service it started (in this test's MODELDECK_HOME)."""
-    connection = ServiceConnection(paths, service_port())
+    connection = ServiceConnection(paths, default_port())
     window = MainWindow(connection)
     qtbot.addWidget(window)
     window.show()

@@ -10,10 +10,11 @@ from PySide6.QtGui import QGuiApplication
 from PySide6.QtWidgets import QLineEdit
 from pytestqt.qtbot import QtBot
 
+from app.client import default_port
 from app.gui.event_stream import STOP_WAIT_MS
 from app.gui.main_window import MainWindow
 from app.gui.model_item_model import STATE_COLUMN
-from app.gui.service_connection import ServiceConnection, service_port
+from app.gui.service_connection import ServiceConnection
 from app.hub.library import BUNDLED_ID
 from app.paths import AppPaths
 from tests.conftest import RunningService
@@ -101,7 +102,7 @@ def test_a_failed_engine_shows_its_message(qtbot: QtBot, paths: AppPaths, endpoi
     # A file that is not GGUF: the service lists it, and refuses it when it is launched.
     paths.models_dir.mkdir(parents=True)
     (paths.models_dir / "broken.gguf").write_bytes(b"this is not a model" * 100)
-    connection = ServiceConnection(paths, service_port())
+    connection = ServiceConnection(paths, default_port())
     window = MainWindow(connection)
     qtbot.addWidget(window)
     window.show()
@@ -129,7 +130,7 @@ def test_a_failed_engine_shows_its_message(qtbot: QtBot, paths: AppPaths, endpoi
 
 
 def test_window_on_a_running_service_leaves_it_running(qtbot: QtBot, paths: AppPaths, service: RunningService) -> None:
-    connection = ServiceConnection(paths, service_port())
+    connection = ServiceConnection(paths, default_port())
     window = MainWindow(connection)
     qtbot.addWidget(window)
     window.show()
