@@ -82,7 +82,7 @@ def _serve(args: argparse.Namespace, paths: AppPaths) -> int:
     options = ServeOptions(
         args.host,
         args.port,
-        models=tuple(args.model),
+        models=tuple(dict.fromkeys(args.model)),
         require_api_key=not args.no_api_key,
         idle_ttl_s=args.idle_ttl,
         max_loaded_bytes=args.max_memory,

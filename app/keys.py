@@ -33,6 +33,37 @@ def _keyring_username(paths: AppPaths) -> str:
     return f"api-key:{paths.config}"
 
 
+def _secure_keyring() -> str | None:
+    """Why the active keyring backend is not a real OS keyring, or None when it is.
+
+    Backends below priority 1 are keyring's stand-ins (fail, null) or plain files (keyrings.alt): a key there
+    is no safer than in ModelDeck's own user-only file, and calling it a keyring would mislead the user.
+    """
+    backend = keyring.get_keyring()
+    candidates = getattr(backend, "backends", None) or [backend]  # a ChainerBackend holds several
+    if any(candidate.priority >= 1 for candidate in candidates):
+        return None
+    return f"no OS keyring is available (found {type(backend).__module__}.{type(backend).__name__})"
+
+
+def _from_keyring(paths: AppPaths) -> ApiKey | str:
+    """The key kept in the OS keyring (stored there first if new), or why the keyring cannot be used."""
+    username = _keyring_username(paths)
+    try:
+        stored = keyring.get_password(KEYRING_SERVICE, username)
+        if stored:
+            return ApiKey(stored, "keyring")
+        if paths.api_key_file.exists():
+            return "a key file from an earlier run exists"
+        fresh = new_secret()
+        keyring.set_password(KEYRING_SERVICE, username, fresh)
+        if keyring.get_password(KEYRING_SERVICE, username) == fresh:
+            return ApiKey(fresh, "keyring")
+        return "the keyring did not keep the key"
+    except keyring.errors.KeyringError as exc:
+        return f"no usable OS keyring: {exc}"
+
+
 def load_api_key(paths: AppPaths) -> ApiKey:
     """Return the endpoint key: $MODELDECK_API_KEY, else the keyring's, else the fallback file's.
 
@@ -41,19 +72,9 @@ def load_api_key(paths: AppPaths) -> ApiKey:
     from_env = os.environ.get(API_KEY_ENV, "").strip()
     if from_env:
         return ApiKey(from_env, "environment")
-    username = _keyring_username(paths)
-    try:
-        stored = keyring.get_password(KEYRING_SERVICE, username)
-        if stored:
-            return ApiKey(stored, "keyring")
-        if not paths.api_key_file.exists():
-            fresh = new_secret()
-            keyring.set_password(KEYRING_SERVICE, username, fresh)
-            if keyring.get_password(KEYRING_SERVICE, username) == fresh:
-                return ApiKey(fresh, "keyring")
-        reason = "the keyring did not keep the key" if not paths.api_key_file.exists() else "a key file exists"
-    except keyring.errors.KeyringError as exc:
-        reason = f"no usable OS keyring: {exc}"
+    reason = _secure_keyring() or _from_keyring(paths)
+    if isinstance(reason, ApiKey):
+        return reason
     value = paths.api_key_file.read_text(encoding="utf-8").strip() if paths.api_key_file.exists() else ""
     if not value:
         value = new_secret()

@@ -21,7 +21,7 @@ def test_key_prints_the_same_key_twice() -> None:
     first, second = modeldeck("key"), modeldeck("key")
     assert first.returncode == 0
     assert first.stdout.strip() and first.stdout == second.stdout
-    assert "no usable OS keyring" in first.stderr
+    assert "no OS keyring is available" in first.stderr
 
 
 def test_models_lists_the_bundled_model() -> None:
