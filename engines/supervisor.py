@@ -150,6 +150,7 @@ class EngineSupervisor:
                 return
             delay = min(self.policy.backoff_max_s, self.policy.backoff_initial_s * 2 ** (len(failures) - 1))
             self.restarts += 1
+            self._settled.clear()  # callers of start() now wait for the restart to finish
             self._set_state(EngineState.RESTARTING, f"{reason}\nrestarting in {delay:.1f} s")
             await asyncio.sleep(delay)
             self._set_state(EngineState.RESTARTING, f"restarting (attempt {self.restarts})")

@@ -17,6 +17,10 @@ class EventBus:
         self._queue_size = queue_size
         self._subscribers: set[asyncio.Queue[Event]] = set()
 
+    @property
+    def has_subscribers(self) -> bool:
+        return bool(self._subscribers)
+
     def publish(self, event: Event) -> None:
         for queue in self._subscribers:
             if queue.full():

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import itertools
 import json
 import math
 import struct
@@ -47,6 +48,7 @@ from engines.states import EngineState
 
 PROXIED_PATHS = frozenset({"/v1/chat/completions", "/v1/completions", "/v1/embeddings"})
 _FORWARDED_RESPONSE_HEADERS = frozenset({"content-type", "cache-control"})
+_ID_PREFIX, _ids = uuid.uuid4().hex[:12], itertools.count(1)  # request ids: unique per run, cheap per request
 CLIENT_CLOSED = 499  # nginx's convention for a client that left before the answer
 
 
@@ -69,6 +71,7 @@ class _Outcome:
     prompt_tokens: int | None = None
     completion_tokens: int | None = None
     error: str | None = None
+    complete: bool = False  # the engine's answer was passed on in full
 
 
 class Gateway:
@@ -173,7 +176,7 @@ class Gateway:
             task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await serve
-        if serve.cancelled() or outcome.status == 0:
+        if not outcome.complete and (serve.cancelled() or outcome.status == 0):
             outcome.status, outcome.error = CLIENT_CLOSED, outcome.error or "client disconnected"
         self._log.add(_record(path, checked, outcome, started_at, time.monotonic() - started))
 
@@ -248,6 +251,7 @@ class Gateway:
                         answer = _shape_embeddings(answer, not capabilities.embeddings_pooled, encoding == "base64")
                     _read_usage(answer, outcome)
                     await send({"type": "http.response.start", "status": upstream.status, "headers": response_headers})
+                    outcome.complete = True
                     await send({"type": "http.response.body", "body": answer})
                     return
                 await send({"type": "http.response.start", "status": 200, "headers": response_headers})
@@ -264,6 +268,7 @@ class Gateway:
                         outcome.prompt_tokens = prompt_tokens
                         chunk = before + usage_event(meter.first_event, prompt_tokens, meter.completion_tokens) + done
                     await send({"type": "http.response.body", "body": chunk, "more_body": True})
+                outcome.complete = True  # a client may leave as soon as it has read [DONE]
                 await send({"type": "http.response.body", "body": b""})
         except (aiohttp.ClientError, TimeoutError) as exc:
             message = f"The engine stopped answering: {exc.__class__.__name__}."
@@ -318,7 +323,7 @@ def _record(path: str, checked: CheckedRequest, outcome: _Outcome, started_at: f
     itls = meter.inter_token_latencies() if meter else []
     completion = meter.completion_tokens if meter else outcome.completion_tokens
     return RequestRecord(
-        id=uuid.uuid4().hex,
+        id=f"{_ID_PREFIX}-{next(_ids)}",
         time=started_at,
         model=checked.model,
         route=path,

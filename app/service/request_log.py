@@ -8,11 +8,11 @@ import sqlite3
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
-from dataclasses import asdict, fields
+from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
+from app.service.events import EventBus
 from app.service.metering import RequestRecord, percentile
 
 _COLUMNS = [field.name for field in fields(RequestRecord)]
@@ -23,9 +23,9 @@ _INSERT = f"INSERT INTO requests VALUES ({', '.join('?' for _ in _COLUMNS)})"
 class RequestLog:
     """Keeps request records. `add` is cheap and never blocks; `close` flushes to disk."""
 
-    def __init__(self, database: Path, publish: Callable[[dict[str, Any]], None], keep: int = 10_000) -> None:
+    def __init__(self, database: Path, bus: EventBus, keep: int = 10_000) -> None:
         self._recent: deque[RequestRecord] = deque(maxlen=keep)
-        self._publish = publish
+        self._bus = bus
         self._totals: dict[tuple[str, int], int] = {}
         self._tokens: dict[tuple[str, str], int] = {}
         self._pending: queue.SimpleQueue[RequestRecord | None] = queue.SimpleQueue()
@@ -41,10 +41,11 @@ class RequestLog:
             if count:
                 self._tokens[(record.model, kind)] = self._tokens.get((record.model, kind), 0) + count
         self._pending.put(record)
-        self._publish({"type": "request", **asdict(record)})
+        if self._bus.has_subscribers:  # vars(), not asdict(): the record holds no containers to copy
+            self._bus.publish({"type": "request", **vars(record)})
 
     def recent(self, limit: int) -> list[dict[str, Any]]:
-        return [asdict(record) for record in list(self._recent)[-limit:]]
+        return [dict(vars(record)) for record in list(self._recent)[-limit:]]
 
     def aggregates(self, window_s: float) -> dict[str, dict[str, Any]]:
         """Per model over the last `window_s` seconds: counts, token rates and latency percentiles."""
@@ -90,7 +91,7 @@ class RequestLog:
                     batch.append(self._pending.get())
                 records = [record for record in batch if record is not None]
                 with connection:
-                    connection.executemany(_INSERT, [tuple(asdict(r).values()) for r in records])
+                    connection.executemany(_INSERT, [tuple(vars(r).values()) for r in records])
                 if None in batch:
                     return
         finally:

@@ -145,7 +145,7 @@ class Service:
         bus = EventBus()
         lifecycle = LifecyclePolicy(options.idle_ttl_s, options.max_loaded_bytes, options.max_waiting)
         manager = EngineManager(models, paths, bus, self._policy, lifecycle)
-        request_log = RequestLog(paths.requests_db, bus.publish)
+        request_log = RequestLog(paths.requests_db, bus)
         gateway_port = gateway_sock.getsockname()[1]
         control_port = control_sock.getsockname()[1]
         shown_host = f"[{options.host}]" if ":" in options.host else options.host

@@ -163,7 +163,7 @@ def test_engine_killed_mid_stream_ends_stream_with_error(service: RunningService
     with pytest.raises(openai.APIError) as error:
         read_and_kill_engine()
     assert "engine" in str(error.value).lower()
-    wait_until(lambda: model_state(service, BUNDLED_ID)["state"] == "ready")
+    # the next request waits for the restart instead of failing
     assert client.completions.create(model=BUNDLED_ID, prompt="Hi", max_tokens=4).choices[0].text
 
 
