@@ -259,7 +259,8 @@ class Gateway:
                 meter = outcome.meter = StreamMeter(time.monotonic())
                 async for chunk in upstream.content.iter_any():
                     meter.feed(chunk)
-                    if add_usage and meter.usage is None and ends_with_done(chunk):
+                    finished = ends_with_done(chunk)
+                    if add_usage and finished and meter.usage is None:
                         before, done = split_done(chunk)
                         count = capabilities.tokenize_count_path
                         text = prompt_text(path, payload, self._manager.chat_template(checked.model))
@@ -268,7 +269,9 @@ class Gateway:
                         outcome.prompt_tokens = prompt_tokens
                         chunk = before + usage_event(meter.first_event, prompt_tokens, meter.completion_tokens) + done
                     await send({"type": "http.response.body", "body": chunk, "more_body": True})
-                outcome.complete = True  # a client may leave as soon as it has read [DONE]
+                    # A client may leave as soon as it has read [DONE], before the engine closes the stream.
+                    outcome.complete = outcome.complete or finished
+                outcome.complete = True
                 await send({"type": "http.response.body", "body": b""})
         except (aiohttp.ClientError, TimeoutError) as exc:
             message = f"The engine stopped answering: {exc.__class__.__name__}."
