@@ -19,7 +19,6 @@ import aiohttp
 from engines.base import EngineCommand
 from engines.logs import EngineLog
 from engines.processes import (
-    EngineRecord,
     free_loopback_port,
     spawn_engine,
     stop_process_tree,
@@ -238,4 +237,4 @@ class EngineSupervisor:
             self._on_event(EngineEvent(self.model_id, state, previous, message, self.pid, self.port))
 
 
-__all__ = ["EngineRecord", "EngineSupervisor", "StartFailed", "SupervisorPolicy"]
+__all__ = ["EngineSupervisor", "StartFailed", "SupervisorPolicy"]

@@ -145,6 +145,10 @@ class EngineManager:
             self._refuse(model_id, str(exc))
             return None
         self._preflight_errors.pop(model_id, None)
+        installation = self.engine(model_id).detect()
+        if not installation.installed:
+            self._refuse(model_id, f"{spec.engine} cannot run here: {installation.detail}")
+            return None
         if not await self._make_room(spec):
             return None
         plan = default_plan(model_id, info)
