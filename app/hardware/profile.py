@@ -1,0 +1,98 @@
+"""One HardwareProfile: what this machine has, as plain dataclasses that round-trip through JSON.
+
+Unknown facts are None, never a guess. Byte counts are bytes, bandwidths bytes per second.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+SCHEMA_VERSION = 1
+
+
+@dataclass(frozen=True)
+class CPUInfo:
+    """The processor: model name, cores and the instruction-set extensions engines care about."""
+
+    model: str | None
+    architecture: str
+    physical_cores: int | None
+    logical_cores: int
+    features: tuple[str, ...] = ()  # lower-case names among avx, avx2, avx512f, fma, f16c, neon, ...
+    memory_bandwidth: float | None = None
+
+
+@dataclass(frozen=True)
+class GPUInfo:
+    """One accelerator. For Apple Silicon the memory is the unified memory shared with the CPU."""
+
+    index: int
+    vendor: str  # "nvidia" or "apple"
+    name: str
+    memory_total: int
+    memory_free: int | None = None
+    memory_used: int | None = None
+    compute_capability: tuple[int, int] | None = None
+    utilization_percent: int | None = None
+    mig_enabled: bool | None = None
+    memory_bandwidth: float | None = None
+    uuid: str | None = None
+
+
+@dataclass(frozen=True)
+class GPUProblem:
+    """Why a GPU backend could not be used, in words a user can act on: a GPU doctor, not a silent fallback."""
+
+    backend: str
+    problem: str
+    advice: str
+
+
+@dataclass(frozen=True)
+class HardwareProfile:
+    """Everything the planner needs to know about the machine."""
+
+    cpu: CPUInfo
+    ram_total: int
+    ram_available: int
+    gpus: tuple[GPUInfo, ...] = ()
+    unified_memory: bool = False
+    metal: bool = False
+    driver_version: str | None = None
+    cuda_version: str | None = None
+    gpu_problems: tuple[GPUProblem, ...] = ()
+    models_dir: str | None = None
+    disk_free: int | None = None
+    os: str | None = None
+    schema_version: int = field(default=SCHEMA_VERSION)
+
+    @property
+    def nvidia_gpus(self) -> tuple[GPUInfo, ...]:
+        return tuple(gpu for gpu in self.gpus if gpu.vendor == "nvidia")
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), indent=2)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> HardwareProfile:
+        """Read a profile written by `to_dict` (or a recorded fixture); unknown keys are an error."""
+        if data.get("schema_version", SCHEMA_VERSION) != SCHEMA_VERSION:
+            raise ValueError(f"hardware profile schema {data.get('schema_version')} is not {SCHEMA_VERSION}")
+        gpus = []
+        for gpu in data.get("gpus", []):
+            capability = gpu.get("compute_capability")
+            gpus.append(GPUInfo(**{**gpu, "compute_capability": tuple(capability) if capability else None}))
+        cpu = data["cpu"]
+        return cls(
+            **{
+                **data,
+                "cpu": CPUInfo(**{**cpu, "features": tuple(cpu.get("features", ()))}),
+                "gpus": tuple(gpus),
+                "gpu_problems": tuple(GPUProblem(**problem) for problem in data.get("gpu_problems", [])),
+            }
+        )
