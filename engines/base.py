@@ -52,6 +52,7 @@ class Capabilities:
     stream_usage: bool  # honours stream_options.include_usage itself
     tokenize_count_path: str | None = None  # POST {"input": text} -> {"count": n}, for usage it omits
     embeddings_pooled: bool = True  # False: /v1/embeddings returns one vector per token
+    logprobs: bool = True  # answers `logprobs` requests
 
 
 class Engine(Protocol):

@@ -166,6 +166,11 @@ class Gateway:
                 "invalid_request_error", "model_not_found", "model",
             )  # fmt: skip
             return
+        if checked.logprobs and not self._manager.engine(checked.model).capabilities.logprobs:
+            name = self._manager.engine(checked.model).name
+            await send_error(send, 400, f"`logprobs` is not available for models served by {name}.",
+                             "invalid_request_error", param="logprobs")  # fmt: skip
+            return
         outcome = _Outcome()
         started_at, started = time.time(), time.monotonic()
         # Serve while watching for the client to go away: then its queued or running request is cancelled.
