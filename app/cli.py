@@ -59,6 +59,8 @@ def _parser() -> argparse.ArgumentParser:
     commands.add_parser("models", help="list the models ModelDeck can serve")
     commands.add_parser("ps", help="list the running engines")
     commands.add_parser("key", help="print the API key of the OpenAI endpoint")
+    hw = commands.add_parser("hw", help="show this machine's CPU, memory and GPUs, and why a GPU cannot be used")
+    hw.add_argument("--json", action="store_true", help="print the hardware profile as JSON")
     return parser
 
 
@@ -140,6 +142,16 @@ def _key(paths: AppPaths) -> int:
     return 0
 
 
+def _hw(args: argparse.Namespace, paths: AppPaths) -> int:
+    # Detection is local and read-only: it needs no service, and works when none is running.
+    from app.hardware.detect import detect_hardware
+    from app.hardware.summary import format_profile
+
+    profile = detect_hardware(paths.models_dir)
+    print(profile.to_json() if args.json else format_profile(profile))
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     args = _parser().parse_args(argv)
     paths = app_paths()
@@ -150,6 +162,8 @@ def main(argv: Sequence[str] | None = None) -> None:
             code = run_gui(paths)
         elif args.command == "serve":
             code = _serve(args, paths)
+        elif args.command == "hw":
+            code = _hw(args, paths)
         else:
             code = {"models": _models, "ps": _ps, "key": _key}[args.command](paths)
     except (ServiceUnavailable, ControlError) as exc:
