@@ -4,16 +4,20 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
+import json
 import logging
 import logging.handlers
 import sys
 import urllib.parse
 from collections.abc import Callable, Sequence
+from pathlib import Path
 
 from app.client import ControlError, ServiceUnavailable, connect, default_port
 from app.hub.library import known_models
 from app.keys import load_api_key
 from app.paths import AppPaths, app_paths
+from app.planner.recommend import USES
 
 
 def _size(text: str) -> int:
@@ -61,6 +65,12 @@ def _parser() -> argparse.ArgumentParser:
     commands.add_parser("key", help="print the API key of the OpenAI endpoint")
     hw = commands.add_parser("hw", help="show this machine's CPU, memory and GPUs, and why a GPU cannot be used")
     hw.add_argument("--json", action="store_true", help="print the hardware profile as JSON")
+    recommend = commands.add_parser("recommend", help="say which engine, quantization and settings fit a model here")
+    recommend.add_argument("model", metavar="MODEL", help="a model id from `modeldeck models`, a GGUF file or a folder")
+    recommend.add_argument("--use", choices=USES, default="chat", help="chat (default), serve or long-context")
+    recommend.add_argument("--users", type=int, metavar="N", help="concurrent users to serve (--use serve; 8)")
+    recommend.add_argument("--hardware", type=Path, metavar="FILE", help="plan for a recorded `hw --json` profile")
+    recommend.add_argument("--json", action="store_true", help="print the recommendation as JSON")
     return parser
 
 
@@ -152,6 +162,43 @@ def _hw(args: argparse.Namespace, paths: AppPaths) -> int:
     return 0
 
 
+def _recommend(args: argparse.Namespace, paths: AppPaths) -> int:
+    from app.hardware.detect import detect_hardware
+    from app.hardware.profile import HardwareProfile
+    from app.planner.calibration import CalibrationStore
+    from app.planner.plans import NoVariants, resolve, with_command
+    from app.planner.recommend import recommend
+    from app.planner.summary import summary_lines
+    from engines.gguf import GGUFError
+
+    try:
+        model_id, variants = resolve(args.model, paths)
+        hardware = (
+            HardwareProfile.from_dict(json.loads(args.hardware.read_text(encoding="utf-8")))
+            if args.hardware
+            else detect_hardware(paths.models_dir)
+        )
+    except (NoVariants, GGUFError, OSError, ValueError, KeyError, TypeError) as exc:
+        print(f"modeldeck: {exc}", file=sys.stderr)
+        return 2
+    store = CalibrationStore(paths.calibration_db)
+    architecture = variants[0].facts.architecture
+    result = recommend(
+        hardware, variants, args.use, users=args.users, correction=store.correction("llama-cpp-python", architecture)
+    )
+    result = dataclasses.replace(
+        result,
+        best=with_command(model_id, result.best) if result.best else None,
+        alternatives=tuple(with_command(model_id, option) for option in result.alternatives),
+    )
+    print(
+        json.dumps({"model": model_id, **result.to_dict()}, indent=2)
+        if args.json
+        else "\n".join(summary_lines(model_id, result))
+    )
+    return 0 if result.best else 1
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     args = _parser().parse_args(argv)
     paths = app_paths()
@@ -164,6 +211,8 @@ def main(argv: Sequence[str] | None = None) -> None:
             code = _serve(args, paths)
         elif args.command == "hw":
             code = _hw(args, paths)
+        elif args.command == "recommend":
+            code = _recommend(args, paths)
         else:
             code = {"models": _models, "ps": _ps, "key": _key}[args.command](paths)
     except (ServiceUnavailable, ControlError) as exc:

@@ -31,6 +31,10 @@ class AppPaths:
         return self.data / "requests.sqlite"
 
     @property
+    def calibration_db(self) -> Path:
+        return self.data / "calibration.sqlite"
+
+    @property
     def engine_logs(self) -> Path:
         return self.logs / "engines"
 

@@ -133,3 +133,26 @@ def detect_nvidia() -> GPUDetection:
         return GPUDetection(problems=(explain_nvml_error(error, nvidia_device_present()),))
     finally:
         _shutdown()
+
+
+def process_vram(pids: set[int]) -> int | None:
+    """GPU memory the processes `pids` hold on every NVIDIA GPU, or None where NVML cannot tell (no driver)."""
+    if sys.platform == "darwin":
+        return None
+    try:
+        pynvml.nvmlInit()
+    except pynvml.NVMLError:
+        return None
+    try:
+        used = 0
+        for index in range(int(pynvml.nvmlDeviceGetCount())):
+            handle = pynvml.nvmlDeviceGetHandleByIndex(index)
+            for process in pynvml.nvmlDeviceGetComputeRunningProcesses(handle):
+                if process.pid in pids and process.usedGpuMemory is not None:
+                    used += int(process.usedGpuMemory)
+        return used
+    except pynvml.NVMLError as error:
+        log.warning("per-process GPU memory unavailable: %s", error)
+        return None
+    finally:
+        _shutdown()

@@ -1,8 +1,11 @@
 """Calibration: predicted against measured memory of real launches, kept in SQLite, and the correction learned from it.
 
 The memory model's least certain part is an engine's runtime (interpreter, libraries, allocator slack), which
-differs by machine and version. The correction for an engine and architecture is the median of measured minus
-predicted over its recent launches, added to the runtime part of later predictions.
+differs by machine and version. It is learned where nothing else is uncertain: once the engine is ready, when
+weights, KV cache and runtime are resident and no request has touched the compute buffers yet. The correction for
+an engine and architecture is the median of measured minus predicted at that point over its recent launches,
+added to the runtime part of later predictions. After the first request the prediction is the peak (a prompt that
+fills the context), an upper bound the measurement is checked against.
 """
 
 from __future__ import annotations
@@ -29,7 +32,7 @@ class Measurement:
     model_id: str
     context: int
     gpu_layers: int
-    phase: str  # ready, first_request
+    phase: str  # ready (predicted: resident at load), first_request (predicted: the peak)
     predicted_ram: int
     predicted_vram: int
     measured_ram: int
@@ -123,10 +126,10 @@ class CalibrationStore:
         return [Measurement(*row) for row in rows]
 
     def correction(self, engine: str, architecture: str | None) -> Correction:
-        """The runtime correction from the most recent first-request measurements of this engine and architecture."""
+        """The runtime correction from the most recent at-load measurements of this engine and architecture."""
         if architecture is None:
             return Correction.none()
-        done = [m for m in self.recent(engine, architecture) if m.phase == "first_request"][:RECENT]
+        done = [m for m in self.recent(engine, architecture) if m.phase == "ready"][:RECENT]
         if not done:
             return Correction.none()
         ram = statistics.median(m.measured_ram - m.predicted_ram for m in done)

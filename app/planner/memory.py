@@ -17,9 +17,10 @@ MIB = 1 << 20
 GIB = 1 << 30
 
 # Process runtime of llama-cpp-python's server beside its buffers: the interpreter, FastAPI/uvicorn, numpy, libllama
-# and its thread pool. Measured on Linux x86_64 with llama-cpp-python 0.3.36 (tests/bench/memory_accuracy.py);
-# calibration replaces it with what each machine measures.
-LLAMA_CPP_PYTHON_RUNTIME = 228 * MIB
+# and its thread pool. Measured on Linux x86_64 with llama-cpp-python 0.3.36 (tests/bench/memory_accuracy.py: the
+# resident memory left once every buffer is accounted for, 125-150 MiB over contexts 512 to 8192); calibration
+# corrects it with what each machine measures.
+LLAMA_CPP_PYTHON_RUNTIME = 140 * MIB
 CUDA_CONTEXT = 300 * MIB  # per GPU a CUDA process touches: context, cuBLAS handles and kernels
 METAL_CONTEXT = 150 * MIB
 # vLLM: memory outside torch's allocator per GPU (CUDA context, NCCL buffers) and CUDA graphs for decode batches.
@@ -35,9 +36,12 @@ CACHE_TYPE_BYTES = {"f32": 4.0, "f16": 2.0, "bf16": 2.0, "q8_0": 34 / 32, "q4_0"
 class MemoryPart:
     """One part of a plan's memory: bytes in system RAM and bytes on each GPU it uses."""
 
-    name: str  # weights, kv_cache, compute, runtime
+    name: str  # weights, kv_cache, compute, workspace, runtime
     ram: int
     vram: int = 0
+    # Resident in RAM from the moment the engine is ready. Buffers the engine only writes while it computes
+    # become resident as requests touch them, up to all of it for a prompt that fills the context.
+    resident_at_load: bool = True
 
 
 @dataclass(frozen=True)
@@ -57,11 +61,16 @@ class MemoryEstimate:
     def vram(self) -> int:
         return sum(part.vram for part in self.parts)
 
+    @property
+    def ram_at_load(self) -> int:
+        """RAM resident once the engine is ready, before any request; `ram` is the peak under a full context."""
+        return sum(part.ram for part in self.parts if part.resident_at_load)
+
     def part(self, name: str) -> MemoryPart:
         return next(part for part in self.parts if part.name == name)
 
     def to_dict(self) -> dict[str, Any]:
-        return {**asdict(self), "ram": self.ram, "vram_per_gpu": self.vram}
+        return {**asdict(self), "ram": self.ram, "ram_at_load": self.ram_at_load, "vram_per_gpu": self.vram}
 
 
 class MissingFacts(ValueError):
@@ -104,6 +113,9 @@ def llama_cpp_memory(
     # attention scores (f32, one row per head plus the mask) beside its feed-forward activations.
     logits_stage = (vocab + 2 * embd) * tokens * 4
     attention_stage = ((heads + 1) * context + (facts.feed_forward_length or 4 * embd) + 3 * embd) * tokens * 4
+    # ggml's CPU backend also keeps a work buffer, the largest of which holds the attention weights converted to f16
+    # for their product with V (seen as a separate mapping growing with the context in /proc/PID/smaps).
+    workspace = heads * context * tokens * 2
     compute = max(logits_stage, attention_stage)
     context_overhead = (CUDA_CONTEXT if gpu_backend == "cuda" else METAL_CONTEXT) if offloaded else 0
     return MemoryEstimate(
@@ -114,7 +126,8 @@ def llama_cpp_memory(
                 round(kv * (1 - min(offloaded, layers) / layers)),
                 round(kv * min(offloaded, layers) / layers),
             ),
-            MemoryPart("compute", output + (0 if offloaded else compute), compute if offloaded else 0),
+            MemoryPart("compute", output + (0 if offloaded else compute), compute if offloaded else 0, False),
+            MemoryPart("workspace", 0 if offloaded else workspace, workspace if offloaded else 0, False),
             MemoryPart("runtime", runtime, context_overhead),
         ),
         gpus=1 if offloaded else 0,

@@ -7,7 +7,8 @@ import struct
 from dataclasses import replace
 from pathlib import Path
 
-from app.hub.library import ModelSpec
+from app.hub.library import ModelSpec, known_models, model_id_from_filename
+from app.paths import AppPaths
 from app.planner.facts import facts_from_gguf, facts_from_hf_config
 from app.planner.recommend import Option, Variant
 from engines.base import LaunchPlan
@@ -67,6 +68,20 @@ def variants_of(spec: ModelSpec) -> list[Variant]:
     if spec.path.is_dir():
         return [safetensors_variant(spec.path)]
     return [gguf_variant(spec.path)]
+
+
+def resolve(target: str, paths: AppPaths) -> tuple[str, list[Variant]]:
+    """A library model id, a GGUF file or a model directory -> its id and variants. Raises NoVariants or GGUFError."""
+    models = known_models(paths)
+    if target in models:
+        return target, variants_of(models[target])
+    path = Path(target).expanduser()
+    if path.is_file():
+        return model_id_from_filename(path.name) or "model", [gguf_variant(path)]
+    if path.is_dir():
+        return path.name, [safetensors_variant(path)]
+    known = ", ".join(models) or "none"
+    raise NoVariants(f"{target!r} is neither a model ModelDeck knows ({known}) nor a GGUF file or model directory")
 
 
 def launch_plan(model_id: str, option: Option) -> LaunchPlan:

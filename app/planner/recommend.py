@@ -267,7 +267,8 @@ def _vllm_option(hw: HardwareProfile, budgets: Budgets, variant: Variant, need: 
         if (memory.kv_tokens or 0) >= max_len * need.users or tp * 2 > len(budgets.gpus):
             break
         tp *= 2
-    fits = (memory.kv_tokens or 0) >= max_len and memory.ram <= budgets.ram
+    # vLLM is chosen for concurrency: it fits when its KV cache holds every user's full context at once.
+    fits = (memory.kv_tokens or 0) >= max_len * need.users and memory.ram <= budgets.ram
     concurrency = memory.max_concurrency or 0
     max_seqs = max(1, min(256, concurrency))
     reasons = (
@@ -306,16 +307,18 @@ def _vllm_option(hw: HardwareProfile, budgets: Budgets, variant: Variant, need: 
     )
 
 
-def _rank(option: Option, need: Need) -> tuple[bool, bool, int, bool, float, int]:
-    """Fitting first; vLLM first when several users are served, llama.cpp otherwise; then GPU over partial offload
-    over CPU; then usable quality, the most bits per weight, the longest context."""
+def _rank(option: Option, need: Need) -> tuple[bool, bool, bool, int, bool, float, int]:
+    """Fitting first; vLLM first when several users are served, llama.cpp otherwise; usable quality (4+ bits);
+    GPU over partial offload over CPU; reaching the context the use asks for; then the most bits per weight and
+    the longest context. For long documents the context counts before the bits."""
+    quality, context = -(option.bits_per_weight or 0), -option.context
     return (
         not option.fits,
         (option.engine == "vllm") != (need.users > 1),
-        {"gpu": 0, "partial": 1, "cpu": 2}[option.tier],
         (option.bits_per_weight or 0) < LOW_QUALITY_BITS,
-        -(option.bits_per_weight or 0),
-        -option.context,
+        {"gpu": 0, "partial": 1, "cpu": 2}[option.tier],
+        option.context < need.context,
+        *((context, quality) if need.use == "long-context" else (quality, context)),
     )
 
 

@@ -14,9 +14,12 @@ import psutil
 
 from app.hub.library import ModelSpec
 from app.paths import AppPaths
+from app.planner.calibration import CalibrationStore
 from app.planner.defaults import DEFAULT_CONTEXT, default_plan
+from app.planner.facts import facts_from_gguf
 from app.service.admission import EngineQueue
 from app.service.events import EventBus
+from app.service.memory_check import MemoryCheck
 from engines.base import Engine, LaunchPlan
 from engines.gguf import GGUFError, GGUFInfo, read_gguf_info
 from engines.registry import ENGINES
@@ -68,6 +71,7 @@ class EngineManager:
         self._queues: dict[str, EngineQueue] = {}
         self._last_used: dict[str, float] = {}
         self._start_locks: dict[str, asyncio.Lock] = {}
+        self.memory_check = MemoryCheck(CalibrationStore(paths.calibration_db))
         # Engines accept only this key; it never leaves the service.
         self.internal_key = secrets.token_urlsafe(32)
 
@@ -251,6 +255,7 @@ class EngineManager:
             "rss_bytes": _rss(supervisor.pid) if supervisor and supervisor.pid else None,
             "running_requests": queue.running if queue else 0,
             "waiting_requests": queue.waiting if queue else 0,
+            "memory": self.memory_check.describe(model_id),
         }
 
     def logs(self, model_id: str, count: int | None = None) -> list[str]:
@@ -259,7 +264,14 @@ class EngineManager:
         supervisor = self._supervisors.get(model_id)
         return supervisor.log.tail(count) if supervisor else []
 
+    def request_finished(self, model_id: str) -> None:
+        self.memory_check.request_finished(model_id)
+
     def _on_engine_event(self, event: EngineEvent) -> None:
+        info, plan = self._infos.get(event.model_id), self._plans.get(event.model_id)
+        if event.state == EngineState.READY and event.pid and info and plan:
+            engine = self.models[event.model_id].engine
+            self.memory_check.engine_ready(event.model_id, engine, facts_from_gguf(info), plan, event.pid)
         self._bus.publish({"type": "engine", **asdict(event)})
 
     def _on_engine_log(self, model_id: str, line: str) -> None:

@@ -184,6 +184,7 @@ class Gateway:
         if not outcome.complete and (serve.cancelled() or outcome.status == 0):
             outcome.status, outcome.error = CLIENT_CLOSED, outcome.error or "client disconnected"
         self._log.add(_record(path, checked, outcome, started_at, time.monotonic() - started))
+        self._manager.request_finished(checked.model)
 
     async def _serve(
         self, path: str, body: bytes, payload: dict[str, Any], checked: CheckedRequest, send: Send, outcome: _Outcome
