@@ -157,7 +157,7 @@ def _hw(args: argparse.Namespace, paths: AppPaths) -> int:
     from app.hardware.detect import detect_hardware
     from app.hardware.summary import format_profile
 
-    profile = detect_hardware(paths.models_dir)
+    profile = detect_hardware(paths.models_dir, bandwidth_cache=paths.bandwidth_cache)
     print(profile.to_json() if args.json else format_profile(profile))
     return 0
 
@@ -176,7 +176,7 @@ def _recommend(args: argparse.Namespace, paths: AppPaths) -> int:
         hardware = (
             HardwareProfile.from_dict(json.loads(args.hardware.read_text(encoding="utf-8")))
             if args.hardware
-            else detect_hardware(paths.models_dir)
+            else detect_hardware(paths.models_dir, bandwidth_cache=paths.bandwidth_cache)
         )
     except (NoVariants, GGUFError, OSError, ValueError, KeyError, TypeError) as exc:
         print(f"modeldeck: {exc}", file=sys.stderr)

@@ -35,6 +35,10 @@ class AppPaths:
         return self.data / "calibration.sqlite"
 
     @property
+    def bandwidth_cache(self) -> Path:
+        return self.cache / "memory-bandwidth.json"
+
+    @property
     def engine_logs(self) -> Path:
         return self.logs / "engines"
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import platform
 import shutil
@@ -9,6 +10,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from app.hardware.apple import detect_apple
+from app.hardware.bandwidth import cached_memory_bandwidth
 from app.hardware.cpu import detect_cpu, detect_memory
 from app.hardware.detector import GPUDetection, GPUDetector
 from app.hardware.nvidia import detect_nvidia
@@ -48,12 +50,21 @@ def _run(backend: str, detector: GPUDetector) -> GPUDetection:
         return GPUDetection(problems=(problem,))
 
 
-def detect_hardware(models_dir: Path, detectors: Sequence[tuple[str, GPUDetector]] = GPU_DETECTORS) -> HardwareProfile:
-    """Everything the planner needs to know about this machine, with the models directory's free disk space."""
+def detect_hardware(
+    models_dir: Path,
+    detectors: Sequence[tuple[str, GPUDetector]] = GPU_DETECTORS,
+    bandwidth_cache: Path | None = None,
+) -> HardwareProfile:
+    """Everything the planner needs to know about this machine, with the models directory's free disk space.
+    With `bandwidth_cache`, the system memory bandwidth is measured once and kept there."""
     found = [_run(backend, detector) for backend, detector in detectors]
     memory = detect_memory()
+    cpu = detect_cpu()
+    if bandwidth_cache is not None and cpu.memory_bandwidth is None:
+        key = f"{cpu.model}|{cpu.logical_cores}|{memory.total}"
+        cpu = dataclasses.replace(cpu, memory_bandwidth=cached_memory_bandwidth(bandwidth_cache, key))
     return HardwareProfile(
-        cpu=detect_cpu(),
+        cpu=cpu,
         ram_total=memory.total,
         ram_available=memory.available,
         gpus=tuple(gpu for result in found for gpu in result.gpus),

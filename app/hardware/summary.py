@@ -18,7 +18,11 @@ def _gib(size: int) -> str:
 def _cpu_line(cpu: CPUInfo) -> str:
     cores = f"{cpu.physical_cores} physical / " if cpu.physical_cores else ""
     features = f"; {' '.join(cpu.features)}" if cpu.features else ""
-    return f"{cpu.model or 'unknown model'} ({cpu.architecture}), {cores}{cpu.logical_cores} logical cores{features}"
+    bandwidth = f", memory {cpu.memory_bandwidth / 1e9:.0f} GB/s measured" if cpu.memory_bandwidth else ""
+    return (
+        f"{cpu.model or 'unknown model'} ({cpu.architecture}), {cores}{cpu.logical_cores} logical cores"
+        f"{bandwidth}{features}"
+    )
 
 
 def _gpu_line(gpu: GPUInfo, unified: bool) -> str:

@@ -23,7 +23,9 @@ def _memory(option: Option) -> str:
 
 
 def _speed(option: Option) -> str:
-    return f"~{option.decode_tokens_per_s:.0f} tok/s" if option.decode_tokens_per_s else "speed unknown"
+    if not option.decode_tokens_per_s:
+        return "speed unknown"
+    return f"up to ~{option.decode_tokens_per_s:.0f} tok/s (memory-bandwidth bound)"
 
 
 def summary_lines(model_id: str, recommendation: Recommendation) -> list[str]:

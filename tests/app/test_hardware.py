@@ -20,6 +20,7 @@ import pynvml
 import pytest
 
 from app.hardware.apple import apple_gpu, chip_bandwidth, chip_name, metal_available
+from app.hardware.bandwidth import cached_memory_bandwidth
 from app.hardware.cpu import FEATURE_ORDER, detect_cpu, normalize_architecture, parse_macos_features, parse_proc_cpuinfo
 from app.hardware.detect import detect_hardware, disk_free
 from app.hardware.detector import GPUDetection
@@ -395,3 +396,13 @@ def test_hw_summary_names_the_cpu_and_the_gpu_doctor_advice(tmp_path: Path) -> N
         assert " ".join(problem.advice.split()) in text
     for gpu in profile.gpus:
         assert gpu.name in text
+
+
+def test_memory_bandwidth_is_measured_once_per_machine(tmp_path: Path) -> None:
+    cache = tmp_path / "cache" / "memory-bandwidth.json"
+    first = cached_memory_bandwidth(cache, "cpu-a")
+    assert first is not None and 1e9 < first < 5e12  # between a slow laptop and HBM
+    assert json.loads(cache.read_text())["machine"] == "cpu-a"
+    assert cached_memory_bandwidth(cache, "cpu-a") == first  # read back, not timed again
+    cached_memory_bandwidth(cache, "cpu-b")
+    assert json.loads(cache.read_text())["machine"] == "cpu-b"
