@@ -208,7 +208,8 @@ def _fetch_range(
             with partial.open("r+b" if have else "wb", buffering=0) as out:
                 out.seek(have)
                 out.truncate()
-                for chunk in response.iter_bytes(CHUNK_BYTES):
+                # As the bytes arrive, not in fixed chunks: a stalled connection must not hold back what came.
+                for chunk in response.iter_bytes():
                     if have + written + len(chunk) > file.size:
                         raise HubError(f"the Hub sent more than the {file.size:,} bytes of {file.filename}")
                     out.write(chunk)
