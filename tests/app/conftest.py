@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import huggingface_hub.utils._detect_agent
 import pytest
@@ -48,7 +49,7 @@ def sha256(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def add_repo(hub: FakeHub, repo_id: str, files: dict[str, bytes], **info: object) -> HubRepo:
-    repo = HubRepo(repo_id, files, **info)  # type: ignore[arg-type]
+def add_repo(hub: FakeHub, repo_id: str, files: dict[str, bytes], **info: Any) -> HubRepo:
+    repo = HubRepo(repo_id, files, **info)
     hub.repos[repo_id] = repo
     return repo
