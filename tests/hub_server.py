@@ -3,7 +3,9 @@
 It speaks the subset of the Hub's HTTP protocol that huggingface_hub and ModelDeck's downloader use: model search
 (`/api/models`), model info (`/api/models/{repo}` and `.../revision/{rev}`), the file tree
 (`/api/models/{repo}/tree/{rev}`) and file downloads (`/{repo}/resolve/{rev}/{file}`) with the Hub's headers
-(ETag, X-Repo-Commit, X-Linked-Size, X-Linked-Etag, Content-Length), Range requests answered with 206, and the
+(ETag, X-Repo-Commit, X-Linked-Size, X-Linked-Etag, Content-Length). As on the Hub, a large (LFS) file is answered
+with a 302 to a "CDN" on another origin (`localhost` instead of `127.0.0.1`, so clients must drop the token), which
+serves the bytes with Range requests answered by 206. Errors carry the
 error headers (X-Error-Code) huggingface_hub turns into typed errors. Faults are switchable per test: drop the
 connection or stall after N bytes, answer 429 with Retry-After, ignore Range, serve a corrupted byte. Every request
 is logged with its Range and whether it carried the expected token.
@@ -52,13 +54,14 @@ class Faults:
     token: str | None = None  # gated repos accept only this bearer token
 
 
-@dataclass(frozen=True)
+@dataclass
 class LoggedRequest:
     method: str
     path: str
     range: str | None
     authorized: bool  # carried `Authorization: Bearer <faults.token>`
     authorization: str | None
+    status: int = 0  # filled in when the answer is sent
 
 
 def is_lfs(content: bytes) -> bool:
@@ -99,8 +102,13 @@ class FakeHub:
         self._server.server_close()
         self._thread.join(timeout=10)
 
-    def downloads(self, filename: str) -> list[LoggedRequest]:
+    def requests_for(self, filename: str) -> list[LoggedRequest]:
+        """Every GET of the file: at `resolve` (redirects, refusals) and at the CDN."""
         return [entry for entry in self.log if entry.method == "GET" and entry.path.endswith("/" + filename)]
+
+    def downloads(self, filename: str) -> list[LoggedRequest]:
+        """The GETs of the file that were answered with its bytes (200 or 206)."""
+        return [entry for entry in self.requests_for(filename) if entry.status in (200, 206)]
 
     def stalled(self) -> bool:
         return self._stop.wait(0.05)
@@ -118,9 +126,16 @@ def running_hub(repos: list[HubRepo]) -> Iterator[FakeHub]:
 def _handler(hub: FakeHub) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
+        _entry: LoggedRequest | None = None
 
         def log_message(self, format: str, *args: Any) -> None:
             pass  # the test reads hub.log instead of stderr noise
+
+        def handle(self) -> None:
+            try:
+                super().handle()
+            except (ConnectionResetError, BrokenPipeError):
+                self.close_connection = True  # a client that pauses, cancels or is killed hangs up mid-answer
 
         def do_HEAD(self) -> None:
             self._route(body=False)
@@ -133,9 +148,12 @@ def _handler(hub: FakeHub) -> type[BaseHTTPRequestHandler]:
             path = unquote(url.path)
             auth = self.headers.get("Authorization")
             expected = f"Bearer {hub.faults.token}" if hub.faults.token else None
-            hub.log.append(LoggedRequest(self.command, path, self.headers.get("Range"), auth == expected, auth))
+            self._entry = LoggedRequest(self.command, path, self.headers.get("Range"), auth == expected, auth)
+            hub.log.append(self._entry)
             query = parse_qs(url.query)
-            if path == "/api/models":
+            if path.startswith("/cdn/"):
+                self._cdn(path.removeprefix("/cdn/"), body)
+            elif path == "/api/models":
                 self._search(query)
             elif path.startswith("/api/models/"):
                 self._api(path.removeprefix("/api/models/"), auth == expected)
@@ -143,6 +161,11 @@ def _handler(hub: FakeHub) -> type[BaseHTTPRequestHandler]:
                 self._resolve(path.lstrip("/"), body, auth == expected)
             else:
                 self._error(404, "EntryNotFound", "no such route")
+
+        def send_response(self, code: int, message: str | None = None) -> None:
+            if self._entry is not None:
+                self._entry.status = code
+            super().send_response(code, message)
 
         def _json(self, data: object) -> None:
             raw = json.dumps(data).encode()
@@ -219,10 +242,32 @@ def _handler(hub: FakeHub) -> type[BaseHTTPRequestHandler]:
                 hub.faults.too_many_times -= 1
                 self._error(429, None, "Too many requests", {"Retry-After": str(hub.faults.retry_after_s)})
                 return
-            self._send_file(repo, filename, body)
-
-        def _send_file(self, repo: HubRepo, filename: str, body: bool) -> None:
             content = repo.files[filename]
+            if is_lfs(content):
+                self._redirect_to_cdn(repo, filename, content)
+            else:
+                self._send_file(repo, content, body)
+
+        def _redirect_to_cdn(self, repo: HubRepo, filename: str, content: bytes) -> None:
+            port = hub._server.server_address[1]
+            self.send_response(302)
+            self.send_header("Location", f"http://localhost:{port}/cdn/{repo.repo_id}/{sha256_of(content)}/{filename}")
+            self.send_header("ETag", f'"{git_blob_sha1(content)}"')
+            self.send_header("X-Linked-Etag", f'"{sha256_of(content)}"')
+            self.send_header("X-Linked-Size", str(len(content)))
+            self.send_header("X-Repo-Commit", repo.commit)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        def _cdn(self, rest: str, body: bool) -> None:
+            repo, tail = self._find(rest)
+            _, _, filename = tail.partition("/")
+            if repo is None or filename not in repo.files:
+                self._error(404, None, "no such object")
+                return
+            self._send_file(repo, repo.files[filename], body)
+
+        def _send_file(self, repo: HubRepo, content: bytes, body: bool) -> None:
             start = 0
             wanted = self.headers.get("Range")
             if wanted and not hub.faults.ignore_range and wanted.startswith("bytes=") and wanted.endswith("-"):
@@ -231,10 +276,7 @@ def _handler(hub: FakeHub) -> type[BaseHTTPRequestHandler]:
                 self._error(416, None, "Range Not Satisfiable", {"Content-Range": f"bytes */{len(content)}"})
                 return
             self.send_response(206 if start else 200)
-            self.send_header("ETag", f'"{git_blob_sha1(content)}"')
-            if is_lfs(content):
-                self.send_header("X-Linked-Etag", f'"{sha256_of(content)}"')
-                self.send_header("X-Linked-Size", str(len(content)))
+            self.send_header("ETag", f'"{sha256_of(content) if is_lfs(content) else git_blob_sha1(content)}"')
             self.send_header("X-Repo-Commit", repo.commit)
             self.send_header("Accept-Ranges", "bytes")
             if start:

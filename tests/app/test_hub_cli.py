@@ -94,7 +94,9 @@ def test_pull_with_a_token_never_writes_or_logs_it(
     assert f"accept the license at {hub.url}/{REPO_ID}, then retry" in refused.stderr
     pulled = modeldeck("pull", REPO_ID, env=env_for(hub.url, hf_home, HF_TOKEN=SECRET))
     assert pulled.returncode == 0, pulled.stderr
-    assert hub.downloads(FILE) and all(entry.authorized for entry in hub.downloads(FILE))
+    resolved = [r for r in hub.requests_for(FILE) if "/resolve/" in r.path and r.status == 302]
+    assert resolved and all(r.authorized for r in resolved)
+    assert [r.authorization for r in hub.downloads(FILE)] == [None]  # not sent on to the CDN
     assert SECRET not in pulled.stdout + pulled.stderr
     assert not (hf_home / "token").exists()
     written = [p for root in (hf_home, modeldeck_home) for p in root.rglob("*") if p.is_file() and not p.is_symlink()]
