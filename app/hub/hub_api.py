@@ -21,7 +21,6 @@ from app.hub.errors import HUB_FAILURES, OfflineError, translate
 from app.hub.variants import RepoFile, Variant, gguf_variants
 
 Sort = Literal["downloads", "likes", "recent"]
-SORTS: tuple[Sort, ...] = ("downloads", "likes", "recent")
 PROBE_TIMEOUT_S = 3.0
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _HUB_SORT: dict[Sort, ModelSort_T] = {"downloads": "downloads", "likes": "likes", "recent": "last_modified"}
