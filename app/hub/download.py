@@ -160,22 +160,29 @@ def _fetch_with_retries(
 ) -> None:
     partial = cache.incomplete(file.etag)
     partial.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        _retry_until_complete(client, file, partial, state, retry, endpoint)
+    except Stopped as stop:
+        if stop.reason == "cancel":
+            partial.unlink(missing_ok=True)
+        raise
+
+
+def _retry_until_complete(
+    client: httpx.Client, file: RemoteFile, partial: Path, state: TaskState, retry: RetryPolicy, endpoint: str
+) -> None:
     failures = 0
     while True:
         state.check()
         have = partial.stat().st_size if partial.exists() else 0
-        if have > file.size:  # not this file's bytes: start over
-            state.advance(-have)
+        if have > file.size:  # not this file's bytes (counted as the whole file when the job began): start over
+            state.advance(-file.size)
             partial.unlink()
             continue
         if have == file.size:
             return
         try:
             progressed = _fetch_range(client, file, partial, have, state, endpoint)
-        except Stopped as stop:
-            if stop.reason == "cancel":
-                partial.unlink(missing_ok=True)
-            raise
         except HubError as exc:
             if not exc.retryable:
                 raise

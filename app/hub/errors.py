@@ -66,7 +66,9 @@ def for_status(
         return HubError(f"{repo_id} was not found on the Hub: check the name (organization/model)")
     if status == 429:
         wait = _seconds(retry_after)
-        return HubError("the Hub asks to slow down (429); retrying later", retryable=True, retry_after_s=wait)
+        return HubError(
+            "the Hub is limiting requests (429): wait a minute, then retry", retryable=True, retry_after_s=wait
+        )
     if status >= 500:
         return HubError(f"the Hub answered {status}; it may be down for a moment, retry later", retryable=True)
     return HubError(f"the Hub answered {status} for {repo_id}")

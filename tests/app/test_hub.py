@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from pathlib import Path
 
@@ -11,9 +12,9 @@ import pytest
 from app.hub.cache import RepoCache, UnsafeName, check_filename
 from app.hub.download import RetryPolicy, download_files, resolve
 from app.hub.errors import OFFLINE_MESSAGE, HubError, OfflineError
-from app.hub.hub_api import model_details, search_models
+from app.hub.hub_api import ModelDetails, model_details, search_models
 from app.hub.library import known_models
-from app.hub.pull import PullRequest, pull
+from app.hub.pull import PullRequest, choose_variant, pull
 from app.hub.pulled import load_pulled
 from app.hub.task import Progress, Stopped, TaskState
 from app.hub.variants import RepoFile, gguf_variants, quant_of
@@ -245,3 +246,40 @@ def test_a_hub_file_name_with_dots_is_refused_before_download(hub: FakeHub, gguf
     assert hub.downloads("escape-Q4_0.gguf") == []
     with pytest.raises(UnsafeName):
         PullRequest.parse("org/m/../../x.gguf")
+
+
+def test_several_files_share_one_progress_total(hub: FakeHub, gguf_slice: bytes, cache_dir: Path) -> None:
+    parts = {"m-Q8_0-00001-of-00002.gguf": gguf_slice, "m-Q8_0-00002-of-00002.gguf": gguf_slice[::-1]}
+    add_repo(hub, "org/m", parts)
+    remote = [resolve("org/m", name, endpoint=hub.url, token=None) for name in parts]
+    events: list[Progress] = []
+    paths = download_files(remote, cache_dir, TaskState(events.append), token=None, endpoint=hub.url, retry=FAST)
+    assert [p.name for p in paths] == list(parts)
+    assert [p.read_bytes() for p in paths] == list(parts.values())
+    assert {e.total for e in events} == {2 * SLICE_BYTES}
+    assert events[-1].finished and events[-1].done == 2 * SLICE_BYTES
+
+
+def test_cancel_during_a_backoff_deletes_the_partial(hub: FakeHub, gguf_slice: bytes, cache_dir: Path) -> None:
+    add_repo(hub, "org/m", {"m.gguf": gguf_slice})
+    hub.faults.drop_after, hub.faults.drop_times = MB, 1
+    state = TaskState()
+    slow = RetryPolicy(first_wait_s=30)
+    remote = resolve("org/m", "m.gguf", endpoint=hub.url, token=None)
+    threading.Timer(0.5, state.cancel).start()
+    started = time.monotonic()
+    with pytest.raises(Stopped, match="cancelled"):
+        download_files([remote], cache_dir, state, token=None, endpoint=hub.url, retry=slow)
+    assert time.monotonic() - started < 10  # the 30 s backoff was cut short
+    assert not RepoCache(cache_dir, "org/m").incomplete(sha256(gguf_slice)).exists()
+
+
+def test_a_repo_with_several_variants_asks_which() -> None:
+    files = (RepoFile("m-Q4_K_M.gguf", 4_000_000_000), RepoFile("m-Q8_0.gguf", 8_000_000_000))
+    details = ModelDetails("org/m", None, False, None, files, tuple(gguf_variants(list(files))))
+    with pytest.raises(HubError, match=r"2 variants: Q4_K_M \(4.00 GB\), Q8_0 \(8.00 GB\); .* pull org/m:Q4_K_M"):
+        choose_variant(PullRequest.parse("org/m"), details)
+    with pytest.raises(HubError, match="org/m has no Q2_K"):
+        choose_variant(PullRequest.parse("org/m:Q2_K"), details)
+    assert choose_variant(PullRequest.parse("org/m/m-Q8_0.gguf"), details).name == "Q8_0"
+    assert choose_variant(PullRequest.parse("org/m:q8_0"), details).name == "Q8_0"
