@@ -225,6 +225,11 @@ def _fetch_range(
                     state.check()
     except httpx.TransportError as exc:
         raise HubError(f"network error while downloading {file.filename}: {exc!r}", retryable=True) from exc
+    except OSError as exc:  # the disk filled up or went away after the check: keep what is there for a rerun
+        raise HubError(
+            f"cannot write {partial}: {exc.strerror or exc}; what was downloaded is kept, free space and run the "
+            "pull again to resume"
+        ) from exc
     return written > 0
 
 

@@ -14,7 +14,7 @@ from app.hub.cache import RepoCache
 from app.hub.pulled import load_pulled
 from app.paths import AppPaths
 from tests.app.conftest import add_repo, sha256
-from tests.conftest import REPO, free_port
+from tests.conftest import REPO, free_port, start_service_process, stop_service_process
 from tests.hub_server import FakeHub, wait_for
 
 REPO_ID = "org/smol-GGUF"
@@ -139,3 +139,23 @@ def test_hf_token_set_refuses_without_an_os_keyring(hf_home: Path) -> None:
     assert "no OS keyring" in result.stderr and "HF_TOKEN" in result.stderr
     assert SECRET not in result.stdout + result.stderr
     assert not (hf_home / "token").exists()
+
+
+def test_search_pull_then_launch_and_chat(
+    hub: FakeHub, gguf_bytes: bytes, hf_home: Path, tmp_path: Path, paths: AppPaths
+) -> None:
+    add_repo(hub, REPO_ID, {FILE: gguf_bytes, "README.md": b"# smol"}, downloads=7)
+    env = env_for(hub.url, hf_home)
+    assert REPO_ID in modeldeck("search", "smol", env=env).stdout
+    assert modeldeck("pull", f"{REPO_ID}:Q4_1", env=env).returncode == 0
+    [model] = load_pulled(paths)
+    service = start_service_process(paths, tmp_path, "--model", model.id)
+    try:
+        [entry] = [m for m in service.client.models() if m["id"] == model.id]
+        assert entry["state"] == "ready", service.output()
+        chat = service.openai_client().chat.completions.create(
+            model=model.id, messages=[{"role": "user", "content": "Say hello."}], max_tokens=8
+        )
+        assert chat.choices[0].message.content
+    finally:
+        stop_service_process(service)
