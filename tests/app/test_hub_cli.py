@@ -159,3 +159,29 @@ def test_search_pull_then_launch_and_chat(
         assert chat.choices[0].message.content
     finally:
         stop_service_process(service)
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="RLIMIT_FSIZE is POSIX")
+def test_a_file_size_limit_mid_download_keeps_the_partial_and_registers_nothing(
+    hub: FakeHub, gguf_bytes: bytes, hf_home: Path, paths: AppPaths
+) -> None:
+    add_repo(hub, REPO_ID, {FILE: gguf_bytes})
+    limit = 10_000_000
+    # RLIMIT_FSIZE stands in for a full disk: a write past it fails with EFBIG (Python ignores SIGXFSZ).
+    limited = (
+        f"import resource, runpy, sys; resource.setrlimit(resource.RLIMIT_FSIZE, ({limit}, {limit})); "
+        f"sys.argv = ['modeldeck', 'pull', '{REPO_ID}']; runpy.run_module('app', run_name='__main__')"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", limited], capture_output=True, text=True, timeout=120, cwd=REPO,
+        env=env_for(hub.url, hf_home),
+    )  # fmt: skip
+    assert result.returncode == 2
+    assert "File too large" in result.stderr and "run the pull again to resume" in result.stderr
+    assert load_pulled(paths) == []
+    partial = RepoCache(hf_home / "hub", REPO_ID).incomplete(sha256(gguf_bytes))
+    assert partial.stat().st_size == limit
+    resumed = modeldeck("pull", REPO_ID, env=env_for(hub.url, hf_home))
+    assert resumed.returncode == 0, resumed.stderr
+    assert hub.downloads(FILE)[-1].range == f"bytes={limit}-"
+    assert sha256(load_pulled(paths)[0].path.read_bytes()) == sha256(gguf_bytes)
