@@ -12,12 +12,13 @@ from PySide6.QtWidgets import QLabel, QSizePolicy, QVBoxLayout, QWidget
 
 from app.gui.model_item_model import format_bytes
 
-# (label, memory parts it sums, colour); compute buffers and the runtime are both overhead to a user.
+# (label, memory part, colour). Every other part (compute buffers, workspace, the runtime) is overhead to a user
+# and is summed into the last segment, so a part the memory model adds later is never left off the bar.
 SEGMENTS = (
-    ("Weights", ("weights",), "#2e86de"),
-    ("KV cache", ("kv_cache",), "#f39c12"),
-    ("Compute and runtime", ("compute", "runtime"), "#8e44ad"),
+    ("Weights", "weights", "#2e86de"),
+    ("KV cache", "kv_cache", "#f39c12"),
 )
+OVERHEAD = ("Compute and runtime", "#8e44ad")
 FREE_COLOUR = "#dfe6e9"
 OVER_COLOUR = "#c0392b"
 BAR_HEIGHT = 22
@@ -56,7 +57,8 @@ class Bar:
 
 def _segments(parts: list[dict[str, Any]], key: str) -> tuple[Segment, ...]:
     sizes = {part["name"]: int(part[key]) for part in parts}
-    return tuple(Segment(label, sum(sizes.get(n, 0) for n in names), colour) for label, names, colour in SEGMENTS)
+    named = tuple(Segment(label, sizes.pop(name, 0), colour) for label, name, colour in SEGMENTS)
+    return (*named, Segment(OVERHEAD[0], sum(sizes.values()), OVERHEAD[1]))
 
 
 def memory_bars(memory: dict[str, Any], budgets: dict[str, int], unified: bool) -> list[Bar]:
@@ -137,7 +139,9 @@ class MemoryBarPanel(QWidget):
         )
         free = format_bytes(bar.budget) if bar.budget is not None else "unknown"
         warning = "" if bar.fits is not False else f" \N{EM DASH} <b style='color:{OVER_COLOUR}'>does not fit</b>"
-        self.legend_label.setText(f"{swatches}<br>{format_bytes(bar.used)} of {free} free{warning}")
+        self.legend_label.setText(
+            f"{swatches}<br>{format_bytes(bar.used)} at most (a prompt that fills the context), {free} free{warning}"
+        )
         # A screen reader cannot see the colours: the bar says the same in words.
         self.strip.setAccessibleName(bar.title)
         self.strip.setAccessibleDescription(bar.summary())

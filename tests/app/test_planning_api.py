@@ -69,7 +69,7 @@ def test_recommendation_for_the_bundled_model(bare_service: RunningService, bund
     assert _after(command, "--n_threads") == str(best["parameters"]["threads"])
     assert _after(command, "--model") == str(bundled_gguf)
     assert best["reasons"] and all(isinstance(reason, str) for reason in best["reasons"])
-    assert {part["name"] for part in best["memory"]["parts"]} == {"weights", "kv_cache", "compute", "runtime"}
+    assert {"weights", "kv_cache", "runtime"} <= {part["name"] for part in best["memory"]["parts"]}
     assert result["budgets"]["ram"] > 0
     assert all(option["command"] for option in result["alternatives"])
 
@@ -116,7 +116,7 @@ def test_recommendations_use_the_calibration_of_earlier_launches(
     for _ in range(3):
         store.record(
             Measurement(
-                "llama-cpp-python", architecture, BUNDLED_ID, context=4096, gpu_layers=0, phase="first_request",
+                "llama-cpp-python", architecture, BUNDLED_ID, context=4096, gpu_layers=0, phase="ready",
                 predicted_ram=500 * MIB, predicted_vram=0, measured_ram=540 * MIB, measured_vram=None,
             )
         )  # fmt: skip

@@ -21,7 +21,7 @@ def _profile(name: str) -> dict[str, Any]:
 
 
 def _memory(ram: dict[str, int], vram: dict[str, int], gpus: int = 1) -> dict[str, Any]:
-    names = ("weights", "kv_cache", "compute", "runtime")
+    names = ("weights", "kv_cache", "compute", "workspace", "runtime")
     parts = [{"name": n, "ram": ram.get(n, 0), "vram": vram.get(n, 0)} for n in names]
     return {"parts": parts, "ram": sum(ram.values()), "vram_per_gpu": sum(vram.values()), "gpus": gpus}
 
@@ -48,7 +48,9 @@ def test_problems_come_with_their_advice_and_markup_is_escaped() -> None:
 
 
 def test_a_cpu_plan_has_one_bar_against_free_ram(qtbot: QtBot) -> None:
-    memory = _memory({"weights": 2 * GIB, "kv_cache": GIB, "compute": GIB // 2, "runtime": GIB // 2}, {})
+    memory = _memory(
+        {"weights": 2 * GIB, "kv_cache": GIB, "compute": GIB // 4, "workspace": GIB // 4, "runtime": GIB // 2}, {}
+    )
     bars = memory_bars(memory, {"ram": 10 * GIB}, unified=False)
     assert len(bars) == 1
     (bar,) = bars
@@ -59,7 +61,7 @@ def test_a_cpu_plan_has_one_bar_against_free_ram(qtbot: QtBot) -> None:
     qtbot.addWidget(panel)
     panel.show_bar(bar)
     panel.show()
-    assert "4.0 GiB of 10.0 GiB free" in panel.legend_label.text()
+    assert "4.0 GiB at most (a prompt that fills the context), 10.0 GiB free" in panel.legend_label.text()
     assert panel.strip.accessibleDescription().endswith("fits")
     assert not panel.grab().isNull()
 
