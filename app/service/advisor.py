@@ -5,7 +5,6 @@ corrected by what earlier launches measured."""
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -14,15 +13,13 @@ from app.hardware.detect import detect_hardware
 from app.hardware.profile import HardwareProfile
 from app.hub.library import ModelSpec
 from app.paths import AppPaths
-from app.planner.calibration import CalibrationStore, Correction
-from app.planner.plans import variants_of, with_command
-from app.planner.recommend import Recommendation, Variant, recommend
+from app.planner.calibration import CalibrationStore
+from app.planner.plans import plan_model, variants_of
+from app.planner.recommend import Recommendation
 
 # NVML and /proc answer in milliseconds, but a wizard asks on every page: a few seconds of reuse keeps free
 # memory current while sparing the detection.
 HARDWARE_TTL_S = 5.0
-# The planner's engine family of a variant -> the engine whose measurements correct its predictions.
-CALIBRATED_ENGINE = {"llama.cpp": "llama-cpp-python", "vllm": "vllm"}
 
 Detector = Callable[[Path], HardwareProfile]
 
@@ -30,9 +27,9 @@ Detector = Callable[[Path], HardwareProfile]
 class Advisor:
     """Answers /api/hardware and /api/recommend. Blocking work (detection, model headers, SQLite) runs on threads."""
 
-    def __init__(self, paths: AppPaths, detect: Detector = detect_hardware, ttl_s: float = HARDWARE_TTL_S) -> None:
+    def __init__(self, paths: AppPaths, detect: Detector | None = None, ttl_s: float = HARDWARE_TTL_S) -> None:
         self._paths = paths
-        self._detect = detect
+        self._detect = detect or (lambda models_dir: detect_hardware(models_dir, bandwidth_cache=paths.bandwidth_cache))
         self._ttl_s = ttl_s
         self._calibration = CalibrationStore(paths.calibration_db)
         self._profile: HardwareProfile | None = None
@@ -54,17 +51,4 @@ class Advisor:
         return await asyncio.to_thread(self._recommend, hardware, spec, use, users)
 
     def _recommend(self, hardware: HardwareProfile, spec: ModelSpec, use: str, users: int | None) -> Recommendation:
-        variants = variants_of(spec)
-        result = recommend(hardware, variants, use, users=users, correction=self._correction(variants))
-        return dataclasses.replace(
-            result,
-            best=with_command(spec.id, result.best) if result.best else None,
-            alternatives=tuple(with_command(spec.id, option) for option in result.alternatives),
-        )
-
-    def _correction(self, variants: list[Variant]) -> Correction:
-        # The planner applies one correction to its llama.cpp options: that engine's, for this architecture.
-        gguf = next((v for v in variants if v.engine_family == "llama.cpp"), variants[0] if variants else None)
-        if gguf is None:
-            return Correction.none()
-        return self._calibration.correction(CALIBRATED_ENGINE[gguf.engine_family], gguf.facts.architecture)
+        return plan_model(hardware, spec.id, variants_of(spec), use, users, self._calibration)
