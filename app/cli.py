@@ -139,7 +139,15 @@ def _ps(paths: AppPaths) -> int:
     if not running:
         print("No engines are running.")
     for model in running:
-        print(f"{model['id']:32} {model['state']:11} pid {model['pid'] or '-':>7}  port {model['port'] or '-'}")
+        line = f"{model['id']:32} {model['state']:11} pid {model['pid'] or '-':>7}  port {model['port'] or '-':>5}"
+        memory = model.get("memory")
+        if memory:
+            line += (
+                f"  memory {memory['measured_at_load_bytes'] / 2**20:.0f} MiB at load, predicted "
+                f"{memory['predicted_at_load_bytes'] / 2**20:.0f} ({memory['error_at_load']:+.1%}), "
+                f"peak {memory['predicted_peak_bytes'] / 2**20:.0f} MiB"
+            )
+        print(line)
     return 0
 
 
