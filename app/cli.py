@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import dataclasses
 import json
 import logging
 import logging.handlers
@@ -142,7 +141,15 @@ def _ps(paths: AppPaths) -> int:
     if not running:
         print("No engines are running.")
     for model in running:
-        print(f"{model['id']:32} {model['state']:11} pid {model['pid'] or '-':>7}  port {model['port'] or '-'}")
+        line = f"{model['id']:32} {model['state']:11} pid {model['pid'] or '-':>7}  port {model['port'] or '-':>5}"
+        memory = model.get("memory")
+        if memory:
+            line += (
+                f"  memory {memory['measured_at_load_bytes'] / 2**20:.0f} MiB at load, predicted "
+                f"{memory['predicted_at_load_bytes'] / 2**20:.0f} ({memory['error_at_load']:+.1%}), "
+                f"peak {memory['predicted_peak_bytes'] / 2**20:.0f} MiB"
+            )
+        print(line)
     return 0
 
 
@@ -168,8 +175,7 @@ def _recommend(args: argparse.Namespace, paths: AppPaths) -> int:
     from app.hardware.detect import detect_hardware
     from app.hardware.profile import HardwareProfile
     from app.planner.calibration import CalibrationStore
-    from app.planner.plans import NoVariants, resolve, with_command
-    from app.planner.recommend import recommend
+    from app.planner.plans import NoVariants, plan_model, resolve
     from app.planner.summary import summary_lines
     from engines.gguf import GGUFError
 
@@ -183,16 +189,7 @@ def _recommend(args: argparse.Namespace, paths: AppPaths) -> int:
     except (NoVariants, GGUFError, OSError, ValueError, KeyError, TypeError) as exc:
         print(f"modeldeck: {exc}", file=sys.stderr)
         return 2
-    store = CalibrationStore(paths.calibration_db)
-    architecture = variants[0].facts.architecture
-    result = recommend(
-        hardware, variants, args.use, users=args.users, correction=store.correction("llama-cpp-python", architecture)
-    )
-    result = dataclasses.replace(
-        result,
-        best=with_command(model_id, result.best) if result.best else None,
-        alternatives=tuple(with_command(model_id, option) for option in result.alternatives),
-    )
+    result = plan_model(hardware, model_id, variants, args.use, args.users, CalibrationStore(paths.calibration_db))
     print(
         json.dumps({"model": model_id, **result.to_dict()}, indent=2)
         if args.json

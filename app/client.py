@@ -10,7 +10,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,6 +19,8 @@ import httpx
 from app.paths import AppPaths
 
 START_TIMEOUT_S = 30.0
+# The first hardware detection initialises NVML, and a recommendation reads model headers: allow more than a ping.
+PLANNING_TIMEOUT_S = 30.0
 PORT_ENV = "MODELDECK_PORT"
 DEFAULT_PORT = 8642
 
@@ -97,9 +99,31 @@ class ControlClient:
         result: dict[str, Any] = self._call("GET", "/api/endpoint")
         return result
 
-    def start_model(self, model_id: str, wait: bool = False) -> dict[str, Any]:
+    def start_model(
+        self, model_id: str, wait: bool = False, overrides: Mapping[str, int] | None = None
+    ) -> dict[str, Any]:
+        """Start a model; `overrides` (context, gpu_layers, threads, batch) replace the default plan's values.
+
+        A model already running with other values is not restarted: the service answers with an error.
+        """
         params = {"wait": "1"} if wait else None
-        result: dict[str, Any] = self._call("POST", f"/api/models/{model_id}/start", params=params, timeout=None)
+        body = dict(overrides) if overrides is not None else None
+        result: dict[str, Any] = self._call(
+            "POST", f"/api/models/{model_id}/start", params=params, json=body, timeout=None
+        )
+        return result
+
+    def hardware(self) -> dict[str, Any]:
+        """The service machine's hardware profile (CPU, memory, GPUs, and why a GPU cannot be used)."""
+        result: dict[str, Any] = self._call("GET", "/api/hardware", timeout=PLANNING_TIMEOUT_S)
+        return result
+
+    def recommend(self, model_id: str, use: str = "chat", users: int | None = None) -> dict[str, Any]:
+        """How to run a model for a use (chat, serve, long-context): the best option, alternatives, reasons."""
+        params: dict[str, str | int] = {"model": model_id, "use": use}
+        if users is not None:
+            params["users"] = users
+        result: dict[str, Any] = self._call("GET", "/api/recommend", params=params, timeout=PLANNING_TIMEOUT_S)
         return result
 
     def stop_model(self, model_id: str) -> dict[str, Any]:

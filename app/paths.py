@@ -32,6 +32,7 @@ class AppPaths:
 
     @property
     def calibration_db(self) -> Path:
+        """Predicted against measured memory of past launches (app.planner.calibration)."""
         return self.data / "calibration.sqlite"
 
     @property

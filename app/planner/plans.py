@@ -7,10 +7,12 @@ import struct
 from dataclasses import replace
 from pathlib import Path
 
+from app.hardware.profile import HardwareProfile
 from app.hub.library import ModelSpec, known_models, model_id_from_filename
 from app.paths import AppPaths
+from app.planner.calibration import CalibrationStore, Correction
 from app.planner.facts import facts_from_gguf, facts_from_hf_config
-from app.planner.recommend import Option, Variant
+from app.planner.recommend import Option, Recommendation, Variant, recommend
 from engines.base import LaunchPlan
 from engines.gguf import read_gguf_info
 from engines.registry import ENGINES
@@ -82,6 +84,34 @@ def resolve(target: str, paths: AppPaths) -> tuple[str, list[Variant]]:
         return path.name, [safetensors_variant(path)]
     known = ", ".join(models) or "none"
     raise NoVariants(f"{target!r} is neither a model ModelDeck knows ({known}) nor a GGUF file or model directory")
+
+
+# The planner's engine family of a variant -> the engine whose measurements correct its predictions.
+CALIBRATED_ENGINE = {"llama.cpp": "llama-cpp-python", "vllm": "vllm"}
+
+
+def plan_model(
+    hardware: HardwareProfile,
+    model_id: str,
+    variants: list[Variant],
+    use: str,
+    users: int | None,
+    calibration: CalibrationStore,
+) -> Recommendation:
+    """The ranked options for a model on this hardware, corrected by earlier launches, each with its command line."""
+    # The planner applies one correction to its llama.cpp options: that engine's, for this architecture.
+    gguf = next((v for v in variants if v.engine_family == "llama.cpp"), variants[0] if variants else None)
+    correction = (
+        calibration.correction(CALIBRATED_ENGINE[gguf.engine_family], gguf.facts.architecture)
+        if gguf
+        else Correction.none()
+    )
+    result = recommend(hardware, variants, use, users=users, correction=correction)
+    return replace(
+        result,
+        best=with_command(model_id, result.best) if result.best else None,
+        alternatives=tuple(with_command(model_id, option) for option in result.alternatives),
+    )
 
 
 def launch_plan(model_id: str, option: Option) -> LaunchPlan:

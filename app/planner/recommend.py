@@ -200,7 +200,10 @@ def _llama_option(
         "cpu": "runs on the CPU" + (": no usable GPU" if not budgets.gpus else ""),
     }[tier]
     reasons = (
-        f"engine llama.cpp: {'one user' if need.users == 1 else 'GGUF model'}, {where}",
+        f"engine llama.cpp: one user, {where}"
+        if need.users == 1
+        else f"engine llama.cpp: {where}; it answers one request at a time, so {need.users} users take turns "
+        "(vLLM needs a safetensors model and an NVIDIA GPU)",
         f"quantization {variant.name}: {_bits(facts)} bits per weight, the best quality that fits"
         if fits
         else f"quantization {variant.name}: {_bits(facts)} bits per weight",

@@ -22,6 +22,7 @@ import uvicorn
 from app.hub.library import ModelSpec, external_model, known_models
 from app.keys import ApiKey, load_api_key
 from app.paths import AppPaths, write_private
+from app.service.advisor import Advisor
 from app.service.asgi import LOOPBACK_HOSTS
 from app.service.control import ControlApi, EndpointInfo
 from app.service.engines import EngineManager, LifecyclePolicy
@@ -161,7 +162,7 @@ class Service:
         )
         gateway_config = GatewayConfig(key_value, allowed, frozenset(options.cors_origins))
         gateway = Gateway(manager, gateway_config, session, request_log)
-        control = ControlApi(manager, bus, token, endpoint, self.request_stop, request_log)
+        control = ControlApi(manager, bus, token, endpoint, self.request_stop, request_log, Advisor(paths))
         servers = [_uvicorn_server(gateway, gateway_sock), _uvicorn_server(control, control_sock)]
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
