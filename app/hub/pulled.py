@@ -86,3 +86,12 @@ def record_pull(
     entry = PulledModel(model_id, repo_id, variant, commit, tuple(str(file) for file in files), size)
     _save(paths, [m for m in models if m.id != model_id] + [entry])
     return entry
+
+
+def forget_pull(paths: AppPaths, model_id: str) -> PulledModel | None:
+    """Remove a pull from the index (its files are the caller's to delete) and return it; None when unknown."""
+    models = load_pulled(paths)
+    found = next((m for m in models if m.id == model_id), None)
+    if found is not None:
+        _save(paths, [m for m in models if m.id != model_id])
+    return found

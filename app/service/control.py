@@ -31,6 +31,7 @@ from app.service.asgi import (
 )
 from app.service.engines import EngineManager, PlanConflict, UnknownModel
 from app.service.events import EventBus
+from app.service.hub_routes import HubRoutes
 from app.service.overrides import MAX_BODY, BadOverrides, PlanOverrides
 from app.service.request_log import RequestLog
 from engines.gguf import GGUFError
@@ -64,8 +65,10 @@ class ControlApi:
         request_shutdown: Callable[[], None],
         request_log: RequestLog,
         advisor: Advisor,
+        hub: HubRoutes | None = None,
     ) -> None:
         self._manager = manager
+        self._hub = hub
         self._advisor = advisor
         self._bus = bus
         self._token = token
@@ -141,6 +144,8 @@ class ControlApi:
             case "POST", ["api", "shutdown"]:
                 await send_json(send, 202, {"status": "shutting down"})
                 self._request_shutdown()
+            case _ if self._hub is not None and await self._hub.handle(method, parts, query, receive, send):
+                pass
             case _:
                 await send_error(send, 404, f"Unknown route {method} /{'/'.join(parts)}.", "invalid_request_error")
 

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 import aiohttp
 import uvicorn
 
+from app.hub.cache import default_cache_dir
 from app.hub.library import ModelSpec, external_model, known_models
 from app.keys import ApiKey, load_api_key
 from app.paths import AppPaths, write_private
@@ -28,6 +29,7 @@ from app.service.control import ControlApi, EndpointInfo
 from app.service.engines import EngineManager, LifecyclePolicy
 from app.service.events import EventBus
 from app.service.gateway import Gateway, GatewayConfig
+from app.service.hub_routes import HubRoutes, hub_endpoint
 from app.service.request_log import RequestLog
 from engines.processes import reap_leftover_engines
 from engines.states import EngineState
@@ -162,7 +164,9 @@ class Service:
         )
         gateway_config = GatewayConfig(key_value, allowed, frozenset(options.cors_origins))
         gateway = Gateway(manager, gateway_config, session, request_log)
-        control = ControlApi(manager, bus, token, endpoint, self.request_stop, request_log, Advisor(paths))
+        advisor = Advisor(paths)
+        hub = HubRoutes(manager, bus, advisor, paths, default_cache_dir(), hub_endpoint())
+        control = ControlApi(manager, bus, token, endpoint, self.request_stop, request_log, advisor, hub)
         servers = [_uvicorn_server(gateway, gateway_sock), _uvicorn_server(control, control_sock)]
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
@@ -189,6 +193,7 @@ class Service:
                 server.should_exit = True
             for preload in preloads:
                 preload.cancel()
+            await hub.downloads.pause_all()  # partial files stay for the next run to resume
             await manager.stop_all()
             await asyncio.gather(*tasks, return_exceptions=True)
             await session.close()
