@@ -8,9 +8,11 @@ from typing import Any
 
 from PySide6.QtCore import Qt, QTimer, Slot
 from PySide6.QtGui import QAction, QCloseEvent
-from PySide6.QtWidgets import QLabel, QMainWindow, QSplitter, QVBoxLayout, QWidget
+from PySide6.QtWidgets import QLabel, QMainWindow, QSplitter, QTabWidget, QVBoxLayout, QWidget
 
+from app.gui.discover_page import DiscoverPage
 from app.gui.endpoint_panel import EndpointPanel
+from app.gui.library_page import LibraryPage
 from app.gui.log_panel import MAX_LINES, LogPanel
 from app.gui.memory_chart import MemoryChartPanel
 from app.gui.model_item_model import ModelItemModel
@@ -48,6 +50,9 @@ class MainWindow(QMainWindow):
         self.log_panel = LogPanel()
         self.memory_chart_panel = MemoryChartPanel()
         self.connection_label = QLabel("Not connected")
+        self.tabs = QTabWidget()
+        self.library_page = LibraryPage(connection)
+        self.discover_page = DiscoverPage(connection)
         self.setup_action = QAction("Set up a model\N{HORIZONTAL ELLIPSIS}", self)
         self.setup_action.setToolTip("See what this machine can run, and launch a model with the settings that fit")
         self.setup_action.setEnabled(False)
@@ -70,7 +75,11 @@ class MainWindow(QMainWindow):
         central.addWidget(right)
         central.setStretchFactor(1, 2)
         central.setSizes([420, 680])  # room for the model list's four columns
-        self.setCentralWidget(central)
+        self.tabs.addTab(central, "&Run")
+        self.tabs.addTab(self.library_page, "&Models")
+        self.tabs.addTab(self.discover_page, "&Discover")
+        self.tabs.setAccessibleName("Pages")
+        self.setCentralWidget(self.tabs)
         self.statusBar().addPermanentWidget(self.connection_label)
         self.menuBar().addMenu("&Models").addAction(self.setup_action)
         toolbar = self.addToolBar("Main")
@@ -95,6 +104,7 @@ class MainWindow(QMainWindow):
         panel.sig_stop_requested.connect(self._on_model_list_stop_requested)
         self.endpoint_panel.sig_text_copied.connect(self._on_endpoint_text_copied)
         self.setup_action.triggered.connect(self._on_setup_action_triggered)
+        self.discover_page.downloads_panel.sig_download_finished.connect(self._on_downloads_panel_download_finished)
 
     @property
     def connection(self) -> ServiceConnection:
@@ -107,6 +117,8 @@ class MainWindow(QMainWindow):
         self.connection_label.setText(status)
         self.model_list_panel.set_actions_enabled(self._connection.is_connected)
         self.setup_action.setEnabled(self._connection.is_connected)
+        if self._connection.is_connected:
+            self.discover_page.downloads_panel.refresh()
 
     @Slot(str)
     def _on_connection_error_occurred(self, message: str) -> None:
@@ -192,6 +204,12 @@ class MainWindow(QMainWindow):
     @Slot(str)
     def _on_endpoint_text_copied(self, what: str) -> None:
         self.statusBar().showMessage(f"Copied the {what} to the clipboard.", 3000)
+
+    @Slot(object)
+    def _on_downloads_panel_download_finished(self, record: dict[str, Any]) -> None:
+        self.statusBar().showMessage(
+            f"Downloaded {record['repo']} ({record['variant']}): {record['model_id']} is in the library.", 10_000
+        )
 
     @Slot()
     def _on_setup_action_triggered(self) -> None:

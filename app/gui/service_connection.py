@@ -53,6 +53,7 @@ class ServiceConnection(QObject):
     sig_engine_changed = Signal(object)  # an engine event
     sig_log_received = Signal(str, str)  # model id, line
     sig_logs_loaded = Signal(str, object)  # model id, list of the latest lines
+    sig_download_changed = Signal(object)  # a download's record, as GET /api/downloads lists them
     sig_endpoint_received = Signal(object)  # {url, api_key, key_source, key_note}
     sig_connection_closed = Signal()
     # Internal: a worker's result, as a callable to run on the GUI thread (queued across threads).
@@ -123,7 +124,17 @@ class ServiceConnection(QObject):
         if self._client is None or not self.is_connected:
             on_failed(NOT_CONNECTED)
             return
-        self._submit(functools.partial(job, self._client), on_done, on_failed)
+
+        # An answer that arrives once the connection is closed is dropped: the view that asked may be gone.
+        def done(result: T) -> None:
+            if not self.is_closed:
+                on_done(result)
+
+        def failed(message: str) -> None:
+            if not self.is_closed:
+                on_failed(message)
+
+        self._submit(functools.partial(job, self._client), done, failed)
 
     # Opening ---------------------------------------------------------------------------------------------
 
@@ -153,6 +164,7 @@ class ServiceConnection(QObject):
         stream.sig_snapshot_received.connect(self.sig_models_received)
         stream.sig_engine_changed.connect(self.sig_engine_changed)
         stream.sig_log_received.connect(self.sig_log_received)
+        stream.sig_download_changed.connect(self.sig_download_changed)
         stream.sig_stream_ended.connect(self._on_stream_ended)
         self._stream = stream
         stream.start()
