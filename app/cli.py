@@ -12,6 +12,7 @@ import urllib.parse
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from app.cli_hub import HUB_COMMANDS, add_hub_commands, run_hub_command
 from app.client import ControlError, ServiceUnavailable, connect, default_port
 from app.hub.library import known_models
 from app.keys import load_api_key
@@ -70,6 +71,7 @@ def _parser() -> argparse.ArgumentParser:
     recommend.add_argument("--users", type=int, metavar="N", help="concurrent users to serve (--use serve; 8)")
     recommend.add_argument("--hardware", type=Path, metavar="FILE", help="plan for a recorded `hw --json` profile")
     recommend.add_argument("--json", action="store_true", help="print the recommendation as JSON")
+    add_hub_commands(commands)
     return parser
 
 
@@ -210,6 +212,8 @@ def main(argv: Sequence[str] | None = None) -> None:
             code = _hw(args, paths)
         elif args.command == "recommend":
             code = _recommend(args, paths)
+        elif args.command in HUB_COMMANDS:
+            code = run_hub_command(args, paths)
         else:
             code = {"models": _models, "ps": _ps, "key": _key}[args.command](paths)
     except (ServiceUnavailable, ControlError) as exc:
