@@ -146,7 +146,7 @@ def _download_one(
         lock.parent.mkdir(parents=True, exist_ok=True)
         try:
             with FileLock(lock, timeout=0):
-                if not blob.is_file():  # another process may have finished it while we waited for the lock
+                if not blob.is_file():  # checked again under the lock: another process may have just finished it
                     _fetch_with_retries(client, file, cache, state, retry, endpoint)
                     _verify_and_store(file, cache)
         except Timeout:
