@@ -10,6 +10,7 @@ import asyncio
 import itertools
 import logging
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -28,6 +29,8 @@ log = logging.getLogger("modeldeck.downloads")
 JobState = Literal["running", "paused", "cancelled", "failed", "completed"]
 ACTIVE: frozenset[JobState] = frozenset({"running", "paused"})
 PROGRESS_INTERVAL_S = 0.25  # a few events a second, whatever the network's speed
+MAX_PARALLEL = 3  # more wait their turn: parallel streams from one Hub rarely add speed
+SHUTDOWN_WAIT_S = 5.0
 
 
 def sentence(message: str) -> str:
@@ -84,6 +87,9 @@ class Downloads:
         self._on_pulled = on_pulled
         self._jobs: dict[str, DownloadJob] = {}
         self._ids = itertools.count(1)
+        # Their own threads: a download holds one for minutes, and asyncio's shared pool (a few threads on a
+        # small machine) also serves hardware detection, model headers and the keyring.
+        self._executor = ThreadPoolExecutor(MAX_PARALLEL, thread_name_prefix="download")
 
     def jobs(self) -> list[DownloadJob]:
         return list(self._jobs.values())
@@ -125,26 +131,28 @@ class Downloads:
             raise DownloadConflict(f"{job.id} is {job.state}; there is nothing to cancel.")
         if job.token is not None:
             job.token.cancel()
-        if job.run is not None:
+        if job.run is not None and not job.run.done():
             await asyncio.wait({job.run})
         if job.state == "completed":  # the cancel came after the last byte: the model is in the library
             return job
+        job.state, job.rate_bps, job.eta_s = "cancelled", None, None  # before any await: a resume is refused now
         # A paused or failed job has no worker to delete its partials: do it here.
         await asyncio.to_thread(self._drop_partials, job)
-        job.state, job.rate_bps, job.eta_s = "cancelled", None, None
         job.done = await asyncio.to_thread(self._bytes_on_disk, job)
         self._publish(job)
         return job
 
     async def pause_all(self) -> None:
-        """At shutdown: stop every worker, keeping partial files for the next run to resume."""
+        """At shutdown: stop every worker, keeping partial files for the next run to resume. A worker stuck
+        reading from a stalled connection notices at its read timeout; shutdown does not wait that long."""
         runs = []
         for job in self._jobs.values():
             if job.token is not None and job.run is not None and not job.run.done():
                 job.token.pause()
                 runs.append(job.run)
         if runs:
-            await asyncio.wait(runs)
+            await asyncio.wait(runs, timeout=SHUTDOWN_WAIT_S)
+        self._executor.shutdown(wait=False, cancel_futures=True)
 
     def _job(self, job_id: str) -> DownloadJob:
         job = self._jobs.get(job_id)
@@ -164,11 +172,12 @@ class Downloads:
 
     async def _run(self, job: DownloadJob, token: TaskState, hub_token: str | None) -> None:
         try:
-            model = await asyncio.to_thread(self._pull, job.request, token, hub_token)
+            loop = asyncio.get_running_loop()
+            model = await loop.run_in_executor(self._executor, self._pull, job.request, token, hub_token)
         except Stopped as stop:
-            job.state = "paused" if stop.reason == "pause" else "cancelled"
             # Progress reports are throttled, so the last one may be behind what reached the disk.
-            job.done = await asyncio.to_thread(self._bytes_on_disk, job)
+            on_disk = await asyncio.to_thread(self._bytes_on_disk, job)
+            job.state, job.done = ("paused" if stop.reason == "pause" else "cancelled"), on_disk
         except (HubError, UnsafeName) as exc:
             job.state, job.error = "failed", sentence(str(exc))
         except Exception as exc:  # a worker's failure has no other way to reach the user than the job's state

@@ -195,3 +195,27 @@ def test_library_refuses_to_delete_the_bundled_model_and_a_corrupt_import(
     assert error_of(client.import_model, str(good)).status == 409
     client.delete_model("tiny-copy")
     assert "tiny-copy" not in model_ids(client) and good.exists()
+
+
+def test_a_download_cut_by_a_service_stop_resumes_in_the_next_service(
+    hub: FakeHub, hub_service: RunningService, gguf_bytes: bytes, hf_home: Path, paths: AppPaths, tmp_path: Path
+) -> None:
+    add_repo(hub, REPO_ID, {FILE: gguf_bytes})
+    hub.faults.drop_after, hub.faults.drop_times = DROP_BYTES, 1000
+    job = hub_service.client.start_download(REPO_ID, "Q4_1")
+    wait_for(lambda: download(hub_service.client, job["id"])["done"] >= DROP_BYTES)
+    stop_service_process(hub_service)  # SIGTERM: the service pauses its downloads, then exits
+    assert hub_service.process.returncode == 0, hub_service.output()
+    partial = RepoCache(hf_home / "hub", REPO_ID).incomplete(sha256(gguf_bytes))
+    kept = partial.stat().st_size
+    assert kept >= DROP_BYTES
+    hub.faults.drop_times = 0
+    fetched_before = len(hub.downloads(FILE))
+    again = start_service_process(paths, tmp_path)
+    try:
+        second = again.client.start_download(REPO_ID, "Q4_1")
+        done = wait_state(again.client, second["id"], "completed", "failed")
+        assert done["state"] == "completed", done["error"]
+        assert hub.downloads(FILE)[fetched_before].range == f"bytes={kept}-"
+    finally:
+        stop_service_process(again)
