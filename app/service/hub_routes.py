@@ -92,8 +92,8 @@ class HubRoutes:
                 await send_json(send, 201, await self._import(await _json_body(receive)))
             case "POST", ["api", "library", model_id, "verify"]:
                 spec = self._spec(model_id)
-                pulled = pulled_by_id(self._paths).get(model_id)
-                await send_json(send, 200, (await asyncio.to_thread(verify, spec, pulled)).to_dict())
+                verdict = await asyncio.to_thread(lambda: verify(spec, pulled_by_id(self._paths).get(model_id)))
+                await send_json(send, 200, verdict.to_dict())
             case "DELETE", ["api", "library", model_id]:
                 await self._delete(self._spec(model_id))
                 await send_json(send, 200, {"deleted": model_id})
