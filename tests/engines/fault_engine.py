@@ -15,7 +15,6 @@ import sys
 import threading
 import time
 
-
 PROBED = threading.Event()  # set once the supervisor has seen the engine ready
 
 
