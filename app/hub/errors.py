@@ -19,12 +19,16 @@ OFFLINE_MESSAGE = "offline: search and download need the network; everything els
 
 
 class HubError(Exception):
-    """A Hub operation failed; the message says what to do. `retryable` marks failures worth another try."""
+    """A Hub operation failed; the message says what to do. `retryable` marks failures worth another try; `kind`
+    (gated, not_found, rate_limited, variant_required) lets a caller answer with the matching HTTP status."""
 
-    def __init__(self, message: str, *, retryable: bool = False, retry_after_s: float | None = None) -> None:
+    def __init__(
+        self, message: str, *, retryable: bool = False, retry_after_s: float | None = None, kind: str | None = None
+    ) -> None:
         super().__init__(message)
         self.retryable = retryable
         self.retry_after_s = retry_after_s
+        self.kind = kind
 
 
 class OfflineError(HubError):
@@ -50,24 +54,30 @@ def for_status(
 ) -> HubError:
     """The error for an HTTP answer of the Hub, with its X-Error-Code when it sent one."""
     if error_code == "GatedRepo":
-        return HubError(gated_message(endpoint, repo_id, has_token))
+        return HubError(gated_message(endpoint, repo_id, has_token), kind="gated")
     if status == 401 and not has_token:
         return HubError(
             f"{repo_id} was not found, or it is private: check the name at {model_page(endpoint, repo_id)}, "
-            "or save a Hugging Face token with `modeldeck hf-token set`"
+            "or save a Hugging Face token with `modeldeck hf-token set`",
+            kind="not_found",
         )
     if status == 401:
         return HubError("the Hub refused your Hugging Face token: save a valid one with `modeldeck hf-token set`")
     if status == 403:
         return HubError(f"your Hugging Face token may not read {repo_id}: check its permissions, then retry")
     if status == 404 and error_code == "EntryNotFound":
-        return HubError(f"that file is not in {repo_id}: see the list of files at {model_page(endpoint, repo_id)}")
+        return HubError(
+            f"that file is not in {repo_id}: see the list of files at {model_page(endpoint, repo_id)}", kind="not_found"
+        )
     if status == 404:
-        return HubError(f"{repo_id} was not found on the Hub: check the name (organization/model)")
+        return HubError(f"{repo_id} was not found on the Hub: check the name (organization/model)", kind="not_found")
     if status == 429:
         wait = _seconds(retry_after)
         return HubError(
-            "the Hub is limiting requests (429): wait a minute, then retry", retryable=True, retry_after_s=wait
+            "the Hub is limiting requests (429): wait a minute, then retry",
+            retryable=True,
+            retry_after_s=wait,
+            kind="rate_limited",
         )
     if status >= 500:
         return HubError(f"the Hub answered {status}; it may be down for a moment, retry later", retryable=True)
@@ -86,11 +96,13 @@ def translate(exc: Exception, endpoint: str, repo_id: str, has_token: bool) -> H
     if isinstance(exc, HubError):
         return exc
     if isinstance(exc, GatedRepoError):
-        return HubError(gated_message(endpoint, repo_id, has_token))
+        return HubError(gated_message(endpoint, repo_id, has_token), kind="gated")
     if isinstance(exc, RemoteEntryNotFoundError):
-        return HubError(f"that file is not in {repo_id}: see the list of files at {model_page(endpoint, repo_id)}")
+        return HubError(
+            f"that file is not in {repo_id}: see the list of files at {model_page(endpoint, repo_id)}", kind="not_found"
+        )
     if isinstance(exc, RevisionNotFoundError):
-        return HubError(f"{repo_id} has no such revision")
+        return HubError(f"{repo_id} has no such revision", kind="not_found")
     if isinstance(exc, HfHubHTTPError):
         response = exc.response
         status = response.status_code if response is not None else 0

@@ -53,19 +53,22 @@ def choose_variant(request: PullRequest, details: ModelDetails) -> Variant:
     if request.filename is not None:
         chosen = next((v for v in variants if request.filename in {f.path for f in v.files}), None)
         if chosen is None:
-            raise HubError(f"{request.filename} is not a GGUF model file of {request.repo_id}")
+            raise HubError(f"{request.filename} is not a GGUF model file of {request.repo_id}", kind="not_found")
     elif request.variant is not None:
         found = pick_variant(list(variants), request.variant)
         if found is None:
-            raise HubError(f"{request.repo_id} has no {request.variant}; it has: {describe_variants(variants)}")
+            raise HubError(
+                f"{request.repo_id} has no {request.variant}; it has: {describe_variants(variants)}", kind="not_found"
+            )
         chosen = found
     elif len(variants) == 1:
         chosen = variants[0]
     elif not variants:
-        raise HubError(f"{request.repo_id} has no GGUF files ModelDeck can serve")
+        raise HubError(f"{request.repo_id} has no GGUF files ModelDeck can serve", kind="not_found")
     else:
         raise HubError(
-            f"{request.repo_id} has {len(variants)} variants: {describe_variants(variants)}; pick one, e.g. {example}"
+            f"{request.repo_id} has {len(variants)} variants: {describe_variants(variants)}; pick one, e.g. {example}",
+            kind="variant_required",
         )
     if not chosen.complete:
         raise HubError(f"{chosen.name} of {request.repo_id} is split into {chosen.parts_expected} parts, not all there")

@@ -220,19 +220,23 @@ async def _json_body(receive: Receive) -> dict[str, Any]:
     return body
 
 
+# HubError.kind -> HTTP status and error type of the control API's answer
+_HUB_ERROR_STATUS = {
+    "gated": (403, "hub_error"),
+    "not_found": (404, "hub_error"),
+    "rate_limited": (429, "hub_error"),
+    "variant_required": (400, "invalid_request_error"),
+}
+
+
 async def _send_hub_error(send: Send, exc: Exception) -> None:
     message = sentence(str(exc)) or "The Hub request failed."
     if isinstance(exc, OfflineError):
         await send_error(send, 503, message, "hub_error", "offline")
     elif isinstance(exc, UnsafeName):
         await send_error(send, 400, message, "invalid_request_error", "bad_name")
-    elif " is gated" in message:
-        await send_error(send, 403, message, "hub_error", "gated")
-    elif "pick one" in message:
-        await send_error(send, 400, message, "invalid_request_error", "variant_required")
-    elif "was not found" in message or "is not in" in message or " has no " in message:
-        await send_error(send, 404, message, "hub_error", "not_found")
-    elif "(429)" in message:
-        await send_error(send, 429, message, "hub_error", "rate_limited")
+    elif isinstance(exc, HubError) and exc.kind in _HUB_ERROR_STATUS:
+        status, error_type = _HUB_ERROR_STATUS[exc.kind]
+        await send_error(send, status, message, error_type, exc.kind)
     else:
         await send_error(send, 502, message, "hub_error")
