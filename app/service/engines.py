@@ -298,6 +298,7 @@ class EngineManager:
             "pid": supervisor.pid if supervisor else None,
             "port": supervisor.port if supervisor and supervisor.pid else None,
             "restarts": supervisor.restarts if supervisor else 0,
+            "diagnosis": asdict(supervisor.diagnosis) if supervisor and supervisor.diagnosis else None,
             "rss_bytes": _rss(supervisor.pid) if supervisor and supervisor.pid else None,
             "running_requests": queue.running if queue else 0,
             "waiting_requests": queue.waiting if queue else 0,
