@@ -1,0 +1,54 @@
+"""`modeldeck bench` on the bundled model: a sweep at concurrency 1 and 4 produces a complete card."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+from app.hub.library import BUNDLED_ID
+from app.paths import AppPaths
+from tests.conftest import REPO, RunningService
+
+OUTPUT_TOKENS = 16
+
+
+def modeldeck(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "app", *args], capture_output=True, text=True, cwd=REPO,
+                          timeout=240, check=False)  # fmt: skip
+
+
+def test_bench_sweep_writes_a_complete_card(service: RunningService, paths: AppPaths) -> None:
+    done = modeldeck("bench", BUNDLED_ID, "--concurrency", "1,4", "--prompt-tokens", "32",
+                     "--output-tokens", str(OUTPUT_TOKENS), "--requests", "4", "--json")  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    card = json.loads(done.stdout)
+    assert card["schema_version"] == 1
+    assert card["model"]["id"] == BUNDLED_ID and card["model"]["quantization"] == "Q4_1"
+    assert card["engine"]["name"] == "llama-cpp-python" and card["engine"]["version"]
+    assert card["engine"]["plan"]["context"] > 0
+    assert len(card["hardware"]["id"]) == 16 and card["hardware"]["logical_cores"] >= 1
+    assert card["parameters"]["concurrency"] == [1, 4]
+    levels = card["results"]
+    assert [level["concurrency"] for level in levels] == [1, 4]
+    for level in levels:
+        assert level["errors"] == 0 and level["completed"] == level["requests"] == 4
+        assert 0 < level["output_tokens"] <= 4 * OUTPUT_TOKENS
+        assert 0 < level["output_tokens_per_s"] < 10_000
+        assert 0 < level["ttft_p50_s"] <= level["ttft_p99_s"] < 30
+        assert 0 < level["itl_p50_s"] <= level["itl_p99_s"] < 5
+        assert level["prompt_tokens_mean"] >= 20
+    assert levels[0]["gain"] == 1.0
+    # One request at a time in llama-cpp-python: more concurrency queues, it does not multiply throughput.
+    assert 0.3 < levels[1]["gain"] < 3
+    assert levels[1]["ttft_p99_s"] > levels[0]["ttft_p50_s"]
+
+    saved = sorted(paths.bench_dir.iterdir())
+    assert [p.suffix for p in saved] == [".json", ".md"]
+    assert json.loads(saved[0].read_text()) == card
+    markdown = saved[1].read_text()
+    assert f"# Benchmark: {BUNDLED_ID}" in markdown and "| 4 |" in markdown and "Q4_1" in markdown
+
+    compared = modeldeck("bench", "--compare", card["id"], str(saved[0]))
+    assert compared.returncode == 0, compared.stderr
+    assert "c=4 TTFT p99 ms" in compared.stdout and card["id"] in compared.stdout
