@@ -69,6 +69,7 @@ class DashboardPanel(QWidget):
         self._curves: dict[SeriesKey, pg.PlotDataItem] = {}
         self._known_models: set[str] = set()
         self._shown_range = (0.0, 0.0)
+        self._last_draw = 0.0
 
         self.window_combo = QComboBox()
         for text, seconds in WINDOWS:
@@ -116,7 +117,7 @@ class DashboardPanel(QWidget):
         for chart in CHARTS:
             plot = pg.PlotItem(title=chart.title, axisItems={"bottom": pg.DateAxisItem(orientation="bottom")})
             plot.setLabel("left", chart.unit)
-            plot.showGrid(x=True, y=True, alpha=0.2)
+            plot.showGrid(x=False, y=False)
             plot.setMouseEnabled(x=False, y=False)
             plot.setMenuEnabled(False)
             plot.setClipToView(True)
@@ -135,8 +136,14 @@ class DashboardPanel(QWidget):
                 self._place(chart.key)
 
     def _place(self, chart_key: str) -> None:
-        index = [chart.key for chart in CHARTS].index(chart_key)
+        keys = [chart.key for chart in CHARTS]
+        index = keys.index(chart_key)
         self.plot_layout.addItem(self.plots[chart_key], row=index // 2, col=index % 2)
+        # The x axes are linked: dates under the lowest row only, which also halves the text drawn per frame.
+        shown = [keys.index(key) for key in keys if key in self.plots and self.chart_shown(key)]
+        last_row = max(i // 2 for i in shown)
+        for i in shown:
+            self.plots[keys[i]].getAxis("bottom").setStyle(showValues=i // 2 == last_row)
 
     def chart_shown(self, chart_key: str) -> bool:
         return self.plots[chart_key].scene() is not None
@@ -181,12 +188,17 @@ class DashboardPanel(QWidget):
     def _on_refresh_timer_timeout(self) -> None:
         if self.window_s > RAW_WINDOW_S and time.monotonic() - self._last_fetch >= REFETCH_LONG_WINDOW_S:
             self._fetch_history()
-        self.refresh()
+        # Redrawing before the window has moved by a pixel would change nothing visible: at 1 h on 500 pixels
+        # that is one draw every 7 s rather than every second.
+        width = max(1.0, float(self.plots[CHARTS[0].key].vb.width()))
+        if time.monotonic() - self._last_draw >= self.window_s / width:
+            self.refresh()
 
     def refresh(self) -> None:
         """Push changed series to their curves and move the window to the latest sample. Skipped while paused."""
         if self.pause_button.isChecked():
             return
+        self._last_draw = time.monotonic()
         self.refresh_count += 1
         for key, buffer in self.data.changed():
             chart = _CHART_OF_NAME.get(key[0])
