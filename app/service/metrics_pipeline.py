@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import sqlite3
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -64,9 +65,15 @@ class MetricsPipeline:
             return
         self._has_gpus = await asyncio.to_thread(self._gpus.open)
         if self._history is not None:
-            restored = await asyncio.to_thread(self._history.load_into, self.store, time.time())
-            log.info("metrics history: %d series restored", restored)
-            self._history.start()
+            try:
+                restored = await asyncio.to_thread(self._history.load_into, self.store, time.time())
+            except sqlite3.Error as exc:
+                # Charts without yesterday beat no service: the file is left for the user to inspect or delete.
+                log.error("metrics history unreadable, running without it: %s", exc)
+                self._history = None
+            else:
+                log.info("metrics history: %d series restored", restored)
+                self._history.start()
         self._task = asyncio.create_task(self._run(), name="metrics-pipeline")
 
     async def stop(self) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 from app.hub.library import BUNDLED_ID
 from app.paths import AppPaths
@@ -49,6 +50,14 @@ def test_bench_sweep_writes_a_complete_card(service: RunningService, paths: AppP
     markdown = saved[1].read_text()
     assert f"# Benchmark: {BUNDLED_ID}" in markdown and "| 4 |" in markdown and "Q4_1" in markdown
 
-    compared = modeldeck("bench", "--compare", card["id"], str(saved[0]))
+    # The table a person reads, and a second card to compare with the first.
+    second = modeldeck("bench", BUNDLED_ID, "--concurrency", "1", "--output-tokens", "8", "--requests", "2")
+    assert second.returncode == 0, second.stderr
+    assert "concurrency    1:" in second.stdout and "| 1 |" in second.stdout and "Card: " in second.stdout
+    second_id = Path(second.stdout.split("Card: ")[1].split()[0]).stem
+    compared = modeldeck("bench", "--compare", card["id"], str(paths.bench_dir / f"{second_id}.json"))
     assert compared.returncode == 0, compared.stderr
-    assert "c=4 TTFT p99 ms" in compared.stdout and card["id"] in compared.stdout
+    lines = {line.split("  ")[0]: line for line in compared.stdout.splitlines()}
+    assert card["id"] in lines["card"] and second_id in lines["card"]
+    assert lines["c=4 TTFT p99 ms"].rstrip().endswith("-")  # the second card has no level 4
+    assert modeldeck("bench", "--compare", "no-such-card", card["id"]).returncode == 2

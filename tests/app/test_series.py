@@ -5,6 +5,8 @@ from __future__ import annotations
 import sqlite3
 from pathlib import Path
 
+import pytest
+
 from app.service.series import MINUTE_S, Point, SeriesStore, downsample
 from app.service.series_history import SeriesHistory, compact
 
@@ -62,3 +64,10 @@ def test_history_round_trip_and_compaction(tmp_path: Path) -> None:
     finally:
         connection.close()
     assert MINUTE_S == 60
+
+
+def test_an_unreadable_history_file_is_an_error_the_pipeline_can_catch(tmp_path: Path) -> None:
+    database = tmp_path / "metrics.sqlite"
+    database.write_bytes(b"this is not a database" * 100)
+    with pytest.raises(sqlite3.DatabaseError):
+        SeriesHistory(database).load_into(SeriesStore(), T0)
