@@ -205,10 +205,11 @@ class EngineScraper:
         live = {(model_id, pid) for pid, model_id in engine_pids.items()}
         for key in self._translators.keys() - live:
             del self._translators[key]
-        results = await asyncio.gather(*(self._scrape(*target) for target in targets))
+        results = await asyncio.gather(*(self.scrape(*target) for target in targets))
         return [point for result in results for point in result]
 
-    async def _scrape(self, model_id: str, url: str, translator: MetricTranslator) -> list[Point]:
+    async def scrape(self, model_id: str, url: str, translator: MetricTranslator) -> list[Point]:
+        """One engine's /metrics in our names, or nothing (said once in the log) when it does not answer."""
         headers = {"Authorization": f"Bearer {self._manager.internal_key}"}
         try:
             async with self._session.get(
