@@ -225,7 +225,7 @@ class DashboardPanel(QWidget):
         plot = self.plots[chart.key]
         index = sum(1 for other in self._curves if _CHART_OF_NAME[other[0]] is chart)
         dashed = key[0].endswith(("_total_bytes", "p95_s"))  # limits and tails, drawn apart from the lines they bound
-        pen = pg.mkPen(pg.intColor(index, hues=9, maxValue=220), width=1.5)
+        pen = pg.mkPen(pg.intColor(index, hues=6, maxValue=230), width=1.5)
         if dashed:
             pen.setStyle(Qt.PenStyle.DashLine)
         curve = plot.plot(pen=pen, name=key_label(key))
