@@ -72,6 +72,14 @@ def _parser() -> argparse.ArgumentParser:
     recommend.add_argument("--hardware", type=Path, metavar="FILE", help="plan for a recorded `hw --json` profile")
     recommend.add_argument("--json", action="store_true", help="print the recommendation as JSON")
     add_hub_commands(commands)
+    bench = commands.add_parser("bench", help="measure a model's throughput and latency at rising concurrency")
+    bench.add_argument("model", nargs="?", metavar="MODEL", help="a model id from `modeldeck models`")
+    bench.add_argument("--concurrency", default="1,4,16,64", metavar="N,N,...", help="levels to sweep (1,4,16,64)")
+    bench.add_argument("--prompt-tokens", type=int, default=256, metavar="N", help="prompt length (about 256)")
+    bench.add_argument("--output-tokens", type=int, default=128, metavar="N", help="tokens to generate (128)")
+    bench.add_argument("--requests", type=int, metavar="N", help="requests per level (max(8, 2 x concurrency))")
+    bench.add_argument("--json", action="store_true", help="print the benchmark card as JSON")
+    bench.add_argument("--compare", nargs=2, metavar=("CARD_A", "CARD_B"), help="show two saved cards side by side")
     return parser
 
 
@@ -198,6 +206,44 @@ def _recommend(args: argparse.Namespace, paths: AppPaths) -> int:
     return 0 if result.best else 1
 
 
+def _bench(args: argparse.Namespace, paths: AppPaths) -> int:
+    from app.bench.card import compare, load_card, results_table
+    from app.bench.sweep import SweepOptions, level_line, parse_concurrency, run_sweep
+
+    if args.compare:
+        try:
+            cards = [load_card(reference, paths.bench_dir) for reference in args.compare]
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            print(f"modeldeck: cannot read the card: {exc}", file=sys.stderr)
+            return 2
+        print(compare(*cards), end="")
+        return 0
+    if not args.model:
+        print("modeldeck: bench needs a MODEL (or --compare CARD_A CARD_B)", file=sys.stderr)
+        return 2
+    try:
+        options = SweepOptions(parse_concurrency(args.concurrency), args.prompt_tokens, args.output_tokens,
+                               args.requests)  # fmt: skip
+    except ValueError as exc:
+        print(f"modeldeck: {exc}", file=sys.stderr)
+        return 2
+    client = connect(paths)
+    if client is None:
+        print("The ModelDeck service is not running (start it with `modeldeck serve`).", file=sys.stderr)
+        return 1
+    try:
+        progress = None if args.json else (lambda level: print(level_line(level), flush=True))
+        card = run_sweep(client, args.model, options, progress)
+    finally:
+        client.close()
+    json_path, md_path = card.save(paths.bench_dir)
+    if args.json:
+        print(json.dumps(card.to_dict(), indent=2))
+    else:
+        print("\n".join(["", *results_table(card.results), "", f"Card: {md_path}", f"      {json_path}"]))
+    return 0 if all(level.errors == 0 for level in card.results) else 1
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     args = _parser().parse_args(argv)
     paths = app_paths()
@@ -214,6 +260,8 @@ def main(argv: Sequence[str] | None = None) -> None:
             code = _recommend(args, paths)
         elif args.command in HUB_COMMANDS:
             code = run_hub_command(args, paths)
+        elif args.command == "bench":
+            code = _bench(args, paths)
         else:
             code = {"models": _models, "ps": _ps, "key": _key}[args.command](paths)
     except (ServiceUnavailable, ControlError) as exc:

@@ -184,6 +184,28 @@ class ControlClient:
         result: dict[str, Any] = self._call("POST", "/api/library/import", json={"path": path}, timeout=None)
         return result
 
+    def series(
+        self, window_s: int, names: list[str] | None = None, model: str | None = None, max_points: int | None = None
+    ) -> dict[str, Any]:
+        """Metric series over the last `window_s` seconds: {now, interval_s, sampler, series: [{name, labels, t, v}]}.
+
+        Points are 1 s apart for windows up to an hour and minute averages beyond; `names` and `model` narrow it.
+        """
+        params: dict[str, str | int] = {"window": window_s}
+        if names:
+            params["names"] = ",".join(names)
+        if model is not None:
+            params["model"] = model
+        if max_points is not None:
+            params["max_points"] = max_points
+        result: dict[str, Any] = self._call("GET", "/api/series", params=params)
+        return result
+
+    def requests(self, limit: int = 100) -> list[dict[str, Any]]:
+        """The latest request records of the gateway, oldest first."""
+        result: list[dict[str, Any]] = self._call("GET", "/api/requests", params={"limit": limit})
+        return result
+
     def shutdown(self) -> None:
         self._call("POST", "/api/shutdown")
 

@@ -31,6 +31,16 @@ class AppPaths:
         return self.data / "requests.sqlite"
 
     @property
+    def metrics_db(self) -> Path:
+        """History of the metrics pipeline's series (app.service.series_history)."""
+        return self.data / "metrics.sqlite"
+
+    @property
+    def bench_dir(self) -> Path:
+        """Benchmark cards, JSON and Markdown (app.bench)."""
+        return self.data / "bench"
+
+    @property
     def calibration_db(self) -> Path:
         """Predicted against measured memory of past launches (app.planner.calibration)."""
         return self.data / "calibration.sqlite"

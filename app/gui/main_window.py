@@ -10,6 +10,7 @@ from PySide6.QtCore import Qt, QTimer, Slot
 from PySide6.QtGui import QAction, QCloseEvent
 from PySide6.QtWidgets import QLabel, QMainWindow, QSplitter, QTabWidget, QVBoxLayout, QWidget
 
+from app.gui.dashboard_panel import DashboardPanel
 from app.gui.discover_page import DiscoverPage
 from app.gui.endpoint_panel import EndpointPanel
 from app.gui.library_page import LibraryPage
@@ -49,6 +50,9 @@ class MainWindow(QMainWindow):
         self.endpoint_panel = EndpointPanel()
         self.log_panel = LogPanel()
         self.memory_chart_panel = MemoryChartPanel()
+        self.dashboard_panel = DashboardPanel(connection)
+        self.dashboard_action = QAction("&Dashboard", self)
+        self.dashboard_action.setToolTip("Live throughput, latency, CPU, memory and GPU charts of every model")
         self.connection_label = QLabel("Not connected")
         self.tabs = QTabWidget()
         self.library_page = LibraryPage(connection)
@@ -79,13 +83,16 @@ class MainWindow(QMainWindow):
         self.tabs.addTab(self.library_page, "&Models")
         self.tabs.addTab(self.discover_page, "&Discover")
         self.tabs.setAccessibleName("Pages")
+        self.tabs.addTab(self.dashboard_panel, "Da&shboard")
         self.setCentralWidget(self.tabs)
         self.statusBar().addPermanentWidget(self.connection_label)
         self.menuBar().addMenu("&Models").addAction(self.setup_action)
+        self.menuBar().addMenu("&View").addAction(self.dashboard_action)
         toolbar = self.addToolBar("Main")
         toolbar.setObjectName("main_toolbar")
         toolbar.setMovable(False)
         toolbar.addAction(self.setup_action)
+        toolbar.addAction(self.dashboard_action)
 
     def _connect_signals(self) -> None:
         connection = self._connection
@@ -105,6 +112,8 @@ class MainWindow(QMainWindow):
         self.endpoint_panel.sig_text_copied.connect(self._on_endpoint_text_copied)
         self.setup_action.triggered.connect(self._on_setup_action_triggered)
         self.discover_page.downloads_panel.sig_download_finished.connect(self._on_downloads_panel_download_finished)
+        self.dashboard_action.triggered.connect(self._on_dashboard_action_triggered)
+        self.dashboard_panel.sig_exported.connect(self._on_dashboard_panel_exported)
 
     @property
     def connection(self) -> ServiceConnection:
@@ -224,6 +233,14 @@ class MainWindow(QMainWindow):
         else:
             dialog.restart()
         dialog.show()
+
+    @Slot()
+    def _on_dashboard_action_triggered(self) -> None:
+        self.tabs.setCurrentWidget(self.dashboard_panel)
+
+    @Slot(str)
+    def _on_dashboard_panel_exported(self, message: str) -> None:
+        self.statusBar().showMessage(message, 5000)
 
     @Slot(str)
     def _on_setup_dialog_model_launched(self, model_id: str) -> None:

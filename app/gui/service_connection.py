@@ -52,6 +52,7 @@ class ServiceConnection(QObject):
     sig_usage_received = Signal(object)  # a poll: list of model records (memory, pid, restarts)
     sig_engine_changed = Signal(object)  # an engine event
     sig_log_received = Signal(str, str)  # model id, line
+    sig_sample_received = Signal(object)  # a metrics sample, once a second: {t, points}
     sig_logs_loaded = Signal(str, object)  # model id, list of the latest lines
     sig_download_changed = Signal(object)  # a download's record, as GET /api/downloads lists them
     sig_endpoint_received = Signal(object)  # {url, api_key, key_source, key_note}
@@ -165,6 +166,7 @@ class ServiceConnection(QObject):
         stream.sig_engine_changed.connect(self.sig_engine_changed)
         stream.sig_log_received.connect(self.sig_log_received)
         stream.sig_download_changed.connect(self.sig_download_changed)
+        stream.sig_sample_received.connect(self.sig_sample_received)
         stream.sig_stream_ended.connect(self._on_stream_ended)
         self._stream = stream
         stream.start()

@@ -32,6 +32,7 @@ from app.service.asgi import (
 from app.service.engines import EngineManager, PlanConflict, UnknownModel
 from app.service.events import EventBus
 from app.service.hub_routes import HubRoutes
+from app.service.metrics_pipeline import DEFAULT_MAX_POINTS, MetricsPipeline
 from app.service.overrides import MAX_BODY, BadOverrides, PlanOverrides
 from app.service.request_log import RequestLog
 from engines.gguf import GGUFError
@@ -66,9 +67,11 @@ class ControlApi:
         request_log: RequestLog,
         advisor: Advisor,
         hub: HubRoutes | None = None,
+        metrics: MetricsPipeline | None = None,
     ) -> None:
         self._manager = manager
         self._hub = hub
+        self._metrics = metrics
         self._advisor = advisor
         self._bus = bus
         self._token = token
@@ -126,6 +129,8 @@ class ControlApi:
                 aggregates = self._request_log.aggregates(float(window))
                 await send_json(send, 200, {"window_s": int(window), "models": aggregates,
                                             "queues": self._manager.queue_depths()})  # fmt: skip
+            case "GET", ["api", "series"]:
+                await self._series(query, send)
             case "GET", ["api", "requests"]:
                 limit = query.get("limit", ["100"])[0]
                 if not limit.isdigit():
@@ -207,6 +212,26 @@ class ControlApi:
             await send_error(send, 422, str(exc), "invalid_request_error", "model_unreadable")
             return
         await send_json(send, 200, result.to_dict())
+
+    async def _series(self, query: dict[str, list[str]], send: Send) -> None:
+        """Time series over `window` seconds (1 s points up to an hour, minute averages beyond), at most
+        `max_points` points each; `names` (comma-separated) and `model` narrow the answer."""
+        if self._metrics is None:
+            await send_error(send, 404, "This service runs without a metrics pipeline.", "invalid_request_error")
+            return
+        window, max_points = query.get("window", ["600"])[0], query.get("max_points", [str(DEFAULT_MAX_POINTS)])[0]
+        if not window.isdigit() or not 0 < int(window) <= 7 * 24 * 3600:
+            await send_error(send, 400, "`window` must be a whole number of seconds up to a week.",
+                             "invalid_request_error", param="window")  # fmt: skip
+            return
+        if not max_points.isdigit() or not 0 < int(max_points) <= 100_000:
+            await send_error(send, 400, "`max_points` must be a whole number from 1 to 100000.",
+                             "invalid_request_error", param="max_points")  # fmt: skip
+            return
+        names_text = ",".join(query.get("names", []))
+        names = {name for name in names_text.split(",") if name} or None
+        model = query.get("model", [None])[0]
+        await send_json(send, 200, self._metrics.query(float(window), names, model, int(max_points)))
 
     async def _stream_events(self, send: Send) -> None:
         """Server-sent events: a snapshot of every model first, then engine and log events as they happen."""

@@ -8,6 +8,7 @@ import sqlite3
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import fields
 from pathlib import Path
 from typing import Any
@@ -29,12 +30,19 @@ class RequestLog:
         self._totals: dict[tuple[str, int], int] = {}
         self._tokens: dict[tuple[str, str], int] = {}
         self._pending: queue.SimpleQueue[RequestRecord | None] = queue.SimpleQueue()
+        self._listeners: list[Callable[[RequestRecord], None]] = []
         database.parent.mkdir(parents=True, exist_ok=True)
         self._writer = threading.Thread(target=self._write, args=(database,), name="request-log", daemon=True)
         self._writer.start()
 
+    def add_listener(self, listener: Callable[[RequestRecord], None]) -> None:
+        """Call `listener` with every record as it is added (on the event loop; it must be quick)."""
+        self._listeners.append(listener)
+
     def add(self, record: RequestRecord) -> None:
         self._recent.append(record)
+        for listener in self._listeners:
+            listener(record)
         key = (record.model, record.status)
         self._totals[key] = self._totals.get(key, 0) + 1
         for kind, count in (("prompt", record.prompt_tokens), ("completion", record.completion_tokens)):

@@ -30,7 +30,9 @@ from app.service.engines import EngineManager, LifecyclePolicy
 from app.service.events import EventBus
 from app.service.gateway import Gateway, GatewayConfig
 from app.service.hub_routes import HubRoutes, hub_endpoint
+from app.service.metrics_pipeline import MetricsPipeline
 from app.service.request_log import RequestLog
+from app.service.series_history import SeriesHistory
 from engines.processes import reap_leftover_engines
 from engines.states import EngineState
 from engines.supervisor import SupervisorPolicy
@@ -166,7 +168,8 @@ class Service:
         gateway = Gateway(manager, gateway_config, session, request_log)
         advisor = Advisor(paths)
         hub = HubRoutes(manager, bus, advisor, paths, default_cache_dir(), hub_endpoint())
-        control = ControlApi(manager, bus, token, endpoint, self.request_stop, request_log, advisor, hub)
+        metrics = MetricsPipeline(manager, bus, request_log, session, SeriesHistory(paths.metrics_db))
+        control = ControlApi(manager, bus, token, endpoint, self.request_stop, request_log, advisor, hub, metrics)
         servers = [_uvicorn_server(gateway, gateway_sock), _uvicorn_server(control, control_sock)]
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
@@ -186,6 +189,7 @@ class Service:
             if endpoint.key_note:
                 log.warning("API key: %s", endpoint.key_note)
             preloads += [asyncio.create_task(self._start_model(manager, model_id)) for model_id in options.models]
+            await metrics.start()
             await self._stop.wait()
         finally:
             log.info("stopping")
@@ -194,6 +198,7 @@ class Service:
             for preload in preloads:
                 preload.cancel()
             await hub.downloads.pause_all()  # partial files stay for the next run to resume
+            await metrics.stop()
             await manager.stop_all()
             await asyncio.gather(*tasks, return_exceptions=True)
             await session.close()

@@ -1,0 +1,67 @@
+"""`modeldeck bench` on the bundled model: a sweep at concurrency 1 and 4 produces a complete card."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from app.hub.library import BUNDLED_ID
+from app.paths import AppPaths
+from tests.conftest import REPO, RunningService
+
+OUTPUT_TOKENS = 16
+
+
+def modeldeck(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "app", *args], capture_output=True, text=True, cwd=REPO,
+                          timeout=240, check=False)  # fmt: skip
+
+
+def test_bench_sweep_writes_a_complete_card(service: RunningService, paths: AppPaths) -> None:
+    done = modeldeck("bench", BUNDLED_ID, "--concurrency", "1,4", "--prompt-tokens", "32",
+                     "--output-tokens", str(OUTPUT_TOKENS), "--requests", "4", "--json")  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    card = json.loads(done.stdout)
+    assert card["schema_version"] == 1
+    assert card["model"]["id"] == BUNDLED_ID and card["model"]["quantization"] == "Q4_1"
+    assert card["engine"]["name"] == "llama-cpp-python" and card["engine"]["version"]
+    assert card["engine"]["plan"]["context"] > 0
+    assert len(card["hardware"]["id"]) == 16 and card["hardware"]["logical_cores"] >= 1
+    assert card["parameters"]["concurrency"] == [1, 4]
+    levels = card["results"]
+    assert [level["concurrency"] for level in levels] == [1, 4]
+    for level in levels:
+        assert level["errors"] == 0 and level["completed"] == level["requests"] == 4
+        assert 0 < level["output_tokens"] <= 4 * OUTPUT_TOKENS
+        assert 0 < level["output_tokens_per_s"] < 10_000
+        assert 0 < level["ttft_p50_s"] <= level["ttft_p99_s"] < 30
+        assert 0 < level["itl_p50_s"] <= level["itl_p99_s"] < 5
+        assert level["prompt_tokens_mean"] >= 20
+    assert levels[0]["gain"] == 1.0
+    # Throughput itself swings on a shared 2-core machine; the gain must be exactly the ratio of the two.
+    ratio = levels[1]["output_tokens_per_s"] / levels[0]["output_tokens_per_s"]
+    assert levels[1]["gain"] == pytest.approx(ratio)
+    # One request at a time in llama-cpp-python: at concurrency 4 the last in line waits for three others.
+    assert levels[1]["ttft_p99_s"] > levels[0]["ttft_p50_s"]
+
+    saved = sorted(paths.bench_dir.iterdir())
+    assert [p.suffix for p in saved] == [".json", ".md"]
+    assert json.loads(saved[0].read_text()) == card
+    markdown = saved[1].read_text()
+    assert f"# Benchmark: {BUNDLED_ID}" in markdown and "| 4 |" in markdown and "Q4_1" in markdown
+
+    # The table a person reads, and a second card to compare with the first.
+    second = modeldeck("bench", BUNDLED_ID, "--concurrency", "1", "--output-tokens", "8", "--requests", "2")
+    assert second.returncode == 0, second.stderr
+    assert "concurrency    1:" in second.stdout and "| 1 |" in second.stdout and "Card: " in second.stdout
+    second_id = Path(second.stdout.split("Card: ")[1].split()[0]).stem
+    compared = modeldeck("bench", "--compare", card["id"], str(paths.bench_dir / f"{second_id}.json"))
+    assert compared.returncode == 0, compared.stderr
+    lines = {line.split("  ")[0]: line for line in compared.stdout.splitlines()}
+    assert card["id"] in lines["card"] and second_id in lines["card"]
+    assert lines["c=4 TTFT p99 ms"].rstrip().endswith("-")  # the second card has no level 4
+    assert modeldeck("bench", "--compare", "no-such-card", card["id"]).returncode == 2
