@@ -6,6 +6,7 @@ import argparse
 import asyncio
 import logging
 import logging.handlers
+import math
 import sys
 import urllib.parse
 from collections.abc import Callable, Sequence
@@ -34,6 +35,19 @@ def _upstream(text: str) -> tuple[str, str]:
     return model_id, url
 
 
+def _model_ttl(text: str) -> tuple[str, float | None]:
+    model_id, _, seconds = text.partition("=")
+    if model_id and seconds == "never":
+        return model_id, None
+    try:
+        ttl = float(seconds)
+    except ValueError:
+        ttl = math.nan
+    if not model_id or not ttl > 0 or math.isinf(ttl):
+        raise argparse.ArgumentTypeError(f"expected ID=SECONDS (a positive number) or ID=never, got {text!r}")
+    return model_id, ttl
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="modeldeck", description="Serve language models locally.")
     commands = parser.add_subparsers(dest="command")
@@ -45,6 +59,10 @@ def _parser() -> argparse.ArgumentParser:
         "--no-api-key", action="store_true", help="accept requests without a key (only on a loopback address)"
     )
     serve.add_argument("--idle-ttl", type=float, metavar="SECONDS", help="stop engines unused for this long")
+    serve.add_argument(
+        "--model-ttl", action="append", default=[], type=_model_ttl, metavar="ID=SECONDS",
+        help="idle TTL of one model, over --idle-ttl; ID=never keeps it loaded (repeatable)",
+    )  # fmt: skip
     serve.add_argument(
         "--max-memory", type=_size, metavar="SIZE", help="stop least recently used engines to stay under this (8G)"
     )
@@ -89,6 +107,7 @@ def _serve(args: argparse.Namespace, paths: AppPaths) -> int:
         cors_origins=tuple(args.cors_origin),
         upstreams=tuple(args.upstream),
         max_waiting=args.max_queue,
+        model_ttls=tuple(dict(args.model_ttl).items()),
     )
     loop_factory: Callable[[], asyncio.AbstractEventLoop]
     try:

@@ -51,6 +51,7 @@ class ServeOptions:
     cors_origins: tuple[str, ...] = ()
     upstreams: tuple[tuple[str, str], ...] = ()  # (model id, base URL) of external servers
     max_waiting: int = 32
+    model_ttls: tuple[tuple[str, float | None], ...] = ()  # (model id, idle TTL; None: never) over idle_ttl_s
 
 
 class _Server(uvicorn.Server):
@@ -115,7 +116,7 @@ class Service:
         for directory in (paths.config, paths.data, paths.logs, paths.state):
             directory.mkdir(parents=True, exist_ok=True)
         models = known_models(paths) | {model_id: external_model(model_id, url) for model_id, url in options.upstreams}
-        unknown = [m for m in options.models if m not in models]
+        unknown = [m for m in (*options.models, *(m for m, _ in options.model_ttls)) if m not in models]
         if unknown:
             raise ServiceError(f"Unknown model {', '.join(unknown)}. Known models: {', '.join(models) or 'none'}.")
         if not options.require_api_key and not is_loopback(options.host):
@@ -143,7 +144,9 @@ class Service:
     ) -> None:
         options, paths = self.options, self.paths
         bus = EventBus()
-        lifecycle = LifecyclePolicy(options.idle_ttl_s, options.max_loaded_bytes, options.max_waiting)
+        lifecycle = LifecyclePolicy(
+            options.idle_ttl_s, options.max_loaded_bytes, options.max_waiting, dict(options.model_ttls)
+        )
         manager = EngineManager(models, paths, bus, self._policy, lifecycle)
         request_log = RequestLog(paths.requests_db, bus)
         gateway_port = gateway_sock.getsockname()[1]

@@ -243,6 +243,26 @@ def test_two_models_alternate_under_a_memory_cap_and_idle_ttl(
         stop_service_process(service)
 
 
+def test_a_model_ttl_overrides_the_default(paths: AppPaths, tmp_path: Path, bundled_gguf: Path) -> None:
+    paths.models_dir.mkdir(parents=True)
+    for name in ("second", "third"):
+        (paths.models_dir / f"{name}.gguf").write_bytes(bundled_gguf.read_bytes())
+    service = start_service_process(
+        paths, tmp_path, "--idle-ttl", "600", "--model-ttl", "second=2", "--model-ttl", "third=never"
+    )
+    try:
+        ttls = {m["id"]: m["idle_ttl_s"] for m in service.client.models()}
+        assert ttls == {BUNDLED_ID: 600, "second": 2, "third": None}
+        client = service.openai_client()
+        for model in ("second", BUNDLED_ID):
+            assert client.completions.create(model=model, prompt="Hi", max_tokens=2).choices
+        wait_until(lambda: model_state(service, "second")["state"] == "stopped", timeout=20)
+        assert "idle (TTL 2 s)" in str(model_state(service, "second")["message"])
+        assert model_state(service, BUNDLED_ID)["state"] == "ready"
+    finally:
+        stop_service_process(service)
+
+
 def test_requests_are_measured_and_logged(paths: AppPaths, tmp_path: Path) -> None:
     service = start_service_process(paths, tmp_path, "--model", BUNDLED_ID)
     try:
