@@ -74,6 +74,10 @@ def _parser() -> argparse.ArgumentParser:
         "--max-queue", type=int, default=32, metavar="N", help="requests waiting per engine before 429 (32)"
     )
     serve.add_argument("--cors-origin", action="append", default=[], metavar="ORIGIN", help="allow this web origin")
+    serve.add_argument(
+        "--log-request-text", action="store_true",
+        help="keep each request's prompt and completion text in the request log (off: measurements only)",
+    )  # fmt: skip
     commands.add_parser("models", help="list the models ModelDeck can serve")
     commands.add_parser("ps", help="list the running engines")
     commands.add_parser("key", help="print the API key of the OpenAI endpoint")
@@ -108,6 +112,7 @@ def _serve(args: argparse.Namespace, paths: AppPaths) -> int:
         upstreams=tuple(args.upstream),
         max_waiting=args.max_queue,
         model_ttls=tuple(dict(args.model_ttl).items()),
+        log_request_text=args.log_request_text,
     )
     loop_factory: Callable[[], asyncio.AbstractEventLoop]
     try:

@@ -43,6 +43,7 @@ from app.service.engines import EngineManager
 from app.service.metering import RequestRecord, StreamMeter, ends_with_done, percentile, split_done, usage_event
 from app.service.prompt_tokens import count_tokens, prompt_text
 from app.service.request_log import RequestLog
+from app.service.request_text import PROMPT_FIELDS, RequestText
 from app.service.validation import CheckedRequest, InvalidRequest, check_request
 from engines.states import EngineState
 
@@ -59,6 +60,7 @@ class GatewayConfig:
     cors_origins: frozenset[str] = frozenset()
     max_body_bytes: int = 4 * 1024 * 1024
     start_timeout_s: float = 300.0
+    log_request_text: bool = False  # the user's choice: prompts and completions in the request log
 
 
 @dataclass
@@ -72,6 +74,7 @@ class _Outcome:
     completion_tokens: int | None = None
     error: str | None = None
     complete: bool = False  # the engine's answer was passed on in full
+    text: RequestText | None = None  # only when the user keeps request text
 
 
 class Gateway:
@@ -167,6 +170,8 @@ class Gateway:
             )  # fmt: skip
             return
         outcome = _Outcome()
+        if self._config.log_request_text:
+            outcome.text = RequestText(path, payload.get(PROMPT_FIELDS[path]), checked.stream)
         started_at, started = time.time(), time.monotonic()
         # Serve while watching for the client to go away: then its queued or running request is cancelled.
         serve = asyncio.create_task(self._serve(path, body, payload, checked, send, outcome))
@@ -178,7 +183,7 @@ class Gateway:
             await serve
         if not outcome.complete and (serve.cancelled() or outcome.status == 0):
             outcome.status, outcome.error = CLIENT_CLOSED, outcome.error or "client disconnected"
-        self._log.add(_record(path, checked, outcome, started_at, time.monotonic() - started))
+        self._log.add(_record(path, checked, outcome, started_at, time.monotonic() - started), outcome.text)
 
     async def _serve(
         self, path: str, body: bytes, payload: dict[str, Any], checked: CheckedRequest, send: Send, outcome: _Outcome
@@ -250,6 +255,8 @@ class Gateway:
                     if path == "/v1/embeddings" and upstream.status == 200:
                         answer = _shape_embeddings(answer, not capabilities.embeddings_pooled, encoding == "base64")
                     _read_usage(answer, outcome)
+                    if outcome.text is not None:
+                        outcome.text.answer.append(answer)
                     await send({"type": "http.response.start", "status": upstream.status, "headers": response_headers})
                     outcome.complete = True
                     await send({"type": "http.response.body", "body": answer})
@@ -257,6 +264,7 @@ class Gateway:
                 await send({"type": "http.response.start", "status": 200, "headers": response_headers})
                 started = True
                 meter = outcome.meter = StreamMeter(time.monotonic())
+                keep = outcome.text.answer.append if outcome.text is not None else None
                 async for chunk in upstream.content.iter_any():
                     meter.feed(chunk)
                     finished = ends_with_done(chunk)
@@ -268,6 +276,8 @@ class Gateway:
                             count and text is not None) else None  # fmt: skip
                         outcome.prompt_tokens = prompt_tokens
                         chunk = before + usage_event(meter.first_event, prompt_tokens, meter.completion_tokens) + done
+                    if keep is not None:
+                        keep(chunk)
                     await send({"type": "http.response.body", "body": chunk, "more_body": True})
                     # A client may leave as soon as it has read [DONE], before the engine closes the stream.
                     outcome.complete = outcome.complete or finished

@@ -52,6 +52,7 @@ class ServeOptions:
     upstreams: tuple[tuple[str, str], ...] = ()  # (model id, base URL) of external servers
     max_waiting: int = 32
     model_ttls: tuple[tuple[str, float | None], ...] = ()  # (model id, idle TTL; None: never) over idle_ttl_s
+    log_request_text: bool = False  # keep prompts and completions in the request log
 
 
 class _Server(uvicorn.Server):
@@ -162,7 +163,9 @@ class Service:
         session = aiohttp.ClientSession(
             connector=connector, timeout=aiohttp.ClientTimeout(total=None, connect=10), auto_decompress=False
         )
-        gateway_config = GatewayConfig(key_value, allowed, frozenset(options.cors_origins))
+        gateway_config = GatewayConfig(
+            key_value, allowed, frozenset(options.cors_origins), log_request_text=options.log_request_text
+        )
         gateway = Gateway(manager, gateway_config, session, request_log)
         control = ControlApi(manager, bus, token, endpoint, self.request_stop, request_log)
         servers = [_uvicorn_server(gateway, gateway_sock), _uvicorn_server(control, control_sock)]

@@ -22,6 +22,8 @@ from app.paths import AppPaths
 from tests.conftest import RunningService, start_service_process, stop_service_process
 
 MESSAGES = [{"role": "user", "content": "Write a short poem about the sea."}]
+SECRET_MESSAGES = [{"role": "user", "content": "Tell me about the quartz-zebra-1729 lighthouse."}]
+SECRET_PROMPT = "The password of the quartz-zebra-4913 vault is"
 
 
 def raw_post(service: RunningService, path: str, content: bytes, **headers: str) -> httpx.Response:
@@ -268,8 +270,9 @@ def test_requests_are_measured_and_logged(paths: AppPaths, tmp_path: Path) -> No
     try:
         client = service.openai_client()
         for _ in range(2):
-            list(client.chat.completions.create(model=BUNDLED_ID, messages=MESSAGES, max_tokens=8, stream=True))
-        client.completions.create(model=BUNDLED_ID, prompt="Hi", max_tokens=5)
+            list(client.chat.completions.create(model=BUNDLED_ID, messages=SECRET_MESSAGES, max_tokens=8,
+                                                stream=True))  # fmt: skip
+        reply = client.completions.create(model=BUNDLED_ID, prompt=SECRET_PROMPT, max_tokens=12, temperature=0)
         auth = {"Authorization": f"Bearer {service.client.address.token}"}
         control = service.client.address.control_url
         metrics = httpx.get(f"{control}/api/metrics?window=600", headers=auth, timeout=10).json()
@@ -286,7 +289,31 @@ def test_requests_are_measured_and_logged(paths: AppPaths, tmp_path: Path) -> No
     assert len(rows) == 3
     streamed = [row for row in rows if row[1]]
     assert len(streamed) == 2 and all(row[2] > 0 and row[3] > 0 for row in streamed)
-    assert all(json.dumps(row).find("Hi") < 0 for row in rows)  # no prompt text is kept
+    stored = paths.requests_db.read_bytes()
+    answer = reply.choices[0].text.strip()
+    assert len(answer) > 8, answer
+    for text in (SECRET_PROMPT, SECRET_MESSAGES[0]["content"], answer):
+        assert text.encode() not in stored  # no prompt or completion text unless the user asks for it
+
+
+def test_request_text_is_logged_when_turned_on(paths: AppPaths, tmp_path: Path) -> None:
+    service = start_service_process(paths, tmp_path, "--model", BUNDLED_ID, "--log-request-text")
+    try:
+        client = service.openai_client()
+        streamed = "".join(
+            chunk.choices[0].delta.content or ""
+            for chunk in client.chat.completions.create(model=BUNDLED_ID, messages=SECRET_MESSAGES, max_tokens=12,
+                                                        stream=True, stream_options={"include_usage": True})
+            if chunk.choices
+        )  # fmt: skip
+        reply = client.completions.create(model=BUNDLED_ID, prompt=SECRET_PROMPT, max_tokens=12)
+    finally:
+        stop_service_process(service)
+    with sqlite3.connect(paths.requests_db) as database:
+        rows = database.execute("SELECT route, prompt_text, completion_text FROM requests ORDER BY time").fetchall()
+    assert [row[0] for row in rows] == ["/v1/chat/completions", "/v1/completions"]
+    assert json.loads(rows[0][1]) == SECRET_MESSAGES and rows[0][2] == streamed and streamed.strip()
+    assert json.loads(rows[1][1]) == SECRET_PROMPT and rows[1][2] == reply.choices[0].text
 
 
 def test_keys_stay_off_command_lines_and_out_of_logs(service: RunningService, paths: AppPaths) -> None:
