@@ -121,6 +121,12 @@ class EngineManager:
         supervisor = self._supervisors.get(model_id)
         return supervisor.base_url if supervisor and supervisor.state == EngineState.READY else None
 
+    async def engine_refused(self, model_id: str) -> bool:
+        """The model's engine refused a connection: True if its process turns out to have exited (its
+        supervisor then restarts it, and start() waits for that); False for an external server."""
+        supervisor = self._supervisors.get(model_id)
+        return supervisor is not None and await supervisor.wait_exited(timeout_s=2.0)
+
     def _state_and_message(self, model_id: str) -> tuple[EngineState, str]:
         url = self.models[model_id].url
         if url is not None:

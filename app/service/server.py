@@ -16,7 +16,6 @@ import time
 from collections.abc import Callable, Generator
 from dataclasses import dataclass
 
-import aiohttp
 import uvicorn
 
 from app.hub.library import ModelSpec, external_model, known_models
@@ -28,6 +27,7 @@ from app.service.engines import EngineManager, LifecyclePolicy
 from app.service.events import EventBus
 from app.service.gateway import Gateway, GatewayConfig
 from app.service.request_log import RequestLog
+from app.service.upstream import UpstreamPool
 from engines.processes import reap_leftover_engines
 from engines.states import EngineState
 from engines.supervisor import SupervisorPolicy
@@ -93,9 +93,10 @@ def bind_socket(host: str, port: int, what: str) -> socket.socket:
 
 
 def _uvicorn_server(app: Callable[..., object], sock: socket.socket) -> tuple[_Server, socket.socket]:
+    # No proxy-headers middleware: clients' X-Forwarded-* are not to be believed, and it costs every request.
     config = uvicorn.Config(
         app, http="httptools", loop="none", lifespan="off", access_log=False, log_level="warning",
-        timeout_graceful_shutdown=2, timeout_keep_alive=30,
+        proxy_headers=False, timeout_graceful_shutdown=2, timeout_keep_alive=30,
     )  # fmt: skip
     return _Server(config), sock
 
@@ -159,14 +160,11 @@ class Service:
         token = secrets.token_urlsafe(32)
         write_private(paths.control_token_file, token + "\n")
         allowed = LOOPBACK_HOSTS if is_loopback(options.host) else LOOPBACK_HOSTS | {options.host}
-        connector = aiohttp.TCPConnector(limit=0, keepalive_timeout=60)
-        session = aiohttp.ClientSession(
-            connector=connector, timeout=aiohttp.ClientTimeout(total=None, connect=10), auto_decompress=False
-        )
+        pool = UpstreamPool()
         gateway_config = GatewayConfig(
             key_value, allowed, frozenset(options.cors_origins), log_request_text=options.log_request_text
         )
-        gateway = Gateway(manager, gateway_config, session, request_log)
+        gateway = Gateway(manager, gateway_config, pool, request_log)
         control = ControlApi(manager, bus, token, endpoint, self.request_stop, request_log)
         servers = [_uvicorn_server(gateway, gateway_sock), _uvicorn_server(control, control_sock)]
         loop = asyncio.get_running_loop()
@@ -196,7 +194,7 @@ class Service:
                 preload.cancel()
             await manager.stop_all()
             await asyncio.gather(*tasks, return_exceptions=True)
-            await session.close()
+            pool.close()
             await asyncio.to_thread(request_log.close)
             for sig in (signal.SIGINT, signal.SIGTERM):
                 loop.remove_signal_handler(sig)

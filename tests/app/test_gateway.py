@@ -153,6 +153,17 @@ def test_client_disconnect_frees_the_engine(service: RunningService) -> None:
     assert statuses[-2:] == [499, 200]
 
 
+def test_connections_to_the_engine_are_kept_alive(service: RunningService) -> None:
+    client = service.openai_client()
+    for _ in range(2):
+        client.completions.create(model=BUNDLED_ID, prompt="Hi", max_tokens=2)
+        list(client.completions.create(model=BUNDLED_ID, prompt="Hi", max_tokens=2, stream=True))
+    port = model_state(service, BUNDLED_ID)["port"]
+    gateway = psutil.Process(service.process.pid)
+    to_engine = [c for c in gateway.net_connections("tcp") if c.raddr and c.raddr.port == port]
+    assert [c.status for c in to_engine] == [psutil.CONN_ESTABLISHED]
+
+
 def test_engine_killed_mid_stream_ends_stream_with_error(service: RunningService) -> None:
     client = service.openai_client()
     stream = client.chat.completions.create(model=BUNDLED_ID, messages=MESSAGES, max_tokens=2000, stream=True)
@@ -289,7 +300,7 @@ def test_requests_are_measured_and_logged(paths: AppPaths, tmp_path: Path) -> No
     assert len(rows) == 3
     streamed = [row for row in rows if row[1]]
     assert len(streamed) == 2 and all(row[2] > 0 and row[3] > 0 for row in streamed)
-    stored = paths.requests_db.read_bytes()
+    stored = b"".join(path.read_bytes() for path in paths.requests_db.parent.glob(paths.requests_db.name + "*"))
     answer = reply.choices[0].text.strip()
     assert len(answer) > 8, answer
     for text in (SECRET_PROMPT, SECRET_MESSAGES[0]["content"], answer):
