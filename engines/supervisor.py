@@ -129,7 +129,7 @@ class EngineSupervisor:
                 await asyncio.wait_for(asyncio.shield(process.wait()), timeout_s)
             except TimeoutError:
                 return False
-        if self.state == EngineState.READY:
+        if self._process is process and self.state == EngineState.READY:
             self._settled.clear()  # the lifecycle task has not seen the exit yet; it sets this again
         return True
 

@@ -286,7 +286,7 @@ class Gateway:
                 event = b"data: " + json.dumps(openai_error(message, "server_error", "engine_failed")).encode()
                 await send({"type": "http.response.body", "body": event + b"\n\ndata: [DONE]\n\n"})
         finally:
-            upstream.release()
+            upstream.release(answered=outcome.complete)
 
     async def _post(
         self, model: str, base_url: str, path: str, body: bytes, send: Send, outcome: _Outcome
@@ -335,9 +335,13 @@ class Gateway:
                 chunk = await self._with_usage(chunk, meter, base_url, path, payload, checked, outcome)
             if keep is not None:
                 keep(chunk)
-            await send({"type": "http.response.body", "body": chunk, "more_body": True})
             # A client may leave as soon as it has read [DONE], before the engine closes the stream.
             outcome.complete = outcome.complete or finished
+            if upstream.complete:  # the engine's last bytes: end the answer in the same write
+                outcome.complete = True
+                await send({"type": "http.response.body", "body": chunk})
+                return
+            await send({"type": "http.response.body", "body": chunk, "more_body": True})
         outcome.complete = True
         await send({"type": "http.response.body", "body": b""})
 

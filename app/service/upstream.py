@@ -19,6 +19,7 @@ from urllib.parse import urlsplit
 import httptools
 
 CONNECT_TIMEOUT_S = 10.0
+_DRAIN_S = 2.0  # how long the end of an answer nobody reads is awaited, to keep its connection
 _PAUSE_AFTER = 64  # body pieces buffered for a reader that does not keep up before the engine is paused
 
 
@@ -59,7 +60,7 @@ class Response:
     """An answer being read. `status` and `headers` are set when it is returned; the body is read with
     `read_chunk` (what arrived since the last call) or `read` (all of it)."""
 
-    __slots__ = ("_chunks", "_connection", "_done", "_error", "_waiter", "headers", "status")
+    __slots__ = ("_abandoned", "_chunks", "_connection", "_done", "_error", "_waiter", "headers", "status")
 
     def __init__(self, connection: _Connection) -> None:
         self._connection = connection
@@ -69,6 +70,7 @@ class Response:
         self._waiter: asyncio.Future[None] | None = None
         self._done = False
         self._error: UpstreamError | None = None
+        self._abandoned = False
 
     async def read_chunk(self) -> bytes:
         """The body bytes received since the last call, waiting for some; b"" once the body is complete."""
@@ -83,16 +85,26 @@ class Response:
             self._connection.resume()
         return chunks[0] if len(chunks) == 1 else b"".join(chunks)
 
+    @property
+    def complete(self) -> bool:
+        """The whole body has arrived (and may still wait to be read)."""
+        return self._done
+
     async def read(self) -> bytes:
         parts = []
         while chunk := await self.read_chunk():
             parts.append(chunk)
         return b"".join(parts)
 
-    def release(self) -> None:
+    def release(self, answered: bool = False) -> None:
         """Give the connection back: to the pool if the answer was read in full, else closed, which tells the
-        engine to stop working on the request."""
-        self._connection.finish(self._done and self._error is None)
+        engine to stop working on the request. `answered`: the caller needs no more of it (a client that
+        leaves right after `data: [DONE]`); the rest is then awaited briefly to keep the connection."""
+        if self._done or self._error is not None or not answered:
+            self._connection.finish(self._done and self._error is None)
+        else:
+            self._abandoned = True
+            self._connection.drain()
 
     async def _wait(self) -> None:
         self._waiter = asyncio.get_running_loop().create_future()
@@ -107,6 +119,8 @@ class Response:
             waiter.set_result(None)
 
     def _push(self, data: bytes) -> None:
+        if self._abandoned:
+            return
         self._chunks.append(data)
         self._wake()
         if len(self._chunks) > _PAUSE_AFTER and not self._connection.paused:
@@ -115,6 +129,8 @@ class Response:
     def _complete(self) -> None:
         self._done = True
         self._wake()
+        if self._abandoned:
+            self._connection.finish(True)
 
     def _fail(self, error: UpstreamError) -> None:
         if not self._done:
@@ -181,6 +197,16 @@ class _Connection(asyncio.Protocol):
             self._idle.append(self)
         else:
             self.close()
+
+    def drain(self) -> None:
+        """Let the current answer end on its own, then rejoin the pool; close if it takes too long."""
+        if self.paused:
+            self.resume()
+        asyncio.get_running_loop().call_later(_DRAIN_S, self._stop_draining, self._response)
+
+    def _stop_draining(self, response: Response | None) -> None:
+        if self._response is response:
+            self.finish(False)
 
     def close(self) -> None:
         self.closed = True

@@ -162,6 +162,8 @@ def test_connections_to_the_engine_are_kept_alive(service: RunningService) -> No
     gateway = psutil.Process(service.process.pid)
     to_engine = [c for c in gateway.net_connections("tcp") if c.raddr and c.raddr.port == port]
     assert [c.status for c in to_engine] == [psutil.CONN_ESTABLISHED]
+    time.sleep(6)  # past the engine's keep-alive timeout (uvicorn's 5 s): it closes the idle connection
+    assert client.completions.create(model=BUNDLED_ID, prompt="Hi", max_tokens=2).choices[0].text is not None
 
 
 def test_engine_killed_mid_stream_ends_stream_with_error(service: RunningService) -> None:
