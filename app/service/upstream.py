@@ -122,7 +122,6 @@ class Response:
         if self._abandoned:
             return
         self._chunks.append(data)
-        self._wake()
         if len(self._chunks) > _PAUSE_AFTER and not self._connection.paused:
             self._connection.pause()
 
@@ -163,6 +162,9 @@ class _Connection(asyncio.Protocol):
             self._parser.feed_data(data)
         except httptools.HttpParserError as exc:
             self._abort(UpstreamError(f"the engine's answer is not valid HTTP: {exc}"))
+            return
+        if self._response is not None:  # one wake-up for all the body pieces of this read
+            self._response._wake()
 
     def eof_received(self) -> bool:
         return False  # close our side too
