@@ -28,7 +28,8 @@ class UpstreamError(Exception):
 
 
 class Unreachable(UpstreamError):
-    """No connection could be opened: the request never reached the engine."""
+    """The engine did not take the request: no connection could be opened, or it was closed before any answer
+    (as happens for a moment while a killed engine's sockets are torn down)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -193,7 +194,7 @@ class _Connection(asyncio.Protocol):
 
     def finish(self, reusable: bool) -> None:
         self._response = None
-        if reusable and self._keep_alive and not self.closed:
+        if reusable and self._keep_alive and not self.closed and len(self._idle) < (self._idle.maxlen or 0):
             if self.paused:
                 self.resume()
             self._idle.append(self)
@@ -283,20 +284,21 @@ class UpstreamPool:
         response = connection.send(request)
         try:
             return await connection.answer()
+        except UpstreamError as exc:
+            response.release()
+            if connection.received:
+                raise
+            raise Unreachable(f"{exc} without answering") from exc
         except BaseException:
             response.release()
             raise
 
     async def _connect(self, endpoint: Endpoint) -> _Connection:
-        key = (endpoint.host, endpoint.port)
-        idle = self._idle.get(key)
-        if idle is None:
-            idle = self._idle[key] = deque(maxlen=self._max_idle)
+        idle = self._idle.setdefault((endpoint.host, endpoint.port), deque(maxlen=self._max_idle))
         loop = asyncio.get_running_loop()
-        target = idle
         try:
             async with asyncio.timeout(CONNECT_TIMEOUT_S):
-                _, connection = await loop.create_connection(lambda: _Connection(target), endpoint.host, endpoint.port)
+                _, connection = await loop.create_connection(lambda: _Connection(idle), endpoint.host, endpoint.port)
         except (OSError, TimeoutError) as exc:
             raise Unreachable(f"cannot connect to the engine: {exc.__class__.__name__}") from exc
         return connection
