@@ -4,17 +4,21 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import logging
 import logging.handlers
 import math
 import sys
 import urllib.parse
 from collections.abc import Callable, Sequence
+from pathlib import Path
 
+from app.cli_hub import HUB_COMMANDS, add_hub_commands, run_hub_command
 from app.client import ControlError, ServiceUnavailable, connect, default_port
 from app.hub.library import known_models
 from app.keys import load_api_key
 from app.paths import AppPaths, app_paths
+from app.planner.recommend import USES
 
 
 def _size(text: str) -> int:
@@ -81,6 +85,15 @@ def _parser() -> argparse.ArgumentParser:
     commands.add_parser("models", help="list the models ModelDeck can serve")
     commands.add_parser("ps", help="list the running engines")
     commands.add_parser("key", help="print the API key of the OpenAI endpoint")
+    hw = commands.add_parser("hw", help="show this machine's CPU, memory and GPUs, and why a GPU cannot be used")
+    hw.add_argument("--json", action="store_true", help="print the hardware profile as JSON")
+    recommend = commands.add_parser("recommend", help="say which engine, quantization and settings fit a model here")
+    recommend.add_argument("model", metavar="MODEL", help="a model id from `modeldeck models`, a GGUF file or a folder")
+    recommend.add_argument("--use", choices=USES, default="chat", help="chat (default), serve or long-context")
+    recommend.add_argument("--users", type=int, metavar="N", help="concurrent users to serve (--use serve; 8)")
+    recommend.add_argument("--hardware", type=Path, metavar="FILE", help="plan for a recorded `hw --json` profile")
+    recommend.add_argument("--json", action="store_true", help="print the recommendation as JSON")
+    add_hub_commands(commands)
     return parser
 
 
@@ -152,7 +165,15 @@ def _ps(paths: AppPaths) -> int:
     if not running:
         print("No engines are running.")
     for model in running:
-        print(f"{model['id']:32} {model['state']:11} pid {model['pid'] or '-':>7}  port {model['port'] or '-'}")
+        line = f"{model['id']:32} {model['state']:11} pid {model['pid'] or '-':>7}  port {model['port'] or '-':>5}"
+        memory = model.get("memory")
+        if memory:
+            line += (
+                f"  memory {memory['measured_at_load_bytes'] / 2**20:.0f} MiB at load, predicted "
+                f"{memory['predicted_at_load_bytes'] / 2**20:.0f} ({memory['error_at_load']:+.1%}), "
+                f"peak {memory['predicted_peak_bytes'] / 2**20:.0f} MiB"
+            )
+        print(line)
     return 0
 
 
@@ -162,6 +183,43 @@ def _key(paths: AppPaths) -> int:
         print(f"note: {key.note}", file=sys.stderr)
     print(key.value)
     return 0
+
+
+def _hw(args: argparse.Namespace, paths: AppPaths) -> int:
+    # Detection is local and read-only: it needs no service, and works when none is running.
+    from app.hardware.detect import detect_hardware
+    from app.hardware.summary import format_profile
+
+    profile = detect_hardware(paths.models_dir, bandwidth_cache=paths.bandwidth_cache)
+    print(profile.to_json() if args.json else format_profile(profile))
+    return 0
+
+
+def _recommend(args: argparse.Namespace, paths: AppPaths) -> int:
+    from app.hardware.detect import detect_hardware
+    from app.hardware.profile import HardwareProfile
+    from app.planner.calibration import CalibrationStore
+    from app.planner.plans import NoVariants, plan_model, resolve
+    from app.planner.summary import summary_lines
+    from engines.gguf import GGUFError
+
+    try:
+        model_id, variants = resolve(args.model, paths)
+        hardware = (
+            HardwareProfile.from_dict(json.loads(args.hardware.read_text(encoding="utf-8")))
+            if args.hardware
+            else detect_hardware(paths.models_dir, bandwidth_cache=paths.bandwidth_cache)
+        )
+    except (NoVariants, GGUFError, OSError, ValueError, KeyError, TypeError) as exc:
+        print(f"modeldeck: {exc}", file=sys.stderr)
+        return 2
+    result = plan_model(hardware, model_id, variants, args.use, args.users, CalibrationStore(paths.calibration_db))
+    print(
+        json.dumps({"model": model_id, **result.to_dict()}, indent=2)
+        if args.json
+        else "\n".join(summary_lines(model_id, result))
+    )
+    return 0 if result.best else 1
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -174,6 +232,12 @@ def main(argv: Sequence[str] | None = None) -> None:
             code = run_gui(paths)
         elif args.command == "serve":
             code = _serve(args, paths)
+        elif args.command == "hw":
+            code = _hw(args, paths)
+        elif args.command == "recommend":
+            code = _recommend(args, paths)
+        elif args.command in HUB_COMMANDS:
+            code = run_hub_command(args, paths)
         else:
             code = {"models": _models, "ps": _ps, "key": _key}[args.command](paths)
     except (ServiceUnavailable, ControlError) as exc:

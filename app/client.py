@@ -10,7 +10,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,6 +19,9 @@ import httpx
 from app.paths import AppPaths
 
 START_TIMEOUT_S = 30.0
+HUB_TIMEOUT_S = 60.0  # the Hub may be slow; the service answers at once when it is unreachable
+# The first hardware detection initialises NVML, and a recommendation reads model headers: allow more than a ping.
+PLANNING_TIMEOUT_S = 30.0
 PORT_ENV = "MODELDECK_PORT"
 DEFAULT_PORT = 8642
 
@@ -34,7 +37,11 @@ class ServiceUnavailable(Exception):
 
 
 class ControlError(Exception):
-    """The service answered with an error; the message is the service's."""
+    """The service answered with an error; the message is the service's, `status` its HTTP status."""
+
+    def __init__(self, message: str, status: int | None = None) -> None:
+        super().__init__(message)
+        self.status = status
 
 
 @dataclass(frozen=True)
@@ -82,7 +89,7 @@ class ControlClient:
                 message = response.json()["error"]["message"]
             except (ValueError, KeyError, TypeError):
                 message = response.text
-            raise ControlError(message)
+            raise ControlError(message, response.status_code)
         return response.json()
 
     def health(self) -> dict[str, Any]:
@@ -97,9 +104,31 @@ class ControlClient:
         result: dict[str, Any] = self._call("GET", "/api/endpoint")
         return result
 
-    def start_model(self, model_id: str, wait: bool = False) -> dict[str, Any]:
+    def start_model(
+        self, model_id: str, wait: bool = False, overrides: Mapping[str, int] | None = None
+    ) -> dict[str, Any]:
+        """Start a model; `overrides` (context, gpu_layers, threads, batch) replace the default plan's values.
+
+        A model already running with other values is not restarted: the service answers with an error.
+        """
         params = {"wait": "1"} if wait else None
-        result: dict[str, Any] = self._call("POST", f"/api/models/{model_id}/start", params=params, timeout=None)
+        body = dict(overrides) if overrides is not None else None
+        result: dict[str, Any] = self._call(
+            "POST", f"/api/models/{model_id}/start", params=params, json=body, timeout=None
+        )
+        return result
+
+    def hardware(self) -> dict[str, Any]:
+        """The service machine's hardware profile (CPU, memory, GPUs, and why a GPU cannot be used)."""
+        result: dict[str, Any] = self._call("GET", "/api/hardware", timeout=PLANNING_TIMEOUT_S)
+        return result
+
+    def recommend(self, model_id: str, use: str = "chat", users: int | None = None) -> dict[str, Any]:
+        """How to run a model for a use (chat, serve, long-context): the best option, alternatives, reasons."""
+        params: dict[str, str | int] = {"model": model_id, "use": use}
+        if users is not None:
+            params["users"] = users
+        result: dict[str, Any] = self._call("GET", "/api/recommend", params=params, timeout=PLANNING_TIMEOUT_S)
         return result
 
     def stop_model(self, model_id: str) -> dict[str, Any]:
@@ -108,6 +137,51 @@ class ControlClient:
 
     def logs(self, model_id: str, tail: int = 200) -> list[str]:
         result: list[str] = self._call("GET", f"/api/models/{model_id}/logs", params={"tail": tail})["lines"]
+        return result
+
+    # The Hub and the library -------------------------------------------------------------------------------
+
+    def hub_search(self, query: str, sort: str = "downloads", limit: int = 20) -> list[dict[str, Any]]:
+        params = {"q": query, "sort": sort, "limit": limit}
+        result: list[dict[str, Any]] = self._call("GET", "/api/hub/search", params=params, timeout=HUB_TIMEOUT_S)
+        return result
+
+    def hub_model(self, repo_id: str) -> dict[str, Any]:
+        """A Hub model's page: files, variants, license, gated, and the variant suggested for this machine."""
+        result: dict[str, Any] = self._call("GET", f"/api/hub/models/{repo_id}", timeout=HUB_TIMEOUT_S)
+        return result
+
+    def start_download(self, repo_id: str, variant: str | None = None, filename: str | None = None) -> dict[str, Any]:
+        body = {"repo": repo_id, "variant": variant, "file": filename}
+        result: dict[str, Any] = self._call("POST", "/api/downloads", json=body, timeout=HUB_TIMEOUT_S)
+        return result
+
+    def downloads(self) -> list[dict[str, Any]]:
+        result: list[dict[str, Any]] = self._call("GET", "/api/downloads")
+        return result
+
+    def control_download(self, download_id: str, action: str) -> dict[str, Any]:
+        """`action` is pause, resume or cancel."""
+        result: dict[str, Any] = self._call("POST", f"/api/downloads/{download_id}/{action}", timeout=60.0)
+        return result
+
+    def library(self) -> dict[str, Any]:
+        """Every model with its size on disk and origin, and the free space where models are kept."""
+        result: dict[str, Any] = self._call("GET", "/api/library", timeout=30.0)
+        return result
+
+    def verify_model(self, model_id: str) -> dict[str, Any]:
+        # Hashing a multi-gigabyte file takes as long as the disk needs.
+        result: dict[str, Any] = self._call("POST", f"/api/library/{model_id}/verify", timeout=None)
+        return result
+
+    def delete_model(self, model_id: str) -> dict[str, Any]:
+        result: dict[str, Any] = self._call("DELETE", f"/api/library/{model_id}", timeout=60.0)
+        return result
+
+    def import_model(self, path: str) -> dict[str, Any]:
+        """Copy a GGUF file (a path on the service's machine) into the library, after its header is checked."""
+        result: dict[str, Any] = self._call("POST", "/api/library/import", json={"path": path}, timeout=None)
         return result
 
     def shutdown(self) -> None:

@@ -33,7 +33,7 @@ def _keyring_username(paths: AppPaths) -> str:
     return f"api-key:{paths.config}"
 
 
-def _secure_keyring() -> str | None:
+def insecure_keyring_reason() -> str | None:
     """Why the active keyring backend is not a real OS keyring, or None when it is.
 
     Backends below priority 1 are keyring's stand-ins (fail, null) or plain files (keyrings.alt): a key there
@@ -72,7 +72,7 @@ def load_api_key(paths: AppPaths) -> ApiKey:
     from_env = os.environ.get(API_KEY_ENV, "").strip()
     if from_env:
         return ApiKey(from_env, "environment")
-    reason = _secure_keyring() or _from_keyring(paths)
+    reason = insecure_keyring_reason() or _from_keyring(paths)
     if isinstance(reason, ApiKey):
         return reason
     value = paths.api_key_file.read_text(encoding="utf-8").strip() if paths.api_key_file.exists() else ""

@@ -31,6 +31,15 @@ class AppPaths:
         return self.data / "requests.sqlite"
 
     @property
+    def calibration_db(self) -> Path:
+        """Predicted against measured memory of past launches (app.planner.calibration)."""
+        return self.data / "calibration.sqlite"
+
+    @property
+    def bandwidth_cache(self) -> Path:
+        return self.cache / "memory-bandwidth.json"
+
+    @property
     def engine_logs(self) -> Path:
         return self.logs / "engines"
 

@@ -22,6 +22,13 @@ class LaunchPlan:
     gpu_layers: int = 0
     chat_format: str | None = None  # None: the engine uses the chat template stored in the GGUF
     embeddings: bool = True  # also serve /v1/embeddings
+    # vLLM: a Hub repository or model directory instead of one file, and its parallelism and memory settings
+    model_ref: str | None = None
+    tensor_parallel_size: int = 1
+    gpu_memory_utilization: float | None = None
+    max_num_seqs: int | None = None
+    dtype: str | None = None
+    quantization: str | None = None
 
 
 @dataclass(frozen=True)
@@ -52,6 +59,7 @@ class Capabilities:
     stream_usage: bool  # honours stream_options.include_usage itself
     tokenize_count_path: str | None = None  # POST {"input": text} -> {"count": n}, for usage it omits
     embeddings_pooled: bool = True  # False: /v1/embeddings returns one vector per token
+    logprobs: bool = True  # answers `logprobs` requests
 
 
 class Engine(Protocol):

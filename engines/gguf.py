@@ -1,15 +1,20 @@
 """Bounded GGUF header preflight: model files are hostile input, so check them before an engine sees them.
 
 Reads the header, every metadata entry and every tensor descriptor with explicit limits, and checks that all
-tensor data lies inside the file. Array values are skipped, not loaded; scalar values are kept.
+tensor data lies inside the file. Scalars and short numeric arrays are kept; other arrays are skipped, their length
+noted. Tensor sizes come from the `gguf` package's table of ggml block sizes. The package's own GGUFReader is not
+used on untrusted files: it maps every array into memory before any bound is checked.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import struct
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO
+
+from gguf.constants import GGML_QUANT_SIZES
 
 MAGIC = b"GGUF"
 MAX_KEY_BYTES = 64 * 1024
@@ -17,6 +22,9 @@ MAX_STRING_BYTES = 16 * 1024 * 1024
 MAX_ENTRIES = 1_000_000
 MAX_DIMS = 4
 DEFAULT_ALIGNMENT = 32
+MAX_KEPT_ARRAY = 4096  # per-layer values of the largest models fit; vocabularies do not
+# ggml type id -> (elements per block, bytes per block)
+_BLOCKS: dict[int, tuple[int, int]] = {int(kind): size for kind, size in GGML_QUANT_SIZES.items()}
 
 # value type id -> struct format of fixed-size scalar types
 _SCALAR_FORMATS = {
@@ -34,42 +42,6 @@ _SCALAR_FORMATS = {
 }
 _STRING, _ARRAY = 8, 9
 
-# ggml tensor type id -> (elements per block, bytes per block); types not listed are not size-checked
-_GGML_BLOCKS = {
-    0: (1, 4),
-    1: (1, 2),
-    2: (32, 18),
-    3: (32, 20),
-    6: (32, 22),
-    7: (32, 24),
-    8: (32, 34),
-    9: (32, 36),
-    10: (256, 84),
-    11: (256, 110),
-    12: (256, 144),
-    13: (256, 176),
-    14: (256, 210),
-    15: (256, 292),
-    16: (256, 66),
-    17: (256, 74),
-    18: (256, 98),
-    19: (256, 50),
-    20: (32, 18),
-    21: (256, 110),
-    22: (256, 82),
-    23: (256, 136),
-    24: (1, 1),
-    25: (1, 2),
-    26: (1, 4),
-    27: (1, 8),
-    28: (1, 8),
-    29: (256, 56),
-    30: (1, 2),
-    34: (256, 54),
-    35: (256, 66),
-    39: (32, 17),
-}
-
 Scalar = int | float | bool | str
 
 
@@ -85,6 +57,10 @@ class GGUFInfo:
     version: int
     tensor_count: int
     metadata: dict[str, Scalar]
+    arrays: dict[str, tuple[int | float, ...]] = field(default_factory=dict)  # small numeric arrays, kept whole
+    array_lengths: dict[str, int] = field(default_factory=dict)  # every array's length (tokens: the vocabulary)
+    tensor_elements: dict[int, int] = field(default_factory=dict)  # ggml type id -> elements of that type
+    tensor_bytes: int = 0  # the size of all tensor data, from the descriptors
 
     @property
     def architecture(self) -> str | None:
@@ -168,36 +144,39 @@ def read_gguf_info(path: Path) -> GGUFInfo:
         kv_count = reader.u64("metadata count")
         if tensor_count > MAX_ENTRIES or kv_count > MAX_ENTRIES:
             raise reader.fail(f"implausible header: {tensor_count} tensors, {kv_count} metadata entries")
-        metadata = {key: value for key, value in _read_metadata(reader, kv_count) if value is not None}
-        _check_tensors(reader, tensor_count, size, metadata)
-    return GGUFInfo(path=path, version=version, tensor_count=tensor_count, metadata=metadata)
+        info = GGUFInfo(path=path, version=version, tensor_count=tensor_count, metadata={})
+        _read_metadata(reader, kv_count, info)
+        tensor_bytes = _read_tensors(reader, tensor_count, size, info)
+    return dataclasses.replace(info, tensor_bytes=tensor_bytes)
 
 
-def _read_metadata(reader: _BoundedReader, count: int) -> list[tuple[str, Scalar | None]]:
-    entries: list[tuple[str, Scalar | None]] = []
+def _read_metadata(reader: _BoundedReader, count: int, info: GGUFInfo) -> None:
     for index in range(count):
         key = reader.string(f"metadata key #{index}", MAX_KEY_BYTES)
         value_type = reader.u32(f"type of {key!r}")
-        entries.append((key, _read_value(reader, value_type, key)))
-    return entries
+        if value_type in _SCALAR_FORMATS:
+            info.metadata[key] = reader.unpack(_SCALAR_FORMATS[value_type], f"value of {key!r}")
+        elif value_type == _STRING:
+            info.metadata[key] = reader.string(f"value of {key!r}", MAX_STRING_BYTES)
+        elif value_type == _ARRAY:
+            _read_array(reader, key, info)
+        else:
+            raise reader.fail(f"metadata {key!r} has unknown value type {value_type}")
 
 
-def _read_value(reader: _BoundedReader, value_type: int, key: str) -> Scalar | None:
-    if value_type in _SCALAR_FORMATS:
-        return reader.unpack(_SCALAR_FORMATS[value_type], f"value of {key!r}")
-    if value_type == _STRING:
-        return reader.string(f"value of {key!r}", MAX_STRING_BYTES)
-    if value_type == _ARRAY:
-        _skip_array(reader, key)
-        return None
-    raise reader.fail(f"metadata {key!r} has unknown value type {value_type}")
-
-
-def _skip_array(reader: _BoundedReader, key: str) -> None:
+def _read_array(reader: _BoundedReader, key: str, info: GGUFInfo) -> None:
+    """Keep a short numeric array (per-layer head counts); skip anything else, recording only its length."""
     item_type = reader.u32(f"item type of {key!r}")
     count = reader.u64(f"length of {key!r}")
+    info.array_lengths[key] = count
     if item_type in _SCALAR_FORMATS:
-        reader.skip(count * struct.calcsize(_SCALAR_FORMATS[item_type]), f"array {key!r}")
+        fmt = _SCALAR_FORMATS[item_type]
+        item_size = struct.calcsize(fmt)
+        if count <= MAX_KEPT_ARRAY:
+            raw = reader.read(count * item_size, f"array {key!r}")
+            info.arrays[key] = tuple(struct.unpack(f"<{count}{fmt[1]}", raw))
+        else:
+            reader.skip(count * item_size, f"array {key!r}")
     elif item_type == _STRING:
         remaining = reader.size - reader.offset
         if count * 8 > remaining:  # each string needs at least its 8-byte length
@@ -214,8 +193,9 @@ def _skip_array(reader: _BoundedReader, key: str) -> None:
         raise reader.fail(f"array {key!r} has unsupported item type {item_type}")
 
 
-def _check_tensors(reader: _BoundedReader, count: int, size: int, metadata: dict[str, Scalar]) -> None:
-    data_end = 0
+def _read_tensors(reader: _BoundedReader, count: int, size: int, info: GGUFInfo) -> int:
+    """Count elements per type into `info` and return the total size of the tensor data."""
+    data_end = tensor_bytes = 0
     last_name = ""
     for index in range(count):
         name = reader.string(f"name of tensor #{index}", MAX_KEY_BYTES)
@@ -227,11 +207,13 @@ def _check_tensors(reader: _BoundedReader, count: int, size: int, metadata: dict
             elements *= reader.u64(f"dimensions of {name!r}")
         ggml_type = reader.u32(f"type of {name!r}")
         offset = reader.u64(f"offset of {name!r}")
-        block = _GGML_BLOCKS.get(ggml_type)
-        end = offset + (elements // block[0]) * block[1] if block else offset
-        if end > data_end:
-            data_end, last_name = end, name
-    alignment = metadata.get("general.alignment", DEFAULT_ALIGNMENT)
+        info.tensor_elements[ggml_type] = info.tensor_elements.get(ggml_type, 0) + elements
+        block = _BLOCKS.get(ggml_type)  # a type newer than the gguf package is counted, not sized
+        nbytes = (elements // block[0]) * block[1] if block else 0
+        tensor_bytes += nbytes
+        if offset + nbytes > data_end:
+            data_end, last_name = offset + nbytes, name
+    alignment = info.metadata.get("general.alignment", DEFAULT_ALIGNMENT)
     if not isinstance(alignment, int) or alignment <= 0:
         raise reader.fail(f"invalid general.alignment {alignment!r}")
     data_start = -(-reader.offset // alignment) * alignment
@@ -239,3 +221,4 @@ def _check_tensors(reader: _BoundedReader, count: int, size: int, metadata: dict
         raise reader.fail(
             f"truncated: tensor {last_name!r} ends at byte {data_start + data_end} but the file has {size} bytes"
         )
+    return tensor_bytes

@@ -14,9 +14,14 @@ class LlamaCppPythonEngine:
     """`python -m llama_cpp.server`: one request at a time, readiness through /v1/models (it has no /health)."""
 
     name = "llama-cpp-python"
-    # One request at a time, no usage in streams, and per-token embeddings (its server has no pooling option).
+    # One request at a time, no usage in streams, per-token embeddings (its server has no pooling option), and no
+    # logprobs: they need `logits_all`, which is turned off below.
     capabilities = Capabilities(
-        max_concurrency=1, stream_usage=False, tokenize_count_path="/extras/tokenize/count", embeddings_pooled=False
+        max_concurrency=1,
+        stream_usage=False,
+        tokenize_count_path="/extras/tokenize/count",
+        embeddings_pooled=False,
+        logprobs=False,
     )
 
     def detect(self) -> Installation:
@@ -40,6 +45,9 @@ class LlamaCppPythonEngine:
             "--n_gpu_layers", str(plan.gpu_layers),
             # Its default aborts the stream in flight whenever another request arrives.
             "--interrupt_requests", "false",
+            # Its default keeps logits for every position: a context x vocabulary float32 array (1.5 GiB for
+            # SmolLM2 at 8192 tokens, 16 GiB for a 128k vocabulary at 32k) that only `logprobs` would use.
+            "--logits_all", "false",
         ]  # fmt: skip
         if plan.embeddings:
             argv += ["--embedding", "true"]

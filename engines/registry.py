@@ -5,8 +5,10 @@ from __future__ import annotations
 from engines.base import Engine
 from engines.external import ExternalEngine
 from engines.llama_cpp import LlamaCppPythonEngine
+from engines.vllm import VLLMEngine
 
 ENGINES: dict[str, Engine] = {
     LlamaCppPythonEngine.name: LlamaCppPythonEngine(),
     ExternalEngine.name: ExternalEngine(),
+    VLLMEngine.name: VLLMEngine(),
 }

@@ -17,6 +17,7 @@ from pathlib import Path
 import aiohttp
 
 from engines.base import EngineCommand
+from engines.diagnosis import Diagnosis, diagnose
 from engines.logs import EngineLog
 from engines.processes import (
     free_loopback_port,
@@ -25,6 +26,8 @@ from engines.processes import (
     write_record,
 )
 from engines.states import ACTIVE_STATES, EngineEvent, EngineState
+
+DIAGNOSIS_LINES = 200  # the end of a load log: llama.cpp prints the failing allocation a few lines from the end
 
 CommandFactory = Callable[[int], EngineCommand]
 EventSink = Callable[[EngineEvent], None]
@@ -71,6 +74,7 @@ class EngineSupervisor:
         self.log = EngineLog(log_path)
         self.state = EngineState.STOPPED
         self.message = ""
+        self.diagnosis: Diagnosis | None = None  # why the last exit happened, when it could be told
         self.port: int | None = None
         self.restarts = 0
         self._process: asyncio.subprocess.Process | None = None
@@ -152,7 +156,7 @@ class EngineSupervisor:
                 self._settled.set()
                 code = await process.wait()
                 await self._reap(process)
-                reason = f"exited unexpectedly with code {code}; last output:\n{self._log_excerpt()}"
+                reason = self._exit_report(f"exited unexpectedly with code {code}", code)
             now = time.monotonic()
             failures.append(now)
             while failures and now - failures[0] > self.policy.failure_window_s:
@@ -207,7 +211,7 @@ class EngineSupervisor:
                 if process.returncode is not None:
                     await asyncio.sleep(0.05)  # let the pump collect the final lines
                     raise StartFailed(
-                        f"exited with code {process.returncode} during start-up; last output:\n{self._log_excerpt()}"
+                        self._exit_report(f"exited with code {process.returncode} during start-up", process.returncode)
                     )
                 if time.monotonic() - self._last_output > self.policy.ready_timeout_s:
                     raise StartFailed(
@@ -236,6 +240,12 @@ class EngineSupervisor:
         if self._record_path is not None:
             self._record_path.unlink(missing_ok=True)
             self._record_path = None
+
+    def _exit_report(self, what: str, returncode: int | None) -> str:
+        """What happened, why if the exit status or the log tells, and the last lines the engine printed."""
+        self.diagnosis = diagnose(returncode, self.log.tail(DIAGNOSIS_LINES))
+        why = f"{self.diagnosis.text()}\n" if self.diagnosis else ""
+        return f"{why}{what}; last output:\n{self._log_excerpt()}"
 
     def _log_excerpt(self) -> str:
         return "\n".join(self.log.tail(self.policy.failure_log_lines)) or "(no output)"

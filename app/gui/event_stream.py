@@ -17,6 +17,7 @@ class EventStreamThread(QThread):
     sig_snapshot_received = Signal(object)  # list of model records
     sig_engine_changed = Signal(object)  # an engine event
     sig_log_received = Signal(str, str)  # model id, line
+    sig_download_changed = Signal(object)  # a download's record: state, bytes, rate, time left
     sig_stream_ended = Signal(str)  # why, in words; not emitted after stop()
 
     def __init__(self, address: ServiceAddress, parent: QObject | None = None) -> None:
@@ -44,6 +45,8 @@ class EventStreamThread(QThread):
             self.sig_snapshot_received.emit(event["models"])
         elif kind == "engine":
             self.sig_engine_changed.emit(event)
+        elif kind == "download":
+            self.sig_download_changed.emit(event["download"])
         elif kind == "log":
             self.sig_log_received.emit(str(event["model_id"]), str(event["line"]))
 

@@ -7,15 +7,18 @@ from collections import defaultdict, deque
 from typing import Any
 
 from PySide6.QtCore import Qt, QTimer, Slot
-from PySide6.QtGui import QCloseEvent
-from PySide6.QtWidgets import QLabel, QMainWindow, QSplitter, QVBoxLayout, QWidget
+from PySide6.QtGui import QAction, QCloseEvent
+from PySide6.QtWidgets import QLabel, QMainWindow, QSplitter, QTabWidget, QVBoxLayout, QWidget
 
+from app.gui.discover_page import DiscoverPage
 from app.gui.endpoint_panel import EndpointPanel
+from app.gui.library_page import LibraryPage
 from app.gui.log_panel import MAX_LINES, LogPanel
 from app.gui.memory_chart import MemoryChartPanel
 from app.gui.model_item_model import ModelItemModel
 from app.gui.model_list_panel import ModelListPanel
 from app.gui.service_connection import ServiceConnection
+from app.gui.wizard_dialog import SetupWizardDialog
 
 MEMORY_HISTORY = 600  # samples: ten minutes at one poll a second
 
@@ -47,6 +50,13 @@ class MainWindow(QMainWindow):
         self.log_panel = LogPanel()
         self.memory_chart_panel = MemoryChartPanel()
         self.connection_label = QLabel("Not connected")
+        self.tabs = QTabWidget()
+        self.library_page = LibraryPage(connection)
+        self.discover_page = DiscoverPage(connection)
+        self.setup_action = QAction("Set up a model\N{HORIZONTAL ELLIPSIS}", self)
+        self.setup_action.setToolTip("See what this machine can run, and launch a model with the settings that fit")
+        self.setup_action.setEnabled(False)
+        self.setup_dialog: SetupWizardDialog | None = None  # created when first asked for, then reused
         self._build_layout()
         self._connect_signals()
 
@@ -65,8 +75,17 @@ class MainWindow(QMainWindow):
         central.addWidget(right)
         central.setStretchFactor(1, 2)
         central.setSizes([420, 680])  # room for the model list's four columns
-        self.setCentralWidget(central)
+        self.tabs.addTab(central, "&Run")
+        self.tabs.addTab(self.library_page, "&Models")
+        self.tabs.addTab(self.discover_page, "&Discover")
+        self.tabs.setAccessibleName("Pages")
+        self.setCentralWidget(self.tabs)
         self.statusBar().addPermanentWidget(self.connection_label)
+        self.menuBar().addMenu("&Models").addAction(self.setup_action)
+        toolbar = self.addToolBar("Main")
+        toolbar.setObjectName("main_toolbar")
+        toolbar.setMovable(False)
+        toolbar.addAction(self.setup_action)
 
     def _connect_signals(self) -> None:
         connection = self._connection
@@ -84,6 +103,8 @@ class MainWindow(QMainWindow):
         panel.sig_launch_requested.connect(self._on_model_list_launch_requested)
         panel.sig_stop_requested.connect(self._on_model_list_stop_requested)
         self.endpoint_panel.sig_text_copied.connect(self._on_endpoint_text_copied)
+        self.setup_action.triggered.connect(self._on_setup_action_triggered)
+        self.discover_page.downloads_panel.sig_download_finished.connect(self._on_downloads_panel_download_finished)
 
     @property
     def connection(self) -> ServiceConnection:
@@ -95,6 +116,9 @@ class MainWindow(QMainWindow):
     def _on_connection_status_changed(self, status: str) -> None:
         self.connection_label.setText(status)
         self.model_list_panel.set_actions_enabled(self._connection.is_connected)
+        self.setup_action.setEnabled(self._connection.is_connected)
+        if self._connection.is_connected:
+            self.discover_page.downloads_panel.refresh()
 
     @Slot(str)
     def _on_connection_error_occurred(self, message: str) -> None:
@@ -181,6 +205,31 @@ class MainWindow(QMainWindow):
     def _on_endpoint_text_copied(self, what: str) -> None:
         self.statusBar().showMessage(f"Copied the {what} to the clipboard.", 3000)
 
+    @Slot(object)
+    def _on_downloads_panel_download_finished(self, record: dict[str, Any]) -> None:
+        self.statusBar().showMessage(
+            f"Downloaded {record['repo']} ({record['variant']}): {record['model_id']} is in the library.", 10_000
+        )
+
+    @Slot()
+    def _on_setup_action_triggered(self) -> None:
+        dialog = self.setup_dialog
+        if dialog is None:
+            dialog = self.setup_dialog = SetupWizardDialog(self._connection, self)
+            dialog.sig_model_launched.connect(self._on_setup_dialog_model_launched)
+        elif dialog.isVisible():  # open behind the window: bring it back where it was
+            dialog.raise_()
+            dialog.activateWindow()
+            return
+        else:
+            dialog.restart()
+        dialog.show()
+
+    @Slot(str)
+    def _on_setup_dialog_model_launched(self, model_id: str) -> None:
+        self.model_list_panel.select_model(model_id)
+        self.statusBar().showMessage(f"{model_id} is ready.", 5000)
+
     def _show_log(self, model_id: str) -> None:
         self.log_panel.show_lines(f"Engine log: {model_id}", self._logs[model_id])
 
@@ -200,6 +249,8 @@ class MainWindow(QMainWindow):
         # connection reports it is done, then closes itself.
         event.ignore()
         self._close_requested = True
+        if self.setup_dialog is not None:
+            self.setup_dialog.reject()
         central = self.centralWidget()
         if central is not None:
             central.setEnabled(False)

@@ -32,6 +32,23 @@ def format_bytes(value: int | None) -> str:
     return f"{size:.0f} B" if unit == "B" else f"{size:.1f} {unit}"
 
 
+def memory_check_text(memory: dict[str, Any] | None) -> str | None:
+    """The service's check of the memory prediction for one launch, in words."""
+    if not memory:
+        return None
+    lines = [
+        f"Predicted at load {format_bytes(memory['predicted_at_load_bytes'])}, measured "
+        f"{format_bytes(memory['measured_at_load_bytes'])} (error {memory['error_at_load']:+.1%}).",
+        f"Predicted peak, with a prompt filling the context: {format_bytes(memory['predicted_peak_bytes'])}.",
+    ]
+    if memory.get("measured_after_request_bytes") is not None:
+        verdict = "within" if memory["within_peak"] else "ABOVE"
+        lines.append(
+            f"After the first request: {format_bytes(memory['measured_after_request_bytes'])}, {verdict} the peak."
+        )
+    return "\n".join(lines)
+
+
 class ModelItemModel(QAbstractTableModel):
     """One row per model: id, engine state (its message as tooltip), file size and resident memory."""
 
@@ -60,6 +77,8 @@ class ModelItemModel(QAbstractTableModel):
         if role == Qt.ItemDataRole.ToolTipRole:
             if column == STATE_COLUMN:
                 return record.get("message") or record["state"]
+            if column == MEMORY_COLUMN:
+                return memory_check_text(record.get("memory")) or "Resident memory of the engine process"
             return f"{record['name']}\n{record['path']}"
         if role == Qt.ItemDataRole.ForegroundRole and column == STATE_COLUMN and record["state"] == "failed":
             return _FAILED_COLOUR
@@ -75,6 +94,9 @@ class ModelItemModel(QAbstractTableModel):
             return str(record["state"])
         if column == SIZE_COLUMN:
             return format_bytes(record.get("size_bytes"))
+        memory = record.get("memory")
+        if memory and record.get("rss_bytes") is not None:
+            return f"{format_bytes(record['rss_bytes'])} (prediction {memory['error_at_load']:+.0%})"
         return format_bytes(record.get("rss_bytes"))
 
     def set_models(self, models: list[ModelRecord]) -> None:

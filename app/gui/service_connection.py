@@ -18,6 +18,8 @@ from app.paths import AppPaths
 
 T = TypeVar("T")
 
+NOT_CONNECTED = "Not connected to the ModelDeck service."
+
 POLL_INTERVAL_MS = 1000
 SHUTDOWN_WAIT_S = 30.0
 KILL_WAIT_S = 10.0
@@ -51,6 +53,7 @@ class ServiceConnection(QObject):
     sig_engine_changed = Signal(object)  # an engine event
     sig_log_received = Signal(str, str)  # model id, line
     sig_logs_loaded = Signal(str, object)  # model id, list of the latest lines
+    sig_download_changed = Signal(object)  # a download's record, as GET /api/downloads lists them
     sig_endpoint_received = Signal(object)  # {url, api_key, key_source, key_note}
     sig_connection_closed = Signal()
     # Internal: a worker's result, as a callable to run on the GUI thread (queued across threads).
@@ -113,6 +116,26 @@ class ServiceConnection(QObject):
     def _on_call_done(self, deliver: Callable[[], None]) -> None:
         deliver()
 
+    def call(
+        self, job: Callable[[ControlClient], T], on_done: Callable[[T], None], on_failed: Callable[[str], None]
+    ) -> None:
+        """Run `job(client)` on a pool thread; `on_done(result)` or `on_failed(message)` then runs on the GUI
+        thread. Not connected: `on_failed` at once."""
+        if self._client is None or not self.is_connected:
+            on_failed(NOT_CONNECTED)
+            return
+
+        # An answer that arrives once the connection is closed is dropped: the view that asked may be gone.
+        def done(result: T) -> None:
+            if not self.is_closed:
+                on_done(result)
+
+        def failed(message: str) -> None:
+            if not self.is_closed:
+                on_failed(message)
+
+        self._submit(functools.partial(job, self._client), done, failed)
+
     # Opening ---------------------------------------------------------------------------------------------
 
     def open(self) -> None:
@@ -141,6 +164,7 @@ class ServiceConnection(QObject):
         stream.sig_snapshot_received.connect(self.sig_models_received)
         stream.sig_engine_changed.connect(self.sig_engine_changed)
         stream.sig_log_received.connect(self.sig_log_received)
+        stream.sig_download_changed.connect(self.sig_download_changed)
         stream.sig_stream_ended.connect(self._on_stream_ended)
         self._stream = stream
         stream.start()
@@ -242,6 +266,35 @@ class ServiceConnection(QObject):
     def _set_phase(self, phase: Phase, status: str) -> None:
         self._phase = phase
         self.sig_status_changed.emit(status)
+
+
+class LatestCall:
+    """Control calls made for one view, of which only the latest one's answer is delivered: a page asked again
+    (the user went back and chose another model) must not show the answer to its previous question."""
+
+    def __init__(self, connection: ServiceConnection) -> None:
+        self._connection = connection
+        self._serial = 0
+
+    def run(
+        self, job: Callable[[ControlClient], T], on_done: Callable[[T], None], on_failed: Callable[[str], None]
+    ) -> None:
+        self._serial += 1
+        serial = self._serial
+
+        def done(result: T) -> None:
+            if serial == self._serial:
+                on_done(result)
+
+        def failed(message: str) -> None:
+            if serial == self._serial:
+                on_failed(message)
+
+        self._connection.call(job, done, failed)
+
+    def cancel(self) -> None:
+        """Drop the answer of the call in flight, if any."""
+        self._serial += 1
 
 
 def _shut_down_service(client: ControlClient, process: subprocess.Popen[bytes]) -> None:

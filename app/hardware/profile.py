@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 SCHEMA_VERSION = 1
 
@@ -48,6 +48,11 @@ class GPUProblem:
     backend: str
     problem: str
     advice: str
+    # "problem": something to fix before the GPU can be used; "note": nothing is wrong (no driver, and no GPU).
+    severity: Literal["problem", "note"] = "problem"
+    # The evidence behind the severity: whether the machine shows a device of this backend without asking its
+    # driver (a PCI device, a /dev node); None where the system cannot tell.
+    device_present: bool | None = None
 
 
 @dataclass(frozen=True)

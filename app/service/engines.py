@@ -15,9 +15,13 @@ import psutil
 
 from app.hub.library import ModelSpec
 from app.paths import AppPaths
+from app.planner.calibration import CalibrationStore
 from app.planner.defaults import DEFAULT_CONTEXT, default_plan
+from app.planner.facts import facts_from_gguf
 from app.service.admission import EngineQueue
 from app.service.events import EventBus
+from app.service.memory_check import MemoryCheck
+from app.service.overrides import BadOverrides, PlanOverrides, plan_summary
 from engines.base import Engine, LaunchPlan
 from engines.gguf import GGUFError, GGUFInfo, read_gguf_info
 from engines.registry import ENGINES
@@ -35,6 +39,10 @@ def _rss(pid: int) -> int | None:
 
 class UnknownModel(KeyError):
     """No model with that id is known."""
+
+
+class PlanConflict(Exception):
+    """The model's engine is running with other launch parameters; it must be stopped before they change."""
 
 
 @dataclass(frozen=True)
@@ -78,6 +86,7 @@ class EngineManager:
         self._queues: dict[str, EngineQueue] = {}
         self._last_used: dict[str, float] = {}
         self._start_locks: dict[str, asyncio.Lock] = {}
+        self.memory_check = MemoryCheck(CalibrationStore(paths.calibration_db))
         # Engines accept only this key; it never leaves the service.
         self.internal_key = secrets.token_urlsafe(32)
 
@@ -136,8 +145,37 @@ class EngineManager:
         supervisor = self._supervisors.get(model_id)
         return (supervisor.state, supervisor.message) if supervisor else (EngineState.STOPPED, "")
 
-    async def start(self, model_id: str) -> EngineState:
-        """Start the model's engine and wait until it is ready or failed. A bad model file fails at once."""
+    async def check_start(self, model_id: str, overrides: PlanOverrides | None) -> None:
+        """Raise what `start` with these overrides would refuse, before anything starts: UnknownModel,
+        BadOverrides (out of the model's bounds) or PlanConflict (running with other parameters)."""
+        spec = self.models.get(model_id)
+        if spec is None:
+            raise UnknownModel(model_id)
+        if overrides is None:
+            return
+        if spec.path is None:
+            raise BadOverrides(f"{model_id} is an external server: ModelDeck does not launch it.")
+        try:
+            info = await asyncio.to_thread(read_gguf_info, spec.path)
+        except GGUFError:
+            return  # the start itself refuses the file, with the reason, as it does without overrides
+        overrides.check_context(info.context_length)
+        self._check_running_plan(model_id, overrides)
+
+    def _check_running_plan(self, model_id: str, overrides: PlanOverrides) -> None:
+        supervisor, plan = self._supervisors.get(model_id), self._plans.get(model_id)
+        if supervisor is None or supervisor.state not in ACTIVE_STATES or plan is None:
+            return
+        info = self._infos.get(model_id)
+        if overrides.apply(plan, info.context_length if info else None) != plan:
+            running = ", ".join(f"{name} {value}" for name, value in plan_summary(plan).items())
+            raise PlanConflict(f"{model_id} is running with {running}; stop it to launch it with others.")
+
+    async def start(self, model_id: str, overrides: PlanOverrides | None = None) -> EngineState:
+        """Start the model's engine and wait until it is ready or failed. A bad model file fails at once.
+
+        `overrides` replace parts of the default plan; a running engine is never restarted for them (PlanConflict).
+        """
         spec = self.models.get(model_id)
         if spec is None:
             raise UnknownModel(model_id)
@@ -147,12 +185,16 @@ class EngineManager:
         async with self._start_locks.setdefault(model_id, asyncio.Lock()):
             supervisor = self._supervisors.get(model_id)
             if supervisor is None or supervisor.state not in ACTIVE_STATES:
-                supervisor = await self._new_supervisor(spec, supervisor)
+                supervisor = await self._new_supervisor(spec, supervisor, overrides)
                 if supervisor is None:
                     return EngineState.FAILED
+            elif overrides is not None:
+                self._check_running_plan(model_id, overrides)
         return await supervisor.start()
 
-    async def _new_supervisor(self, spec: ModelSpec, old: EngineSupervisor | None) -> EngineSupervisor | None:
+    async def _new_supervisor(
+        self, spec: ModelSpec, old: EngineSupervisor | None, overrides: PlanOverrides | None
+    ) -> EngineSupervisor | None:
         model_id = spec.id
         assert spec.path is not None, "only external models have no file, and they have no supervisor"
         try:
@@ -168,6 +210,12 @@ class EngineManager:
         if not await self._make_room(spec):
             return None
         plan = default_plan(model_id, info)
+        if overrides is not None:
+            try:
+                plan = overrides.apply(plan, info.context_length)
+            except BadOverrides as exc:  # checked before the start; the file changed since
+                self._refuse(model_id, str(exc))
+                return None
         self._infos[model_id], self._plans[model_id] = info, plan
         engine = self.engine(model_id)
         if old is not None:
@@ -248,7 +296,9 @@ class EngineManager:
 
     def describe(self, model_id: str) -> dict[str, Any]:
         """The model and its engine's state, as the control API and /v1/models report it."""
-        spec = self.models[model_id]
+        spec = self.models.get(model_id)
+        if spec is None:
+            raise UnknownModel(model_id)
         supervisor = self._supervisors.get(model_id)
         state, message = self._state_and_message(model_id)
         queue = self._queues.get(model_id)
@@ -264,9 +314,12 @@ class EngineManager:
             "pid": supervisor.pid if supervisor else None,
             "port": supervisor.port if supervisor and supervisor.pid else None,
             "restarts": supervisor.restarts if supervisor else 0,
+            "diagnosis": asdict(supervisor.diagnosis) if supervisor and supervisor.diagnosis else None,
             "rss_bytes": _rss(supervisor.pid) if supervisor and supervisor.pid else None,
             "running_requests": queue.running if queue else 0,
             "waiting_requests": queue.waiting if queue else 0,
+            "memory": self.memory_check.describe(model_id),
+            "plan": plan_summary(plan) if (plan := self._plans.get(model_id)) else None,
             "idle_ttl_s": None if spec.url is not None else self.lifecycle.ttl_for(model_id),
         }
 
@@ -276,11 +329,18 @@ class EngineManager:
         supervisor = self._supervisors.get(model_id)
         return supervisor.log.tail(count) if supervisor else []
 
+    def request_finished(self, model_id: str) -> None:
+        self.memory_check.request_finished(model_id)
+
     def _on_engine_event(self, event: EngineEvent) -> None:
+        info, plan = self._infos.get(event.model_id), self._plans.get(event.model_id)
+        if event.state == EngineState.READY and event.pid and info and plan:
+            engine = self.models[event.model_id].engine
+            self.memory_check.engine_ready(event.model_id, engine, facts_from_gguf(info), plan, event.pid)
         self._bus.publish({"type": "engine", **asdict(event)})
 
     def _on_engine_log(self, model_id: str, line: str) -> None:
         self._bus.publish({"type": "log", "model_id": model_id, "line": line})
 
 
-__all__ = ["EngineManager", "LifecyclePolicy", "UnknownModel"]
+__all__ = ["EngineManager", "LifecyclePolicy", "PlanConflict", "UnknownModel"]

@@ -168,6 +168,11 @@ class Gateway:
                 "invalid_request_error", "model_not_found", "model",
             )  # fmt: skip
             return
+        if checked.logprobs and not self._manager.engine(checked.model).capabilities.logprobs:
+            name = self._manager.engine(checked.model).name
+            await send_error(send, 400, f"`logprobs` is not available for models served by {name}.",
+                             "invalid_request_error", param="logprobs")  # fmt: skip
+            return
         outcome = _Outcome()
         if self._config.log_request_text:
             outcome.text = RequestText(path, payload.get(PROMPT_FIELDS[path]), checked.stream)
@@ -189,6 +194,7 @@ class Gateway:
         if not outcome.complete and (outcome.gone or outcome.status == 0):
             outcome.status, outcome.error = CLIENT_CLOSED, outcome.error or "client disconnected"
         self._log.add(_record(path, checked, outcome, started_at, time.monotonic() - started), outcome.text)
+        self._manager.request_finished(checked.model)
 
     async def _serve(
         self, path: str, body: bytes, payload: dict[str, Any], checked: CheckedRequest, send: Send, outcome: _Outcome

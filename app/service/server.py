@@ -18,14 +18,17 @@ from dataclasses import dataclass
 
 import uvicorn
 
+from app.hub.cache import default_cache_dir
 from app.hub.library import ModelSpec, external_model, known_models
 from app.keys import ApiKey, load_api_key
 from app.paths import AppPaths, write_private
+from app.service.advisor import Advisor
 from app.service.asgi import LOOPBACK_HOSTS
 from app.service.control import ControlApi, EndpointInfo
 from app.service.engines import EngineManager, LifecyclePolicy
 from app.service.events import EventBus
 from app.service.gateway import Gateway, GatewayConfig
+from app.service.hub_routes import HubRoutes, hub_endpoint
 from app.service.request_log import RequestLog
 from app.service.upstream import UpstreamPool
 from engines.processes import reap_leftover_engines
@@ -165,7 +168,9 @@ class Service:
             key_value, allowed, frozenset(options.cors_origins), log_request_text=options.log_request_text
         )
         gateway = Gateway(manager, gateway_config, pool, request_log)
-        control = ControlApi(manager, bus, token, endpoint, self.request_stop, request_log)
+        advisor = Advisor(paths)
+        hub = HubRoutes(manager, bus, advisor, paths, default_cache_dir(), hub_endpoint())
+        control = ControlApi(manager, bus, token, endpoint, self.request_stop, request_log, advisor, hub)
         servers = [_uvicorn_server(gateway, gateway_sock), _uvicorn_server(control, control_sock)]
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
@@ -192,6 +197,7 @@ class Service:
                 server.should_exit = True
             for preload in preloads:
                 preload.cancel()
+            await hub.downloads.pause_all()  # partial files stay for the next run to resume
             await manager.stop_all()
             await asyncio.gather(*tasks, return_exceptions=True)
             pool.close()

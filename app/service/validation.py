@@ -147,6 +147,7 @@ class CheckedRequest:
     stream: bool
     include_usage: bool
     max_tokens: int | None
+    logprobs: bool = False
 
 
 def check_request(route: str, body: Any, context_length: Callable[[str], int | None]) -> CheckedRequest:
@@ -175,4 +176,5 @@ def check_request(route: str, body: Any, context_length: Callable[[str], int | N
         raise InvalidRequest(f"`max_tokens` is {max_tokens}, more than the model's context of {limit}.", "max_tokens")
     stream = bool(body.get("stream"))
     include_usage = stream and bool((body.get("stream_options") or {}).get("include_usage"))
-    return CheckedRequest(model, stream, include_usage, max_tokens)
+    logprobs = bool(body.get("logprobs")) or bool(body.get("top_logprobs"))
+    return CheckedRequest(model, stream, include_usage, max_tokens, logprobs)

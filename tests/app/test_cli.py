@@ -41,6 +41,7 @@ def test_ps_and_models_with_running_service(service: RunningService) -> None:
     assert ps.returncode == 0
     pid = next(m for m in service.client.models() if m["id"] == BUNDLED_ID)["pid"]
     assert BUNDLED_ID in ps.stdout and "ready" in ps.stdout and str(pid) in ps.stdout
+    assert "MiB at load, predicted" in ps.stdout  # the service checked its memory prediction at load
     assert "ready" in modeldeck("models").stdout
 
 

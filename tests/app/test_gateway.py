@@ -94,6 +94,8 @@ def test_embeddings(service: RunningService) -> None:
          b'"max_tokens": 1000000000}', {}, 400),
         (b'{"model": "smollm2-135m-instruct", "messages": [{"role": "user", "content": "x"}], "lora_path": "/x"}',
          {}, 400),
+        (b'{"model": "smollm2-135m-instruct", "messages": [{"role": "user", "content": "x"}], "logprobs": true}',
+         {}, 400),
         (b'{"model": "smollm2-135m-instruct", "messages": [{"role": "user", "content": "' + b"x" * (5 << 20)
          + b'"}]}', {}, 413),
     ],

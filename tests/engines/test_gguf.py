@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import random
 import struct
 from pathlib import Path
 
@@ -52,6 +53,21 @@ def test_header_cut_inside_metadata(bundled_gguf: Path, tmp_path: Path) -> None:
          "more than the remaining"),
         (b"GGUF" + struct.pack("<IQQ", 3, 0, 1) + struct.pack("<Q", 1) + b"x" + struct.pack("<I", 77),
          "unknown value type 77"),
+        # an array of arrays: nothing a model needs, refused rather than recursed into
+        (b"GGUF" + struct.pack("<IQQ", 3, 0, 1) + struct.pack("<Q", 1) + b"n" + struct.pack("<IIQ", 9, 9, 3),
+         "unsupported item type 9"),
+        # 2**61 numbers: skipped by arithmetic, which runs past the end of the file
+        (b"GGUF" + struct.pack("<IQQ", 3, 0, 1) + struct.pack("<Q", 1) + b"u" + struct.pack("<IIQ", 9, 4, 2**61),
+         "truncated"),
+        # general.alignment of zero
+        (b"GGUF" + struct.pack("<IQQ", 3, 0, 1) + struct.pack("<Q", 17) + b"general.alignment"
+         + struct.pack("<II", 4, 0), "invalid general.alignment"),
+        # a tensor with more dimensions than ggml has
+        (b"GGUF" + struct.pack("<IQQ", 3, 1, 0) + struct.pack("<Q", 1) + b"t" + struct.pack("<I", 9),
+         "claims 9 dimensions"),
+        # a tensor whose data would lie 2**60 bytes into a small file
+        (b"GGUF" + struct.pack("<IQQ", 3, 1, 0) + struct.pack("<Q", 1) + b"t" + struct.pack("<IQIQ", 1, 32, 0, 2**60),
+         "truncated"),
     ],
 )  # fmt: skip
 def test_hostile_headers_are_refused(tmp_path: Path, content: bytes, problem: str) -> None:
@@ -66,3 +82,25 @@ def test_hostile_headers_are_refused(tmp_path: Path, content: bytes, problem: st
 def test_missing_file(tmp_path: Path) -> None:
     with pytest.raises(GGUFError, match="cannot be read"):
         read_gguf_info(tmp_path / "absent.gguf")
+
+
+def test_random_header_corruption_gives_a_bounded_answer(bundled_gguf: Path, tmp_path: Path) -> None:
+    """Flip bytes in the header of a copy, many times: each read returns or raises GGUFError, never anything else."""
+    copy = tmp_path / "mutated.gguf"
+    copy.write_bytes(bundled_gguf.read_bytes())
+    header_end = 2_000_000  # metadata and tensor descriptors of this model lie in the first 2 MB
+    header = copy.read_bytes()[:header_end]
+    generator = random.Random(20261203)
+    refusals: list[str] = []
+    for _ in range(25):
+        mutated = bytearray(header)
+        for _ in range(generator.randint(1, 8)):
+            mutated[generator.randrange(8, header_end)] = generator.randrange(256)
+        with copy.open("r+b") as stream:
+            stream.write(mutated)
+        try:
+            read_gguf_info(copy)
+        except GGUFError as error:  # anything else escapes and fails the test
+            refusals.append(str(error))
+    assert refusals, "no mutation was refused: the corruption did not reach the checks"
+    assert all(str(copy) in message for message in refusals)

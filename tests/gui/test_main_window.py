@@ -13,7 +13,7 @@ from pytestqt.qtbot import QtBot
 from app.client import default_port
 from app.gui.event_stream import STOP_WAIT_MS
 from app.gui.main_window import MainWindow
-from app.gui.model_item_model import STATE_COLUMN
+from app.gui.model_item_model import MEMORY_COLUMN, STATE_COLUMN
 from app.gui.service_connection import ServiceConnection
 from app.hub.library import BUNDLED_ID
 from app.paths import AppPaths
@@ -63,6 +63,10 @@ def test_launch_stop_and_close_the_bundled_model(
     assert record is not None
     assert record["rss_bytes"] > 10 * 1024 * 1024
     assert all(mib > 10 for mib in window.memory_chart_panel.curve_data()[1])
+    # The service's check of the memory prediction is shown beside the measurement.
+    memory_index = models.index(models.row_of(BUNDLED_ID), MEMORY_COLUMN)
+    qtbot.waitUntil(lambda: "prediction" in str(models.data(memory_index)), timeout=10_000)
+    assert "Predicted at load" in str(models.data(memory_index, Qt.ItemDataRole.ToolTipRole))
 
     qtbot.mouseClick(panel.stop_button, Qt.MouseButton.LeftButton)
     qtbot.waitUntil(lambda: models.state_of(BUNDLED_ID) == "stopped", timeout=STOP_TIMEOUT_MS)

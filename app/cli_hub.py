@@ -1,0 +1,35 @@
+"""The Hub subcommands of `modeldeck` on the command line; their work is in app.hub_commands, imported only
+when one of them runs (huggingface_hub and httpx would add 0.4 s to every other command's start)."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from app.paths import AppPaths
+
+HUB_COMMANDS = ("search", "show", "pull", "import", "hf-token")
+SORTS = ("downloads", "likes", "recent")
+
+
+def add_hub_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    search = commands.add_parser("search", help="search the Hugging Face Hub for GGUF models")
+    search.add_argument("query", metavar="QUERY")
+    search.add_argument("--sort", choices=SORTS, default="downloads", help="downloads (default), likes or recent")
+    search.add_argument("--limit", type=int, default=20, metavar="N", help="at most N results (20)")
+    show = commands.add_parser("show", help="show a Hub model's license, gated status and GGUF variants")
+    show.add_argument("repo", metavar="REPO")
+    pull_cmd = commands.add_parser("pull", help="download a GGUF model from the Hub (resumes when run again)")
+    pull_cmd.add_argument("spec", metavar="REPO[:QUANT|/FILE]", help="e.g. org/model-GGUF:Q4_K_M")
+    pull_cmd.add_argument("--cache-dir", type=Path, metavar="DIR", help="Hugging Face cache to use (HF_HUB_CACHE)")
+    imp = commands.add_parser("import", help="add a local GGUF file to the library")
+    imp.add_argument("path", type=Path, metavar="PATH")
+    imp.add_argument("--link", action="store_true", help="hard-link instead of copying when on the same disk")
+    token = commands.add_parser("hf-token", help="save or remove the Hugging Face token (kept in the OS keyring)")
+    token.add_argument("action", choices=("set", "clear"), help="set reads the token from standard input")
+
+
+def run_hub_command(args: argparse.Namespace, paths: AppPaths) -> int:
+    from app.hub_commands import run
+
+    return run(args, paths)

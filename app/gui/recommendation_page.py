@@ -1,0 +1,256 @@
+"""The setup wizard's last step: how the service would run the model, why, what it costs in memory, the
+alternatives, and a Launch button that starts it with exactly those parameters."""
+
+from __future__ import annotations
+
+import functools
+from html import escape
+from typing import Any
+
+from PySide6.QtCore import Qt, Signal, Slot
+from PySide6.QtWidgets import (
+    QAbstractItemView,
+    QHBoxLayout,
+    QHeaderView,
+    QLabel,
+    QPushButton,
+    QTableWidget,
+    QTableWidgetItem,
+    QVBoxLayout,
+    QWidget,
+    QWizardPage,
+)
+
+from app.client import ControlClient
+from app.gui.memory_bar import MemoryBarPanel, memory_bars
+from app.gui.plan_text import ENGINE_WORDS, USE_WORDS, headline, memory_text, plan_rows, reasons_html, rows_html
+from app.gui.service_connection import LatestCall, ServiceConnection
+from app.gui.wizard_pages import WizardChoices, error_label, show_error
+
+OVERRIDE_KEYS = ("context", "gpu_layers", "threads", "batch")
+ACTIVE_STATES = frozenset({"starting", "ready", "restarting"})
+ALTERNATIVE_COLUMNS = ("Variant", "Engine", "Memory", "Max context", "Speed", "Fits")
+MAX_BARS = 2
+
+
+def launch_overrides(option: dict[str, Any]) -> dict[str, int]:
+    """The launch parameters of a recommended option, under the names the service takes them."""
+    parameters = option["parameters"]
+    return {key: int(parameters[key]) for key in OVERRIDE_KEYS if parameters.get(key) is not None}
+
+
+def runs_otherwise(record: dict[str, Any], overrides: dict[str, int]) -> bool:
+    """True when the model's engine is running with other parameters than these."""
+    plan = record.get("plan") or {}
+    return record.get("state") in ACTIVE_STATES and any(plan.get(k) != v for k, v in overrides.items())
+
+
+def launch(client: ControlClient, model_id: str, overrides: dict[str, int]) -> dict[str, Any]:
+    """Start the model with these parameters. The service never restarts a running engine for new parameters,
+    so one running with others is stopped first: the user asked for these by pressing Launch."""
+    record = next((m for m in client.models() if m["id"] == model_id), None)
+    if record is not None and runs_otherwise(record, overrides):
+        client.stop_model(model_id)
+    return client.start_model(model_id, overrides=overrides)
+
+
+class RecommendationPage(QWizardPage):
+    """Step 4. Emits `sig_model_launched` once the launched model is ready."""
+
+    sig_model_launched = Signal(str)  # model id
+
+    def __init__(self, connection: ServiceConnection, choices: WizardChoices, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setTitle("Recommendation")
+        self._choices = choices
+        self._recommend_call = LatestCall(connection)
+        self._launch_call = LatestCall(connection)
+        self._best: dict[str, Any] | None = None
+        self._launching: str | None = None  # model id of a launch not yet ready or failed
+        self._seen_starting = False
+        self.headline_label = QLabel()
+        self.headline_label.setWordWrap(True)
+        self.headline_label.setAccessibleName("Recommendation")
+        self.headline_label.setTextFormat(Qt.TextFormat.RichText)
+        self.plan_label = QLabel()
+        self.plan_label.setAccessibleName("Recommended plan")
+        self.reasons_label = QLabel()
+        self.reasons_label.setWordWrap(True)
+        self.reasons_label.setAccessibleName("Reasons")
+        self.problems_label = QLabel()
+        self.problems_label.setWordWrap(True)
+        self.problems_label.setAccessibleName("Problems")
+        self.problems_label.setTextFormat(Qt.TextFormat.PlainText)
+        self.memory_bar_panels = [MemoryBarPanel() for _ in range(MAX_BARS)]
+        self.alternatives_table = QTableWidget(0, len(ALTERNATIVE_COLUMNS))
+        self.alternatives_table.setHorizontalHeaderLabels(list(ALTERNATIVE_COLUMNS))
+        self.alternatives_table.setAccessibleName("Alternatives")
+        self.alternatives_table.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
+        self.alternatives_table.verticalHeader().hide()
+        self.alternatives_table.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
+        self.alternatives_label = QLabel("Alternatives")
+        self.launch_button = QPushButton("Launch")
+        self.launch_button.setAccessibleName("Launch the model with these settings")
+        self.launch_status_label = QLabel()
+        self.launch_status_label.setWordWrap(True)
+        self.launch_status_label.setAccessibleName("Launch status")
+        self.launch_status_label.setTextFormat(Qt.TextFormat.PlainText)
+        self.error_label = error_label()
+        self._build_layout()
+        self.launch_button.clicked.connect(self._on_launch_button_clicked)
+        connection.sig_engine_changed.connect(self._on_connection_engine_changed)
+
+    def _build_layout(self) -> None:
+        layout = QVBoxLayout(self)
+        layout.addWidget(self.headline_label)
+        layout.addWidget(self.plan_label)
+        layout.addWidget(self.reasons_label)
+        for panel in self.memory_bar_panels:
+            layout.addWidget(panel)
+        layout.addWidget(self.problems_label)
+        layout.addWidget(self.alternatives_label)
+        layout.addWidget(self.alternatives_table, 1)
+        layout.addStretch(0)
+        launch_row = QHBoxLayout()
+        launch_row.addWidget(self.launch_button)
+        launch_row.addWidget(self.launch_status_label, 1)
+        layout.addLayout(launch_row)
+        layout.addWidget(self.error_label)
+
+    @property
+    def best(self) -> dict[str, Any] | None:
+        return self._best
+
+    def cancel(self) -> None:
+        self._recommend_call.cancel()
+        self._launch_call.cancel()
+        self._launching = None
+
+    # Recommendation ----------------------------------------------------------------------------------
+
+    def initializePage(self) -> None:
+        model = self._choices.model
+        assert model is not None, "the model page does not let the wizard go on without a model"
+        self._best, self._launching = None, None
+        self._launch_call.cancel()
+        use = USE_WORDS.get(self._choices.use, self._choices.use)
+        self.setSubTitle(f"How to run {escape(model['name'])} for {use}.")
+        self.headline_label.setText(f"Working out how to run {escape(model['name'])}\N{HORIZONTAL ELLIPSIS}")
+        for widget in (self.plan_label, self.reasons_label, self.problems_label, *self.memory_bar_panels):
+            widget.hide()
+        self.alternatives_table.setRowCount(0)
+        self.launch_button.setEnabled(False)
+        self.launch_button.setText("Launch")
+        self.launch_status_label.setText("")
+        show_error(self.error_label, "")
+        job = functools.partial(
+            ControlClient.recommend, model_id=model["id"], use=self._choices.use, users=self._choices.users
+        )
+        self._recommend_call.run(job, self._on_recommendation_loaded, self._on_recommendation_failed)
+
+    def _on_recommendation_loaded(self, result: dict[str, Any]) -> None:
+        best = self._best = result.get("best")
+        problems = [str(p) for p in result.get("problems", [])]
+        self.problems_label.setText("\n".join(problems))
+        self.problems_label.setVisible(bool(problems))
+        self._show_alternatives(result.get("alternatives", []))
+        if best is None:
+            self.headline_label.setText("<b>Nothing fits in this machine's free memory.</b>")
+            return
+        self.headline_label.setText(f"<b>{escape(headline(best))}</b>")
+        self.plan_label.setText(rows_html(plan_rows(best)))
+        self.reasons_label.setText("<b>Why</b>" + reasons_html([str(r) for r in best.get("reasons", [])]))
+        unified = bool((self._choices.hardware or {}).get("unified_memory"))
+        bars = memory_bars(best["memory"], result.get("budgets", {}), unified)
+        for panel, bar in zip(self.memory_bar_panels, bars, strict=False):
+            panel.show_bar(bar)
+        for index, panel in enumerate(self.memory_bar_panels):
+            panel.setVisible(index < len(bars))
+        for widget in (self.plan_label, self.reasons_label):
+            widget.show()
+        self._offer_launch(best)
+
+    def _offer_launch(self, best: dict[str, Any]) -> None:
+        model = self._choices.model or {}
+        if best["engine"] != model.get("engine"):
+            engine = ENGINE_WORDS.get(best["engine"], best["engine"])
+            self.launch_status_label.setText(f"ModelDeck cannot launch {engine} plans for this model yet.")
+            return
+        self.launch_button.setEnabled(True)
+        if runs_otherwise(model, launch_overrides(best)):
+            self.launch_status_label.setText(f"{model['id']} is running with other settings: Launch restarts it.")
+
+    def _on_recommendation_failed(self, message: str) -> None:
+        self.headline_label.setText("")
+        show_error(self.error_label, f"Could not work out a recommendation: {message}")
+
+    def _show_alternatives(self, options: list[dict[str, Any]]) -> None:
+        self.alternatives_label.setText("Alternatives" if options else "Alternatives: none for this model here.")
+        self.alternatives_table.setVisible(bool(options))
+        self.alternatives_table.setRowCount(len(options))
+        for row, option in enumerate(options):
+            speed = option.get("decode_tokens_per_s")
+            cells = (
+                str(option["variant"]),
+                ENGINE_WORDS.get(option["engine"], option["engine"]),
+                memory_text(option["memory"]),
+                str(option["max_context"]),
+                f"{speed:.0f} tokens/s" if speed is not None else "unknown",
+                "yes" if option["fits"] else "no",
+            )
+            for column, text in enumerate(cells):
+                item = QTableWidgetItem(text)
+                item.setToolTip("\n".join(str(r) for r in option.get("reasons", [])))
+                self.alternatives_table.setItem(row, column, item)
+
+    # Launch ------------------------------------------------------------------------------------------
+
+    @Slot()
+    def _on_launch_button_clicked(self) -> None:
+        model, best = self._choices.model, self._best
+        if model is None or best is None:
+            return
+        self._launching, self._seen_starting = model["id"], False
+        self.launch_button.setEnabled(False)
+        show_error(self.error_label, "")
+        self.launch_status_label.setText(f"Launching {model['id']}\N{HORIZONTAL ELLIPSIS}")
+        job = functools.partial(launch, model_id=model["id"], overrides=launch_overrides(best))
+        self._launch_call.run(job, self._on_launch_answered, self._on_launch_failed)
+
+    def _on_launch_answered(self, record: dict[str, Any]) -> None:
+        state = record.get("state")
+        if state == "ready":  # it already ran with these parameters
+            self._launch_ended(ready=True, message="")
+        elif state in ACTIVE_STATES:
+            self._seen_starting = True
+
+    def _on_launch_failed(self, message: str) -> None:
+        self._launch_ended(ready=False, message=message)
+
+    @Slot(object)
+    def _on_connection_engine_changed(self, event: dict[str, Any]) -> None:
+        if self._launching is None or event.get("model_id") != self._launching:
+            return
+        state = event.get("state")
+        if state == "starting":
+            self._seen_starting = True
+            self.launch_status_label.setText(f"Starting {self._launching}: loading the model\N{HORIZONTAL ELLIPSIS}")
+        elif state == "ready" and self._seen_starting:
+            self._launch_ended(ready=True, message="")
+        elif state == "failed":
+            self._launch_ended(ready=False, message=str(event.get("message") or "no reason given"))
+
+    def _launch_ended(self, ready: bool, message: str) -> None:
+        model_id = self._launching
+        if model_id is None:
+            return
+        self._launching = None
+        if ready:
+            context = self._best["context"] if self._best else "?"
+            self.launch_status_label.setText(f"Ready: {model_id} is serving with a context of {context} tokens.")
+            self.launch_button.setText("Launched")
+            self.sig_model_launched.emit(model_id)
+            return
+        self.launch_status_label.setText("")
+        self.launch_button.setEnabled(True)
+        show_error(self.error_label, f"{model_id} did not start: {message}")

@@ -1,0 +1,46 @@
+"""The setup wizard: this machine -> what the user wants to do -> which model -> how to run it, then launch.
+
+Every answer comes from the service through the connection's pool threads; the wizard never blocks the GUI
+thread and never imports the planner: the service plans, the wizard shows.
+"""
+
+from __future__ import annotations
+
+from PySide6.QtCore import Qt, Signal, Slot
+from PySide6.QtWidgets import QWidget, QWizard
+
+from app.gui.recommendation_page import RecommendationPage
+from app.gui.service_connection import ServiceConnection
+from app.gui.wizard_pages import HardwarePage, ModelPage, UsePage, WizardChoices
+
+
+class SetupWizardDialog(QWizard):
+    """Four steps to a launched model. Reusable: `restart()` before showing it again starts from step one."""
+
+    sig_model_launched = Signal(str)  # model id, once ready
+
+    def __init__(self, connection: ServiceConnection, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setWindowTitle("Set up a model")
+        self.setObjectName("setup_wizard")
+        self.setMinimumSize(760, 620)
+        self.setWizardStyle(QWizard.WizardStyle.ModernStyle)
+        self.setTitleFormat(Qt.TextFormat.RichText)
+        self.setSubTitleFormat(Qt.TextFormat.RichText)
+        self.setButtonText(QWizard.WizardButton.FinishButton, "Done")
+        self.choices = WizardChoices()
+        self.hardware_page = HardwarePage(connection, self.choices)
+        self.use_page = UsePage(self.choices)
+        self.model_page = ModelPage(connection, self.choices)
+        self.recommendation_page = RecommendationPage(connection, self.choices)
+        for page in (self.hardware_page, self.use_page, self.model_page, self.recommendation_page):
+            self.addPage(page)
+        self.recommendation_page.sig_model_launched.connect(self.sig_model_launched)
+        self.finished.connect(self._on_self_finished)
+
+    @Slot(int)
+    def _on_self_finished(self, _result: int) -> None:
+        # Answers still on their way belong to a wizard the user has left: drop them.
+        self.hardware_page.cancel()
+        self.model_page.cancel()
+        self.recommendation_page.cancel()

@@ -1,0 +1,270 @@
+"""Resumable, verified downloads of Hub files into the Hugging Face cache.
+
+huggingface_hub >= 1.18 restarts an interrupted file from zero in a new process (DESIGN.md), so the bytes are
+fetched here: a partial `<blob>.incomplete` survives restarts and is resumed with `Range: bytes=N-`; network
+errors are retried with exponential backoff (and the Hub's Retry-After); the size and the sha256 of the LFS object
+(or the git blob hash of a small file) are checked before the file is moved into `blobs/` and linked into the
+snapshot. Only the metadata comes from huggingface_hub (`hf_hub_url`, `get_hf_file_metadata`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import shutil
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+from filelock import FileLock, Timeout
+from huggingface_hub import get_hf_file_metadata, hf_hub_url
+
+from app.hub.cache import RepoCache, check_filename, check_repo_id
+from app.hub.errors import HUB_FAILURES, HubError, for_status, translate
+from app.hub.task import Stopped, TaskState
+
+CHUNK_BYTES = 1 << 20
+FreeBytes = Callable[[Path], int]
+
+
+@dataclass(frozen=True)
+class RemoteFile:
+    """A file on the Hub as its metadata describes it."""
+
+    repo_id: str
+    filename: str
+    revision: str
+    commit: str
+    etag: str  # the blob's name in the cache: the LFS sha256, or the git blob sha1 of a small file
+    size: int
+    url: str
+
+    @property
+    def sha256(self) -> str | None:
+        return self.etag if len(self.etag) == 64 else None
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """How network errors are retried: `attempts` in a row without progress, waits doubling up to `max_wait_s`."""
+
+    attempts: int = 6
+    first_wait_s: float = 1.0
+    max_wait_s: float = 30.0
+    max_retry_after_s: float = 120.0
+
+    def wait_s(self, failures: int, retry_after_s: float | None) -> float:
+        if retry_after_s is not None:
+            return min(retry_after_s, self.max_retry_after_s)
+        return min(self.first_wait_s * 2.0 ** (failures - 1), self.max_wait_s)
+
+
+DEFAULT_RETRY = RetryPolicy()
+
+
+class IntegrityError(HubError):
+    """The downloaded bytes are not the file the Hub described; the partial was deleted."""
+
+
+def disk_free(path: Path) -> int:
+    """Free bytes on the file system that holds `path` (or its nearest existing parent)."""
+    while not path.exists() and path != path.parent:
+        path = path.parent
+    return shutil.disk_usage(path).free
+
+
+def resolve(repo_id: str, filename: str, *, endpoint: str, token: str | None, revision: str = "main") -> RemoteFile:
+    """Ask the Hub for a file's commit, etag and size (a HEAD request, no bytes)."""
+    check_repo_id(repo_id)
+    check_filename(filename)
+    url = hf_hub_url(repo_id, filename, revision=revision, endpoint=endpoint)
+    if not url.startswith(endpoint.rstrip("/") + "/"):  # hf_hub_url swaps in `endpoint` only for its own default
+        raise HubError(f"cannot build a download address on {endpoint} for {repo_id}/{filename}")
+    try:
+        meta = get_hf_file_metadata(url, token=token or False, endpoint=endpoint)
+    except HUB_FAILURES as exc:
+        raise translate(exc, endpoint, repo_id, token is not None) from exc
+    if meta.etag is None or meta.size is None or meta.commit_hash is None:
+        raise HubError(f"the Hub sent no etag, size or commit for {repo_id}/{filename}; cannot verify it")
+    return RemoteFile(repo_id, filename, revision, meta.commit_hash, meta.etag, meta.size, url)
+
+
+def check_disk(files: list[RemoteFile], cache_dir: Path, free_bytes: FreeBytes = disk_free) -> None:
+    """Refuse before any byte is written when the files still to fetch do not fit."""
+    needed = sum(_missing_bytes(file, cache_dir) for file in files)
+    free = free_bytes(cache_dir)
+    if needed > free:
+        raise HubError(
+            f"not enough disk space in {cache_dir}: the download needs {needed:,} bytes ({needed / 1e9:.2f} GB) "
+            f"more and {free:,} bytes ({free / 1e9:.2f} GB) are free; free some space or choose --cache-dir"
+        )
+
+
+def _missing_bytes(file: RemoteFile, cache_dir: Path) -> int:
+    cache = RepoCache(cache_dir, file.repo_id)
+    if cache.blob(file.etag).is_file():
+        return 0
+    partial = cache.incomplete(file.etag)
+    have = partial.stat().st_size if partial.is_file() else 0
+    return max(0, file.size - have)
+
+
+def download_files(
+    files: list[RemoteFile],
+    cache_dir: Path,
+    state: TaskState,
+    *,
+    token: str | None,
+    endpoint: str,
+    retry: RetryPolicy = DEFAULT_RETRY,
+    free_bytes: FreeBytes = disk_free,
+) -> list[Path]:
+    """Fetch every file (resuming partials), verify it, and return the snapshot paths, in order."""
+    check_disk(files, cache_dir, free_bytes)
+    total = sum(file.size for file in files)
+    state.begin(total, total - sum(_missing_bytes(file, cache_dir) for file in files))
+    headers = {"Accept-Encoding": "identity", "User-Agent": "modeldeck"}
+    if token:
+        headers["Authorization"] = f"Bearer {token}"
+    # Redirects go to the Hub's CDN; httpx drops the Authorization header when the host changes.
+    timeout = httpx.Timeout(30.0, connect=10.0)
+    with httpx.Client(headers=headers, timeout=timeout, follow_redirects=True) as client:
+        paths = [
+            _download_one(client, file, RepoCache(cache_dir, file.repo_id), state, retry, endpoint) for file in files
+        ]
+    state.finish()
+    return paths
+
+
+def _download_one(
+    client: httpx.Client, file: RemoteFile, cache: RepoCache, state: TaskState, retry: RetryPolicy, endpoint: str
+) -> Path:
+    state.working_on(file.filename)
+    blob = cache.blob(file.etag)
+    if not blob.is_file():
+        lock = cache.lock(file.etag)
+        lock.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            with FileLock(lock, timeout=0):
+                if not blob.is_file():  # checked again under the lock: another process may have just finished it
+                    _fetch_with_retries(client, file, cache, state, retry, endpoint)
+                    _verify_and_store(file, cache)
+        except Timeout:
+            raise HubError(f"{file.filename} is being downloaded by another process; wait for it to finish") from None
+    cache.write_ref(file.revision, file.commit)
+    return cache.link(file.etag, file.commit, file.filename)
+
+
+def _fetch_with_retries(
+    client: httpx.Client, file: RemoteFile, cache: RepoCache, state: TaskState, retry: RetryPolicy, endpoint: str
+) -> None:
+    partial = cache.incomplete(file.etag)
+    partial.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        _retry_until_complete(client, file, partial, state, retry, endpoint)
+    except Stopped as stop:
+        if stop.reason == "cancel":
+            partial.unlink(missing_ok=True)
+        raise
+
+
+def _retry_until_complete(
+    client: httpx.Client, file: RemoteFile, partial: Path, state: TaskState, retry: RetryPolicy, endpoint: str
+) -> None:
+    failures = 0
+    while True:
+        state.check()
+        have = partial.stat().st_size if partial.exists() else 0
+        if have > file.size:  # not this file's bytes (counted as the whole file when the job began): start over
+            state.advance(-file.size)
+            partial.unlink()
+            continue
+        if have == file.size:
+            return
+        try:
+            progressed = _fetch_range(client, file, partial, have, state, endpoint)
+        except HubError as exc:
+            if not exc.retryable:
+                raise
+            failures += 1
+            if failures >= retry.attempts:
+                raise HubError(f"{exc}; gave up after {failures} tries, run the pull again to resume") from exc
+            state.wait(retry.wait_s(failures, exc.retry_after_s))
+            continue
+        if progressed:
+            failures = 0
+
+
+def _fetch_range(
+    client: httpx.Client, file: RemoteFile, partial: Path, have: int, state: TaskState, endpoint: str
+) -> bool:
+    """One GET from byte `have` to the end. Returns whether any byte was written; network errors are retryable."""
+    written = 0
+    try:
+        with client.stream("GET", file.url, headers={"Range": f"bytes={have}-"} if have else {}) as response:
+            if response.status_code not in (200, 206):
+                has_token = "Authorization" in client.headers
+                raise for_status(
+                    response.status_code, endpoint, file.repo_id, has_token,
+                    response.headers.get("X-Error-Code"), response.headers.get("Retry-After"),
+                )  # fmt: skip
+            if have and not _resumes_at(response, have):  # the server ignored Range: take it from the start
+                state.advance(-have)
+                have = 0
+            # Unbuffered, so every byte received is on disk even when the process is killed the next moment.
+            with partial.open("r+b" if have else "wb", buffering=0) as out:
+                out.seek(have)
+                out.truncate()
+                # As the bytes arrive, not in fixed chunks: a stalled connection must not hold back what came.
+                for chunk in response.iter_bytes():
+                    if have + written + len(chunk) > file.size:
+                        raise HubError(f"the Hub sent more than the {file.size:,} bytes of {file.filename}")
+                    out.write(chunk)
+                    written += len(chunk)
+                    state.advance(len(chunk))
+                    state.check()
+    except httpx.TransportError as exc:
+        raise HubError(f"network error while downloading {file.filename}: {exc!r}", retryable=True) from exc
+    except OSError as exc:  # the disk filled up or went away after the check: keep what is there for a rerun
+        raise HubError(
+            f"cannot write {partial}: {exc.strerror or exc}; what was downloaded is kept, free space and run the "
+            "pull again to resume"
+        ) from exc
+    return written > 0
+
+
+def _resumes_at(response: httpx.Response, offset: int) -> bool:
+    content_range = response.headers.get("Content-Range", "")
+    return response.status_code == 206 and content_range.startswith(f"bytes {offset}-")
+
+
+def _verify_and_store(file: RemoteFile, cache: RepoCache) -> None:
+    """Check size and hash of the partial, then move it into blobs. A mismatch deletes it and says so."""
+    partial = cache.incomplete(file.etag)
+    size = partial.stat().st_size
+    problem = None
+    if size != file.size:
+        problem = f"is {size:,} bytes, the Hub says {file.size:,}"
+    else:
+        expected, actual = _expected_and_actual_hash(file, partial)
+        if actual != expected:
+            problem = f"has hash {actual}, the Hub says {expected}"
+    if problem:
+        partial.unlink()
+        raise IntegrityError(
+            f"{file.filename} {problem}: the download was corrupted and has been deleted; run the pull again"
+        )
+    partial.replace(cache.blob(file.etag))
+
+
+def _expected_and_actual_hash(file: RemoteFile, partial: Path) -> tuple[str, str]:
+    # LFS files are named by their sha256; small files by their git blob sha1 ("blob <size>\0" + bytes).
+    if file.sha256 is not None:
+        digest = hashlib.sha256()
+    else:
+        digest = hashlib.sha1()
+        digest.update(b"blob %d\0" % file.size)
+    with partial.open("rb") as source:
+        while block := source.read(CHUNK_BYTES):
+            digest.update(block)
+    return file.etag, digest.hexdigest()

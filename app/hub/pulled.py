@@ -1,0 +1,97 @@
+"""The index of GGUF models ModelDeck pulled from the Hub: a small JSON file under the app's data directory.
+
+The files themselves stay in the Hugging Face cache; the index remembers which snapshot files make a model and the
+id it was given, so that ids stay the same from run to run whatever else appears in the library later.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from app.paths import AppPaths
+
+SCHEMA_VERSION = 1
+
+
+@dataclass(frozen=True)
+class PulledModel:
+    """One pulled model: its library id, where it came from, and its files in the cache (first part first)."""
+
+    id: str
+    repo_id: str
+    variant: str
+    commit: str
+    files: tuple[str, ...]  # absolute snapshot paths
+    size_bytes: int
+
+    @property
+    def path(self) -> Path:
+        return Path(self.files[0])
+
+    def present(self) -> bool:
+        return all(Path(file).is_file() for file in self.files)
+
+
+def index_path(paths: AppPaths) -> Path:
+    return paths.data / "hub-models.json"
+
+
+def load_pulled(paths: AppPaths) -> list[PulledModel]:
+    """Every recorded pull; an unreadable index reads as empty rather than breaking the library."""
+    try:
+        raw = json.loads(index_path(paths).read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return []
+    except (OSError, ValueError):
+        return []  # a damaged index loses the list of pulls, not the files, which `pull` finds again
+    if not isinstance(raw, dict) or raw.get("schema") != SCHEMA_VERSION:
+        return []
+    models = []
+    for entry in raw.get("models", []):
+        try:
+            models.append(PulledModel(**{**entry, "files": tuple(entry["files"])}))
+        except (TypeError, KeyError):
+            continue
+    return models
+
+
+def _save(paths: AppPaths, models: list[PulledModel]) -> None:
+    target = index_path(paths)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
+    data = {"schema": SCHEMA_VERSION, "models": [asdict(m) | {"files": list(m.files)} for m in models]}
+    tmp.write_text(json.dumps(data, indent=2), encoding="utf-8")
+    os.replace(tmp, target)
+
+
+def record_pull(
+    paths: AppPaths, repo_id: str, variant: str, commit: str, files: list[Path], base_id: str, taken: set[str]
+) -> PulledModel:
+    """Add a pull to the index (or refresh it) and return it. A repeat pull of a variant keeps its id; a new one
+    gets `base_id`, or `base_id-2`, `-3`... when another model already has it."""
+    models = load_pulled(paths)
+    previous = next((m for m in models if m.repo_id == repo_id and m.variant == variant), None)
+    if previous is not None:
+        model_id = previous.id
+    else:
+        used = taken | {m.id for m in models}
+        model_id, n = base_id, 1
+        while model_id in used:
+            n += 1
+            model_id = f"{base_id}-{n}"
+    size = sum(file.stat().st_size for file in files)
+    entry = PulledModel(model_id, repo_id, variant, commit, tuple(str(file) for file in files), size)
+    _save(paths, [m for m in models if m.id != model_id] + [entry])
+    return entry
+
+
+def forget_pull(paths: AppPaths, model_id: str) -> PulledModel | None:
+    """Remove a pull from the index (its files are the caller's to delete) and return it; None when unknown."""
+    models = load_pulled(paths)
+    found = next((m for m in models if m.id == model_id), None)
+    if found is not None:
+        _save(paths, [m for m in models if m.id != model_id])
+    return found

@@ -1,0 +1,173 @@
+"""The memory model: what a plan costs in RAM and in VRAM per GPU, part by part.
+
+llama.cpp: weights, KV cache, the output (logits) buffer and the compute buffer, sized the way llama.cpp sizes them
+(see `llama_context` and `sched_reserve` in its load log), plus the engine process's own runtime. vLLM: weights,
+activations of its profiling run, non-torch memory (CUDA context, NCCL), and what is left of
+`gpu_memory_utilization` becomes KV cache, from which follow its capacity in tokens and the maximum concurrency.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from app.planner.facts import ModelFacts
+
+MIB = 1 << 20
+GIB = 1 << 30
+
+# Process runtime of llama-cpp-python's server beside its buffers: the interpreter, FastAPI/uvicorn, numpy, libllama
+# and its thread pool. Measured on Linux x86_64 with llama-cpp-python 0.3.36 (tests/bench/memory_accuracy.py: the
+# resident memory left once every buffer is accounted for, 125-150 MiB over contexts 512 to 8192); calibration
+# corrects it with what each machine measures.
+LLAMA_CPP_PYTHON_RUNTIME = 140 * MIB
+CUDA_CONTEXT = 300 * MIB  # per GPU a CUDA process touches: context, cuBLAS handles and kernels
+METAL_CONTEXT = 150 * MIB
+# vLLM: memory outside torch's allocator per GPU (CUDA context, NCCL buffers) and CUDA graphs for decode batches.
+VLLM_NON_TORCH = 1 * GIB
+VLLM_CUDA_GRAPHS = 512 * MIB
+# llama-cpp-python serves embeddings with n_seq_max = min(n_batch, 256) (llama_max_parallel_sequences) and
+# llama.cpp keeps one output row per sequence.
+LLAMA_MAX_SEQUENCES = 256
+CACHE_TYPE_BYTES = {"f32": 4.0, "f16": 2.0, "bf16": 2.0, "q8_0": 34 / 32, "q4_0": 18 / 32, "fp8": 1.0}
+
+
+@dataclass(frozen=True)
+class MemoryPart:
+    """One part of a plan's memory: bytes in system RAM and bytes on each GPU it uses."""
+
+    name: str  # weights, kv_cache, compute, workspace, runtime
+    ram: int
+    vram: int = 0
+    # Resident in RAM from the moment the engine is ready. Buffers the engine only writes while it computes
+    # become resident as requests touch them, up to all of it for a prompt that fills the context.
+    resident_at_load: bool = True
+
+
+@dataclass(frozen=True)
+class MemoryEstimate:
+    """A plan's predicted memory. vram is per GPU; kv_tokens and max_concurrency are vLLM's."""
+
+    parts: tuple[MemoryPart, ...]
+    gpus: int = 0
+    kv_tokens: int | None = None
+    max_concurrency: int | None = None
+
+    @property
+    def ram(self) -> int:
+        return sum(part.ram for part in self.parts)
+
+    @property
+    def vram(self) -> int:
+        return sum(part.vram for part in self.parts)
+
+    @property
+    def ram_at_load(self) -> int:
+        """RAM resident once the engine is ready, before any request; `ram` is the peak under a full context."""
+        return sum(part.ram for part in self.parts if part.resident_at_load)
+
+    def part(self, name: str) -> MemoryPart:
+        return next(part for part in self.parts if part.name == name)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "ram": self.ram, "ram_at_load": self.ram_at_load, "vram_per_gpu": self.vram}
+
+
+class MissingFacts(ValueError):
+    """The model's facts lack what the memory model needs (a header without layer or head counts)."""
+
+
+def _need(value: int | None, what: str) -> int:
+    if value is None:
+        raise MissingFacts(f"the model does not state its {what}")
+    return value
+
+
+def llama_cpp_memory(
+    facts: ModelFacts,
+    context: int,
+    *,
+    batch: int = 512,
+    gpu_layers: int = 0,
+    gpu_backend: str | None = None,  # "cuda" or "metal" when layers are offloaded
+    cache_type: str = "f16",
+    runtime: int = LLAMA_CPP_PYTHON_RUNTIME,
+) -> MemoryEstimate:
+    """llama.cpp serving `facts` at `context` tokens with `gpu_layers` offloaded (flash attention off, mmap on).
+
+    Offloaded layers move their share of weights, KV cache and compute to the GPU; the output layer follows once
+    every repeating layer is offloaded (llama.cpp's -ngl counts it as one more layer).
+    """
+    layers = _need(facts.layers, "layer count")
+    weights = _need(facts.weight_bytes, "weight size")
+    vocab = _need(facts.vocab_size, "vocabulary size")
+    embd = _need(facts.embedding_length, "embedding length")
+    heads = _need(facts.attention_heads, "attention head count")
+    kv_per_token = _need(facts.kv_bytes_per_token(CACHE_TYPE_BYTES[cache_type]), "KV head layout")
+    tokens = min(batch, context)
+    offloaded = min(gpu_layers, layers + 1) if gpu_backend else 0
+    on_gpu = offloaded / (layers + 1)
+    kv = context * kv_per_token
+    output = (vocab + embd) * 4 * min(batch, LLAMA_MAX_SEQUENCES)
+    # The compute buffer holds the larger of two stages of the graph: the logits of a batch, or one layer's
+    # attention scores (f32, one row per head plus the mask) beside its feed-forward activations.
+    logits_stage = (vocab + 2 * embd) * tokens * 4
+    attention_stage = ((heads + 1) * context + (facts.feed_forward_length or 4 * embd) + 3 * embd) * tokens * 4
+    # ggml's CPU backend also keeps a work buffer, the largest of which holds the attention weights converted to f16
+    # for their product with V (seen as a separate mapping growing with the context in /proc/PID/smaps).
+    workspace = heads * context * tokens * 2
+    compute = max(logits_stage, attention_stage)
+    context_overhead = (CUDA_CONTEXT if gpu_backend == "cuda" else METAL_CONTEXT) if offloaded else 0
+    return MemoryEstimate(
+        parts=(
+            MemoryPart("weights", round(weights * (1 - on_gpu)), round(weights * on_gpu)),
+            MemoryPart(
+                "kv_cache",
+                round(kv * (1 - min(offloaded, layers) / layers)),
+                round(kv * min(offloaded, layers) / layers),
+            ),
+            MemoryPart("compute", output + (0 if offloaded else compute), compute if offloaded else 0, False),
+            MemoryPart("workspace", 0 if offloaded else workspace, workspace if offloaded else 0, False),
+            MemoryPart("runtime", runtime, context_overhead),
+        ),
+        gpus=1 if offloaded else 0,
+    )
+
+
+def vllm_memory(
+    facts: ModelFacts,
+    gpu_memory: int,
+    *,
+    max_model_len: int,
+    gpu_memory_utilization: float = 0.9,
+    tensor_parallel: int = 1,
+    max_num_batched_tokens: int = 8192,
+    max_num_seqs: int = 256,
+    kv_cache_dtype_bytes: float = 2.0,
+) -> MemoryEstimate:
+    """vLLM on `tensor_parallel` GPUs of `gpu_memory` bytes each; the KV cache gets whatever is left of the budget.
+
+    Activations follow vLLM's profiling run: `max_num_batched_tokens` tokens through one layer's hidden and MLP
+    tensors (16-bit), and `max_num_seqs` rows of float32 logits for the sampler.
+    """
+    weights = _need(facts.weight_bytes, "weight size") // tensor_parallel
+    embd = _need(facts.embedding_length, "embedding length")
+    vocab = _need(facts.vocab_size, "vocabulary size")
+    kv_per_token = _need(facts.kv_bytes_per_token(kv_cache_dtype_bytes), "KV head layout") / tensor_parallel
+    mlp = facts.feed_forward_length or 4 * embd
+    activations = max_num_batched_tokens * (4 * embd + 2 * mlp // tensor_parallel) * 2 + max_num_seqs * vocab * 4
+    overhead = VLLM_NON_TORCH + VLLM_CUDA_GRAPHS
+    budget = int(gpu_memory * gpu_memory_utilization)
+    kv = max(0, budget - weights - activations - overhead)
+    kv_tokens = int(kv // kv_per_token)
+    return MemoryEstimate(
+        parts=(
+            MemoryPart("weights", 0, weights),
+            MemoryPart("kv_cache", 0, kv),
+            MemoryPart("compute", 0, activations),
+            MemoryPart("runtime", 2 * GIB, overhead),  # host side: the API server and each worker's interpreter
+        ),
+        gpus=tensor_parallel,
+        kv_tokens=kv_tokens,
+        max_concurrency=kv_tokens // max_model_len if max_model_len else None,
+    )

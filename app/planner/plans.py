@@ -1,0 +1,151 @@
+"""From the library to the planner and back: a model's variants in, a launch plan and its exact command out."""
+
+from __future__ import annotations
+
+import json
+import struct
+from dataclasses import replace
+from pathlib import Path
+
+from app.hardware.profile import HardwareProfile
+from app.hub.library import ModelSpec, known_models, model_id_from_filename
+from app.paths import AppPaths
+from app.planner.calibration import CalibrationStore, Correction
+from app.planner.facts import facts_from_gguf, facts_from_hf_config
+from app.planner.recommend import Option, Recommendation, Variant, recommend
+from engines.base import LaunchPlan
+from engines.gguf import read_gguf_info
+from engines.registry import ENGINES
+
+PORT_PLACEHOLDER = "<port>"  # chosen free at launch
+MAX_SAFETENSORS_HEADER = 100 * 1024 * 1024
+
+
+class NoVariants(ValueError):
+    """The model has nothing the planner can read."""
+
+
+def gguf_variant(path: Path) -> Variant:
+    """A local GGUF file as a variant; raises engines.gguf.GGUFError for a file that fails the preflight."""
+    facts = facts_from_gguf(read_gguf_info(path))
+    return Variant(facts.quantization or "unknown", facts, str(path))
+
+
+def _safetensors_counts(path: Path) -> dict[str, int]:
+    """Element counts per dtype from one safetensors file's JSON header (bounded; tensor data is never read)."""
+    with path.open("rb") as stream:
+        (length,) = struct.unpack("<Q", stream.read(8))
+        if length > MAX_SAFETENSORS_HEADER:
+            raise NoVariants(f"{path}: safetensors header claims {length} bytes")
+        header = json.loads(stream.read(length))
+    counts: dict[str, int] = {}
+    for name, tensor in header.items():
+        if name == "__metadata__":
+            continue
+        elements = 1
+        for dim in tensor["shape"]:
+            elements *= int(dim)
+        counts[tensor["dtype"]] = counts.get(tensor["dtype"], 0) + elements
+    return counts
+
+
+def safetensors_variant(directory: Path) -> Variant:
+    """A model directory in Hugging Face layout (config.json beside *.safetensors) as a variant for vLLM."""
+    try:
+        config = json.loads((directory / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise NoVariants(f"{directory}: no readable config.json ({exc})") from exc
+    counts: dict[str, int] = {}
+    for shard in sorted(directory.glob("*.safetensors")):
+        for dtype, n in _safetensors_counts(shard).items():
+            counts[dtype] = counts.get(dtype, 0) + n
+    facts = facts_from_hf_config(config, counts)
+    return Variant(facts.quantization or "unknown", facts, str(directory))
+
+
+def variants_of(spec: ModelSpec) -> list[Variant]:
+    """What the planner can choose from for a library model: today one file per model."""
+    if spec.path is None:
+        raise NoVariants(f"{spec.id} is served by an external server; ModelDeck does not plan it")
+    if spec.path.is_dir():
+        return [safetensors_variant(spec.path)]
+    return [gguf_variant(spec.path)]
+
+
+def resolve(target: str, paths: AppPaths) -> tuple[str, list[Variant]]:
+    """A library model id, a GGUF file or a model directory -> its id and variants. Raises NoVariants or GGUFError."""
+    models = known_models(paths)
+    if target in models:
+        return target, variants_of(models[target])
+    path = Path(target).expanduser()
+    if path.is_file():
+        return model_id_from_filename(path.name) or "model", [gguf_variant(path)]
+    if path.is_dir():
+        return path.name, [safetensors_variant(path)]
+    known = ", ".join(models) or "none"
+    raise NoVariants(f"{target!r} is neither a model ModelDeck knows ({known}) nor a GGUF file or model directory")
+
+
+# The planner's engine family of a variant -> the engine whose measurements correct its predictions.
+CALIBRATED_ENGINE = {"llama.cpp": "llama-cpp-python", "vllm": "vllm"}
+
+
+def plan_model(
+    hardware: HardwareProfile,
+    model_id: str,
+    variants: list[Variant],
+    use: str,
+    users: int | None,
+    calibration: CalibrationStore,
+) -> Recommendation:
+    """The ranked options for a model on this hardware, corrected by earlier launches, each with its command line."""
+    # The planner applies one correction to its llama.cpp options: that engine's, for this architecture.
+    gguf = next((v for v in variants if v.engine_family == "llama.cpp"), variants[0] if variants else None)
+    correction = (
+        calibration.correction(CALIBRATED_ENGINE[gguf.engine_family], gguf.facts.architecture)
+        if gguf
+        else Correction.none()
+    )
+    result = recommend(hardware, variants, use, users=users, correction=correction)
+    return replace(
+        result,
+        best=with_command(model_id, result.best) if result.best else None,
+        alternatives=tuple(with_command(model_id, option) for option in result.alternatives),
+    )
+
+
+def launch_plan(model_id: str, option: Option) -> LaunchPlan:
+    """The plan an option describes, ready for an engine adapter."""
+    p = option.parameters
+    if option.engine == "vllm":
+        return LaunchPlan(
+            model_id=model_id,
+            model_path=Path(option.location),
+            context_length=p["max_model_len"],
+            threads=0,
+            model_ref=option.location,
+            tensor_parallel_size=p["tensor_parallel_size"],
+            gpu_memory_utilization=p["gpu_memory_utilization"],
+            max_num_seqs=p["max_num_seqs"],
+            dtype=p["dtype"],
+            quantization=p["quantization"],
+            embeddings=False,
+        )
+    return LaunchPlan(
+        model_id=model_id,
+        model_path=Path(option.location),
+        context_length=p["context"],
+        threads=p["threads"],
+        batch_size=p["batch"],
+        gpu_layers=p["gpu_layers"],
+    )
+
+
+def with_command(model_id: str, option: Option) -> Option:
+    """The option with the exact command line its plan runs (the port is picked at launch, the key is in env)."""
+    command = ENGINES[option.engine].build_command(launch_plan(model_id, option), 0, "")
+    argv = tuple(
+        PORT_PLACEHOLDER if prev == "--port" else arg
+        for prev, arg in zip(("", *command.argv), command.argv, strict=False)
+    )
+    return replace(option, command=argv)

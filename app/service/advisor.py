@@ -1,0 +1,54 @@
+"""What the control API answers about this machine and how to run a model on it: the hardware profile, detected
+off the event loop and kept for a few seconds, and the planner's recommendation with its exact command lines,
+corrected by what earlier launches measured."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from app.hardware.detect import detect_hardware
+from app.hardware.profile import HardwareProfile
+from app.hub.library import ModelSpec
+from app.paths import AppPaths
+from app.planner.calibration import CalibrationStore
+from app.planner.plans import plan_model, variants_of
+from app.planner.recommend import Recommendation
+
+# NVML and /proc answer in milliseconds, but a wizard asks on every page: a few seconds of reuse keeps free
+# memory current while sparing the detection.
+HARDWARE_TTL_S = 5.0
+
+Detector = Callable[[Path], HardwareProfile]
+
+
+class Advisor:
+    """Answers /api/hardware and /api/recommend. Blocking work (detection, model headers, SQLite) runs on threads."""
+
+    def __init__(self, paths: AppPaths, detect: Detector | None = None, ttl_s: float = HARDWARE_TTL_S) -> None:
+        self._paths = paths
+        self._detect = detect or (lambda models_dir: detect_hardware(models_dir, bandwidth_cache=paths.bandwidth_cache))
+        self._ttl_s = ttl_s
+        self._calibration = CalibrationStore(paths.calibration_db)
+        self._profile: HardwareProfile | None = None
+        self._detected_at = 0.0
+        self._lock = asyncio.Lock()
+
+    async def hardware(self) -> HardwareProfile:
+        """This machine's profile; requests within the TTL share one detection."""
+        async with self._lock:
+            if self._profile is None or time.monotonic() - self._detected_at > self._ttl_s:
+                self._profile = await asyncio.to_thread(self._detect, self._paths.models_dir)
+                self._detected_at = time.monotonic()
+            return self._profile
+
+    async def recommend(self, spec: ModelSpec, use: str, users: int | None) -> Recommendation:
+        """The ranked options for `spec`, each with its command line. Raises NoVariants or GGUFError for a model
+        the planner cannot read."""
+        hardware = await self.hardware()
+        return await asyncio.to_thread(self._recommend, hardware, spec, use, users)
+
+    def _recommend(self, hardware: HardwareProfile, spec: ModelSpec, use: str, users: int | None) -> Recommendation:
+        return plan_model(hardware, spec.id, variants_of(spec), use, users, self._calibration)

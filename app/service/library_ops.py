@@ -1,0 +1,157 @@
+"""The library as the control API shows and changes it: sizes on disk, free space, verify, delete and import.
+
+Every function here blocks on the disk (hashing gigabytes, copying a file): the routes run them on threads.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from app.hub.download import disk_free
+from app.hub.library import ModelSpec, model_id_from_filename
+from app.hub.pulled import PulledModel, forget_pull, load_pulled
+from app.paths import AppPaths
+from engines.gguf import GGUFError, read_gguf_info
+
+HASH_BLOCK = 1 << 20
+_SHA256 = re.compile(r"[0-9a-f]{64}")
+DELETABLE_SOURCES = frozenset({"hub", "local"})
+
+
+class LibraryError(Exception):
+    """A library request that cannot be done; `status` is the HTTP status, the message says why."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """The outcome of a verification: each check in words, and whether all of them passed."""
+
+    ok: bool
+    checks: tuple[str, ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"ok": self.ok, "checks": list(self.checks)}
+
+
+def pulled_by_id(paths: AppPaths) -> dict[str, PulledModel]:
+    return {model.id: model for model in load_pulled(paths)}
+
+
+def model_files(spec: ModelSpec, pulled: PulledModel | None) -> list[Path]:
+    if pulled is not None:
+        return [Path(file) for file in pulled.files]
+    return [spec.path] if spec.path is not None else []
+
+
+def _size_on_disk(files: list[Path]) -> int:
+    return sum(file.stat().st_size for file in files if file.is_file())
+
+
+def describe_library(models: dict[str, ModelSpec], paths: AppPaths, cache_dir: Path) -> dict[str, Any]:
+    """Every model with a file, its size on disk and origin, and the free space where models are kept."""
+    pulled = pulled_by_id(paths)
+    entries = []
+    for spec in models.values():
+        if spec.path is None:
+            continue  # an external server: nothing on disk
+        origin = pulled.get(spec.id)
+        entries.append({
+            "id": spec.id, "name": spec.name, "source": spec.source, "path": str(spec.path),
+            "size_on_disk": _size_on_disk(model_files(spec, origin)), "deletable": spec.source in DELETABLE_SOURCES,
+            "repo": origin.repo_id if origin else None, "variant": origin.variant if origin else None,
+        })  # fmt: skip
+    return {
+        "models": entries,
+        "disk": [
+            {"what": "models folder", "path": str(paths.models_dir), "free": disk_free(paths.models_dir)},
+            {"what": "Hugging Face cache", "path": str(cache_dir), "free": disk_free(cache_dir)},
+        ],
+    }
+
+
+def verify(spec: ModelSpec, pulled: PulledModel | None) -> Verdict:
+    """A pulled file's sha256 against the LFS oid it was stored under; then the GGUF header check, for all."""
+    checks: list[str] = []
+    ok = True
+    for file in model_files(spec, pulled):
+        if not file.is_file():
+            return Verdict(False, (*checks, f"{file.name} is missing: download the model again"))
+        expected = file.resolve().name if pulled is not None else None
+        if expected is not None and _SHA256.fullmatch(expected):
+            actual = _sha256(file)
+            if actual == expected:
+                checks.append(f"{file.name}: sha256 matches the Hub's ({expected[:12]}\N{HORIZONTAL ELLIPSIS})")
+            else:
+                ok = False
+                checks.append(f"{file.name} is damaged: its sha256 is {actual}, the Hub's is {expected}; delete it "
+                              "and download it again")  # fmt: skip
+        try:
+            read_gguf_info(file)
+            checks.append(f"{file.name}: the GGUF header is sound")
+        except GGUFError as exc:
+            ok = False
+            checks.append(str(exc))
+    return Verdict(ok, tuple(checks))
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as source:
+        while block := source.read(HASH_BLOCK):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def delete_files(spec: ModelSpec, paths: AppPaths) -> None:
+    """Delete a pulled model (its snapshot links and blobs, and its index entry) or an imported file."""
+    if spec.source == "hub":
+        pulled = forget_pull(paths, spec.id)
+        for file in model_files(spec, pulled):
+            blob = file.resolve()
+            file.unlink(missing_ok=True)
+            if blob != file:
+                blob.unlink(missing_ok=True)
+    elif spec.source == "local" and spec.path is not None:
+        if spec.path.resolve().parent != paths.models_dir.resolve():
+            raise LibraryError(403, f"{spec.path} is outside the models folder; ModelDeck deletes only its own files.")
+        spec.path.unlink(missing_ok=True)
+    else:
+        raise LibraryError(403, f"{spec.name} is {spec.source}, not downloaded or imported: it cannot be deleted.")
+
+
+def import_gguf(source: Path, paths: AppPaths, taken: set[str]) -> ModelSpec:
+    """Check the file is a GGUF an engine may read, then copy it into the models folder under its own name."""
+    if not source.is_absolute():
+        raise LibraryError(400, f"give the file's full path, not {source}")
+    if not source.is_file():
+        raise LibraryError(404, f"{source} is not a file.")
+    model_id = model_id_from_filename(source.name)
+    if model_id is None or not source.name.lower().endswith(".gguf"):
+        raise LibraryError(400, f"{source.name} is not named MODEL.gguf; only GGUF files can be imported.")
+    try:
+        read_gguf_info(source)
+    except GGUFError as exc:
+        raise LibraryError(422, f"Not imported: {exc}") from exc
+    target = paths.models_dir / source.name
+    if target.exists() or model_id in taken:
+        raise LibraryError(409, f"A model with the id {model_id} is already in the library; rename the file first.")
+    paths.models_dir.mkdir(parents=True, exist_ok=True)
+    # Copied under a temporary name, so an interrupted copy never appears in the library.
+    partial = target.with_name(f".{target.name}.partial")
+    try:
+        shutil.copyfile(source, partial)
+        partial.replace(target)
+    except OSError as exc:
+        partial.unlink(missing_ok=True)
+        raise LibraryError(507, f"Could not copy {source.name} into {paths.models_dir}: {exc.strerror or exc}") from exc
+    resolved = target.resolve()
+    return ModelSpec(model_id, target.name, resolved, resolved.stat().st_size, "local")

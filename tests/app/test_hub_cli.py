@@ -1,0 +1,187 @@
+"""`modeldeck search / pull / import / hf-token` as a user runs them, each pull a new process."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from app.hub.cache import RepoCache
+from app.hub.pulled import load_pulled
+from app.paths import AppPaths
+from tests.app.conftest import add_repo, sha256
+from tests.conftest import REPO, free_port, start_service_process, stop_service_process
+from tests.hub_server import FakeHub, wait_for
+
+REPO_ID = "org/smol-GGUF"
+FILE = "smol-Q4_1.gguf"
+SECRET = "hf_secret_" + "s3cr3t" * 5
+
+
+@pytest.fixture
+def hf_home(tmp_path: Path) -> Path:
+    return tmp_path / "hf-home"
+
+
+def env_for(hub_url: str, hf_home: Path, **extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("HF_TOKEN", "HF_HUB_OFFLINE", "HF_HUB_CACHE")}
+    return env | {"HF_ENDPOINT": hub_url, "HF_HOME": str(hf_home), "PYTHONUNBUFFERED": "1"} | extra
+
+
+def modeldeck(*args: str, env: dict[str, str], stdin: str = "") -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "app", *args], capture_output=True, text=True, timeout=120, cwd=REPO, env=env,
+        input=stdin,
+    )  # fmt: skip
+
+
+def start_pull(env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
+    with log.open("wb") as out:
+        return subprocess.Popen(
+            [sys.executable, "-m", "app", "pull", REPO_ID], stdout=out, stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL, cwd=REPO, env=env,
+        )  # fmt: skip
+
+
+def stall_first_pull(hub: FakeHub, gguf_bytes: bytes, hf_home: Path, tmp_path: Path, stop: signal.Signals) -> Path:
+    """Start a pull that the server stalls after 7 MB, wait for those bytes on disk, then stop it with `stop`."""
+    add_repo(hub, REPO_ID, {FILE: gguf_bytes})
+    stall_at = 7_000_000
+    hub.faults.stall_after = stall_at
+    partial = RepoCache(hf_home / "hub", REPO_ID).incomplete(sha256(gguf_bytes))
+    process = start_pull(env_for(hub.url, hf_home), tmp_path / "first.log")
+    try:
+        wait_for(lambda: partial.exists() and partial.stat().st_size == stall_at, timeout_s=60)
+    finally:
+        process.send_signal(stop)
+        process.wait(timeout=30)
+    hub.faults.stall_after = None
+    assert partial.stat().st_size == stall_at
+    return tmp_path / "first.log"
+
+
+def test_a_killed_pull_is_resumed_by_a_new_process(
+    hub: FakeHub, gguf_bytes: bytes, hf_home: Path, tmp_path: Path, paths: AppPaths
+) -> None:
+    stall_first_pull(hub, gguf_bytes, hf_home, tmp_path, signal.SIGKILL)
+    assert load_pulled(paths) == []
+    second = modeldeck("pull", REPO_ID, env=env_for(hub.url, hf_home))
+    assert second.returncode == 0, second.stderr
+    assert [r.range for r in hub.downloads(FILE)] == [None, "bytes=7000000-"]
+    [model] = load_pulled(paths)
+    assert sha256(model.path.read_bytes()) == sha256(gguf_bytes)
+    assert model.path.is_relative_to(hf_home / "hub" / "models--org--smol-GGUF" / "snapshots")
+    listed = modeldeck("models", env=env_for(hub.url, hf_home))
+    assert model.id in listed.stdout and str(model.path) in listed.stdout
+
+
+def test_ctrl_c_leaves_a_resumable_partial(hub: FakeHub, gguf_bytes: bytes, hf_home: Path, tmp_path: Path) -> None:
+    log = stall_first_pull(hub, gguf_bytes, hf_home, tmp_path, signal.SIGINT)
+    assert "run the same command to resume" in log.read_text()
+
+
+def test_pull_with_a_token_never_writes_or_logs_it(
+    hub: FakeHub, gguf_bytes: bytes, hf_home: Path, modeldeck_home: Path
+) -> None:
+    add_repo(hub, REPO_ID, {FILE: gguf_bytes}, gated="manual")
+    hub.faults.token = SECRET
+    refused = modeldeck("pull", REPO_ID, env=env_for(hub.url, hf_home))
+    assert refused.returncode == 2
+    assert f"accept the license at {hub.url}/{REPO_ID}, then retry" in refused.stderr
+    pulled = modeldeck("pull", REPO_ID, env=env_for(hub.url, hf_home, HF_TOKEN=SECRET))
+    assert pulled.returncode == 0, pulled.stderr
+    resolved = [r for r in hub.requests_for(FILE) if "/resolve/" in r.path and r.status == 302]
+    assert resolved and all(r.authorized for r in resolved)
+    assert [r.authorization for r in hub.downloads(FILE)] == [None]  # not sent on to the CDN
+    assert SECRET not in pulled.stdout + pulled.stderr
+    assert not (hf_home / "token").exists()
+    written = [p for root in (hf_home, modeldeck_home) for p in root.rglob("*") if p.is_file() and not p.is_symlink()]
+    assert written and not any(SECRET.encode() in p.read_bytes() for p in written)
+
+
+def test_search_prints_results_in_order_and_offline_says_so(hub: FakeHub, hf_home: Path) -> None:
+    add_repo(hub, "a/qwen-GGUF", {"x.gguf": b"1"}, likes=5)
+    add_repo(hub, "b/qwen-GGUF", {"x.gguf": b"1"}, likes=50)
+    found = modeldeck("search", "qwen", "--sort", "likes", "--limit", "5", env=env_for(hub.url, hf_home))
+    assert found.returncode == 0
+    assert found.stdout.index("b/qwen-GGUF") < found.stdout.index("a/qwen-GGUF")
+    offline = modeldeck("search", "qwen", env=env_for(f"http://127.0.0.1:{free_port()}", hf_home))
+    assert offline.returncode == 2
+    assert "offline: search and download need the network; everything else works" in offline.stderr
+
+
+def test_import_adds_a_gguf_and_refuses_a_broken_one(
+    bundled_gguf: Path, tmp_path: Path, paths: AppPaths, hf_home: Path
+) -> None:
+    env = env_for("http://127.0.0.1:9", hf_home)
+    broken = tmp_path / "broken-Q4_0.gguf"
+    broken.write_bytes(bundled_gguf.read_bytes()[:100_000])
+    refused = modeldeck("import", str(broken), env=env)
+    assert refused.returncode == 2 and "not imported" in refused.stderr and "truncated" in refused.stderr
+    assert not paths.models_dir.exists() or not any(paths.models_dir.iterdir())
+    source = tmp_path / "My-Model.Q4_1.gguf"
+    source.symlink_to(bundled_gguf)
+    imported = modeldeck("import", str(source), env=env)
+    assert imported.returncode == 0, imported.stderr
+    assert (paths.models_dir / source.name).read_bytes() == bundled_gguf.read_bytes()
+    assert "my-model.q4_1" in modeldeck("models", env=env).stdout
+    again = modeldeck("import", str(source), env=env)
+    assert again.returncode == 2 and "already in the library" in again.stderr
+
+
+def test_hf_token_set_refuses_without_an_os_keyring(hf_home: Path) -> None:
+    result = modeldeck("hf-token", "set", env=env_for("http://127.0.0.1:9", hf_home), stdin=SECRET + "\n")
+    assert result.returncode == 2
+    assert "no OS keyring" in result.stderr and "HF_TOKEN" in result.stderr
+    assert SECRET not in result.stdout + result.stderr
+    assert not (hf_home / "token").exists()
+
+
+def test_search_pull_then_launch_and_chat(
+    hub: FakeHub, gguf_bytes: bytes, hf_home: Path, tmp_path: Path, paths: AppPaths
+) -> None:
+    add_repo(hub, REPO_ID, {FILE: gguf_bytes, "README.md": b"# smol"}, downloads=7)
+    env = env_for(hub.url, hf_home)
+    assert REPO_ID in modeldeck("search", "smol", env=env).stdout
+    assert modeldeck("pull", f"{REPO_ID}:Q4_1", env=env).returncode == 0
+    [model] = load_pulled(paths)
+    service = start_service_process(paths, tmp_path, "--model", model.id)
+    try:
+        [entry] = [m for m in service.client.models() if m["id"] == model.id]
+        assert entry["state"] == "ready", service.output()
+        chat = service.openai_client().chat.completions.create(
+            model=model.id, messages=[{"role": "user", "content": "Say hello."}], max_tokens=8
+        )
+        assert chat.choices[0].message.content
+    finally:
+        stop_service_process(service)
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="RLIMIT_FSIZE is POSIX")
+def test_a_file_size_limit_mid_download_keeps_the_partial_and_registers_nothing(
+    hub: FakeHub, gguf_bytes: bytes, hf_home: Path, paths: AppPaths
+) -> None:
+    add_repo(hub, REPO_ID, {FILE: gguf_bytes})
+    limit = 10_000_000
+    # RLIMIT_FSIZE stands in for a full disk: a write past it fails with EFBIG (Python ignores SIGXFSZ).
+    limited = (
+        f"import resource, runpy, sys; resource.setrlimit(resource.RLIMIT_FSIZE, ({limit}, {limit})); "
+        f"sys.argv = ['modeldeck', 'pull', '{REPO_ID}']; runpy.run_module('app', run_name='__main__')"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", limited], capture_output=True, text=True, timeout=120, cwd=REPO,
+        env=env_for(hub.url, hf_home),
+    )  # fmt: skip
+    assert result.returncode == 2
+    assert "File too large" in result.stderr and "run the pull again to resume" in result.stderr
+    assert load_pulled(paths) == []
+    partial = RepoCache(hf_home / "hub", REPO_ID).incomplete(sha256(gguf_bytes))
+    assert partial.stat().st_size == limit
+    resumed = modeldeck("pull", REPO_ID, env=env_for(hub.url, hf_home))
+    assert resumed.returncode == 0, resumed.stderr
+    assert hub.downloads(FILE)[-1].range == f"bytes={limit}-"
+    assert sha256(load_pulled(paths)[0].path.read_bytes()) == sha256(gguf_bytes)

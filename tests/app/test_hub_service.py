@@ -1,0 +1,221 @@
+"""The Hub and library routes of the control API, on a real service talking to the stand-in Hub."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from app.client import ControlClient, ControlError
+from app.hub.cache import RepoCache
+from app.hub.library import BUNDLED_ID
+from app.hub.pulled import load_pulled
+from app.paths import AppPaths
+from tests.app.conftest import add_repo, sha256
+from tests.conftest import RunningService, start_service_process, stop_service_process
+from tests.hub_server import FakeHub, wait_for
+
+REPO_ID = "org/smol-GGUF"
+FILE = "smol-Q4_1.gguf"
+DROP_BYTES = 2_000_000
+
+
+@pytest.fixture
+def hf_home(tmp_path: Path) -> Path:
+    return tmp_path / "hf-home"
+
+
+@pytest.fixture
+def hub_service(
+    hub: FakeHub, hf_home: Path, paths: AppPaths, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[RunningService]:
+    """A service with no model started, whose Hub is the stand-in and whose cache is under tmp_path."""
+    for name in ("HF_TOKEN", "HF_HUB_OFFLINE", "HF_HUB_CACHE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("HF_ENDPOINT", hub.url)
+    monkeypatch.setenv("HF_HOME", str(hf_home))
+    running = start_service_process(paths, tmp_path)
+    yield running
+    stop_service_process(running)
+
+
+def error_of(call: Any, *args: Any) -> ControlError:
+    with pytest.raises(ControlError) as caught:
+        call(*args)
+    return caught.value
+
+
+def download(client: ControlClient, download_id: str) -> dict[str, Any]:
+    return next(d for d in client.downloads() if d["id"] == download_id)
+
+
+def wait_state(client: ControlClient, download_id: str, *states: str, timeout_s: float = 60) -> dict[str, Any]:
+    wait_for(lambda: download(client, download_id)["state"] in states, timeout_s)
+    return download(client, download_id)
+
+
+def model_ids(client: ControlClient) -> set[str]:
+    return {m["id"] for m in client.models()}
+
+
+def test_search_and_model_page(hub: FakeHub, hub_service: RunningService, gguf_bytes: bytes) -> None:
+    add_repo(hub, REPO_ID, {FILE: gguf_bytes, "smol-Q8_0.gguf": gguf_bytes + b"\0" * 1024, "README.md": b"# s"},
+             downloads=7, likes=1)  # fmt: skip
+    add_repo(hub, "org/smol-popular-GGUF", {FILE: gguf_bytes}, downloads=900, likes=0)
+    client = hub_service.client
+    assert [r["id"] for r in client.hub_search("smol")] == ["org/smol-popular-GGUF", REPO_ID]
+    assert client.hub_search("smol", sort="likes")[0]["id"] == REPO_ID
+    page = client.hub_model(REPO_ID)
+    assert [(v["name"], v["size"]) for v in page["variants"]] == [
+        ("Q4_1", len(gguf_bytes)),
+        ("Q8_0", len(gguf_bytes) + 1024),
+    ]
+    assert {f["path"] for f in page["files"]} == {FILE, "smol-Q8_0.gguf", "README.md"}
+    assert page["license"] == "apache-2.0" and page["gated"] is False
+    assert page["recommended"] == "Q8_0"  # the largest that fits: both are about 100 MB
+    assert "size-based" in page["recommendation_basis"] and "20 %" in page["recommendation_basis"]
+    missing = error_of(client.hub_model, "org/nothing-here")
+    assert missing.status == 404 and "was not found" in str(missing)
+    assert error_of(client.hub_search, "x", "newest").status == 400
+    assert error_of(client.start_download, REPO_ID).status == 400  # two variants: which one?
+
+
+def test_offline_search_says_so(hub_service: RunningService, hub: FakeHub) -> None:
+    hub.stop()
+    error = error_of(hub_service.client.hub_search, "smol")
+    assert error.status == 503 and str(error).startswith("Offline: search and download need the network")
+
+
+def test_a_gated_model_names_the_license_page(hub: FakeHub, hub_service: RunningService, gguf_slice: bytes) -> None:
+    add_repo(hub, "org/gated-GGUF", {FILE: gguf_slice}, gated="manual")
+    hub.faults.token = "hf_granted_" + "x" * 20  # the service has none
+    client = hub_service.client
+    assert client.hub_model("org/gated-GGUF")["gated"] is True
+    job = client.start_download("org/gated-GGUF", "Q4_1")
+    failed = wait_state(client, job["id"], "failed")
+    assert f"accept the license at {hub.url}/org/gated-GGUF" in failed["error"]
+
+
+def test_download_through_the_service_then_start_verify_and_delete(
+    hub: FakeHub, hub_service: RunningService, gguf_bytes: bytes, paths: AppPaths, hf_home: Path
+) -> None:
+    add_repo(hub, REPO_ID, {FILE: gguf_bytes})
+    client = hub_service.client
+    events = client.events()
+    seen: list[dict[str, Any]] = []
+    try:
+        job = client.start_download(REPO_ID, "Q4_1")
+        assert job["state"] == "running" and job["total"] == len(gguf_bytes)
+        for event in events:
+            if event["type"] == "download":
+                seen.append(event["download"])
+                if event["download"]["state"] != "running":
+                    break
+    finally:
+        events.close()
+    done = seen[-1]
+    assert done["state"] == "completed", done
+    assert done["done"] == done["total"] == len(gguf_bytes)
+    model_id = done["model_id"]
+    assert model_id in model_ids(client)
+    [entry] = [m for m in client.library()["models"] if m["id"] == model_id]
+    assert entry["source"] == "hub" and entry["size_on_disk"] == len(gguf_bytes) and entry["repo"] == REPO_ID
+    assert client.verify_model(model_id)["ok"] is True
+    assert client.start_model(model_id, wait=True)["state"] == "ready", hub_service.output()
+    busy = error_of(client.delete_model, model_id)
+    assert busy.status == 409 and "stop it" in str(busy)
+    client.stop_model(model_id)
+    client.delete_model(model_id)
+    assert model_id not in model_ids(client) and load_pulled(paths) == []
+    assert not RepoCache(hf_home / "hub", REPO_ID).blob(sha256(gguf_bytes)).exists()
+
+
+def test_pause_keeps_the_partial_and_resume_continues_from_it(
+    hub: FakeHub, hub_service: RunningService, gguf_bytes: bytes, hf_home: Path
+) -> None:
+    add_repo(hub, REPO_ID, {FILE: gguf_bytes})
+    # Each answer stops after 2 MB and the downloader waits a second before resuming: time to pause it.
+    hub.faults.drop_after, hub.faults.drop_times = DROP_BYTES, 1000
+    client = hub_service.client
+    job = client.start_download(REPO_ID, "Q4_1")
+    wait_for(lambda: download(client, job["id"])["done"] >= DROP_BYTES)
+    client.control_download(job["id"], "pause")
+    paused = wait_state(client, job["id"], "paused")
+    partial = RepoCache(hf_home / "hub", REPO_ID).incomplete(sha256(gguf_bytes))
+    kept = partial.stat().st_size
+    assert kept >= DROP_BYTES and paused["done"] == kept
+    hub.faults.drop_times = 0
+    fetched_before = len(hub.downloads(FILE))
+    client.control_download(job["id"], "resume")
+    done = wait_state(client, job["id"], "completed", "failed")
+    assert done["state"] == "completed", done["error"]
+    resumed = hub.downloads(FILE)[fetched_before:]
+    assert resumed[0].range == f"bytes={kept}-"  # the kept bytes are not fetched again
+    assert done["model_id"] in model_ids(client)
+
+
+def test_cancel_drops_the_partial_and_registers_nothing(
+    hub: FakeHub, hub_service: RunningService, gguf_bytes: bytes, hf_home: Path, paths: AppPaths
+) -> None:
+    add_repo(hub, REPO_ID, {FILE: gguf_bytes})
+    hub.faults.drop_after, hub.faults.drop_times = DROP_BYTES, 1000
+    client = hub_service.client
+    before = model_ids(client)
+    job = client.start_download(REPO_ID, "Q4_1")
+    wait_for(lambda: download(client, job["id"])["done"] >= DROP_BYTES)
+    assert client.control_download(job["id"], "cancel")["state"] == "cancelled"
+    assert not RepoCache(hf_home / "hub", REPO_ID).incomplete(sha256(gguf_bytes)).exists()
+    assert model_ids(client) == before and load_pulled(paths) == []
+    assert error_of(client.control_download, job["id"], "resume").status == 409
+
+
+def test_library_refuses_to_delete_the_bundled_model_and_a_corrupt_import(
+    hub_service: RunningService, tmp_path: Path, bundled_gguf: Path
+) -> None:
+    client = hub_service.client
+    library = client.library()
+    assert {d["what"] for d in library["disk"]} == {"models folder", "Hugging Face cache"}
+    assert all(d["free"] > 0 for d in library["disk"])
+    [bundled] = [m for m in library["models"] if m["id"] == BUNDLED_ID]
+    assert bundled["source"] == "bundled" and bundled["deletable"] is False and bundled["size_on_disk"] > 0
+    refused = error_of(client.delete_model, BUNDLED_ID)
+    assert refused.status == 403 and "cannot be deleted" in str(refused)
+    assert client.verify_model(BUNDLED_ID)["ok"] is True
+    broken = tmp_path / "broken.gguf"
+    broken.write_bytes(b"GGUF" + b"\xff" * 64)
+    corrupt = error_of(client.import_model, str(broken))
+    assert corrupt.status == 422 and str(corrupt).startswith("Not imported:") and "broken.gguf" in str(corrupt)
+    assert "broken" not in model_ids(client)
+    good = tmp_path / "tiny-copy.gguf"
+    good.write_bytes(bundled_gguf.read_bytes())
+    imported = client.import_model(str(good))
+    assert imported["id"] == "tiny-copy" and "tiny-copy" in model_ids(client)
+    assert error_of(client.import_model, str(good)).status == 409
+    client.delete_model("tiny-copy")
+    assert "tiny-copy" not in model_ids(client) and good.exists()
+
+
+def test_a_download_cut_by_a_service_stop_resumes_in_the_next_service(
+    hub: FakeHub, hub_service: RunningService, gguf_bytes: bytes, hf_home: Path, paths: AppPaths, tmp_path: Path
+) -> None:
+    add_repo(hub, REPO_ID, {FILE: gguf_bytes})
+    hub.faults.drop_after, hub.faults.drop_times = DROP_BYTES, 1000
+    job = hub_service.client.start_download(REPO_ID, "Q4_1")
+    wait_for(lambda: download(hub_service.client, job["id"])["done"] >= DROP_BYTES)
+    stop_service_process(hub_service)  # SIGTERM: the service pauses its downloads, then exits
+    assert hub_service.process.returncode == 0, hub_service.output()
+    partial = RepoCache(hf_home / "hub", REPO_ID).incomplete(sha256(gguf_bytes))
+    kept = partial.stat().st_size
+    assert kept >= DROP_BYTES
+    hub.faults.drop_times = 0
+    fetched_before = len(hub.downloads(FILE))
+    again = start_service_process(paths, tmp_path)
+    try:
+        second = again.client.start_download(REPO_ID, "Q4_1")
+        done = wait_state(again.client, second["id"], "completed", "failed")
+        assert done["state"] == "completed", done["error"]
+        assert hub.downloads(FILE)[fetched_before].range == f"bytes={kept}-"
+    finally:
+        stop_service_process(again)

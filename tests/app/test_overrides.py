@@ -1,0 +1,61 @@
+"""Launch parameters from a request body: shape, types and bounds, and how they change a plan."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from app.service.overrides import BadOverrides, PlanOverrides, plan_summary
+from engines.base import LaunchPlan
+
+PLAN = LaunchPlan("m", Path("/models/m.gguf"), context_length=4096, threads=2, batch_size=512, gpu_layers=0)
+
+
+def test_an_empty_body_keeps_the_default_plan() -> None:
+    assert PlanOverrides.from_json(b"", cores=4) is None
+    assert PlanOverrides.from_json(b"  \n", cores=4) is None
+    empty = PlanOverrides.from_json(b"{}", cores=4)
+    assert empty is not None
+    assert empty.apply(PLAN, 8192) == PLAN
+
+
+def test_overrides_replace_only_what_they_name() -> None:
+    overrides = PlanOverrides.from_json(b'{"context": 1024, "batch": 256, "gpu_layers": null}', cores=4)
+    assert overrides == PlanOverrides(context=1024, batch=256)
+    plan = overrides.apply(PLAN, 8192)
+    assert plan_summary(plan) == {"context": 1024, "gpu_layers": 0, "threads": 2, "batch": 256}
+    assert plan.model_path == PLAN.model_path
+
+
+@pytest.mark.parametrize(
+    ("body", "param", "words"),
+    [
+        (b"[1, 2]", None, "JSON object"),
+        (b"{not json", None, "JSON object"),
+        (b'{"n_ctx": 1024}', "n_ctx", "Unknown launch parameter"),
+        (b'{"context": "1024"}', "context", "whole number"),
+        (b'{"context": 1024.5}', "context", "whole number"),
+        (b'{"threads": true}', "threads", "whole number"),
+        (b'{"context": 255}', "context", "at least 256"),
+        (b'{"threads": 0}', "threads", "from 1 to 4"),
+        (b'{"threads": 5}', "threads", "from 1 to 4"),
+        (b'{"batch": 31}', "batch", "from 32 to 4096"),
+        (b'{"batch": 4097}', "batch", "from 32 to 4096"),
+        (b'{"gpu_layers": -1}', "gpu_layers", "from 0 to 1000"),
+        (b'{"gpu_layers": 1001}', "gpu_layers", "from 0 to 1000"),
+    ],
+)
+def test_malformed_or_out_of_bounds_values_are_refused(body: bytes, param: str | None, words: str) -> None:
+    with pytest.raises(BadOverrides) as refused:
+        PlanOverrides.from_json(body, cores=4)
+    assert refused.value.param == param
+    assert words in str(refused.value)
+
+
+def test_the_context_is_bounded_by_what_the_model_was_trained_on() -> None:
+    overrides = PlanOverrides(context=8193)
+    with pytest.raises(BadOverrides, match="8192 tokens the model was trained on"):
+        overrides.apply(PLAN, 8192)
+    assert PlanOverrides(context=8192).apply(PLAN, 8192).context_length == 8192
+    assert PlanOverrides(context=100_000).apply(PLAN, None).context_length == 100_000  # unknown: no bound to check

@@ -1,0 +1,164 @@
+"""The setup wizard against the real service: every step, to the bundled model launched with the recommended
+parameters; a screenshot of each step is written for people to look at."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import psutil
+from PySide6.QtCore import Qt
+from PySide6.QtWidgets import QWidget, QWizard
+from pytestqt.qtbot import QtBot
+
+from app.client import default_port
+from app.gui.main_window import MainWindow
+from app.gui.recommendation_page import launch_overrides
+from app.gui.service_connection import NOT_CONNECTED, ServiceConnection
+from app.gui.wizard_dialog import SetupWizardDialog
+from app.gui.wizard_pages import MODEL_ID_ROLE
+from app.hub.library import BUNDLED_ID
+from app.paths import AppPaths
+
+ANSWER_TIMEOUT_MS = 30_000
+READY_TIMEOUT_MS = 90_000
+
+
+def _screenshot(widget: QWidget, path: Path) -> None:
+    assert widget.grab().save(str(path)), f"could not write {path}"
+    assert path.stat().st_size > 1000
+
+
+def _next(qtbot: QtBot, wizard: QWizard) -> None:
+    button = wizard.button(QWizard.WizardButton.NextButton)
+    qtbot.waitUntil(button.isEnabled, timeout=ANSWER_TIMEOUT_MS)
+    qtbot.mouseClick(button, Qt.MouseButton.LeftButton)
+
+
+def test_the_wizard_walks_through_to_a_launched_model(qtbot: QtBot, main_window: MainWindow, tmp_path: Path) -> None:
+    window = main_window
+    qtbot.waitUntil(window.setup_action.isEnabled)
+    window.setup_action.trigger()
+    wizard = window.setup_dialog
+    assert wizard is not None
+    qtbot.waitUntil(wizard.isVisible)
+
+    # Step 1: this machine, as the service sees it.
+    hardware = wizard.hardware_page
+    assert wizard.currentPage() is hardware
+    qtbot.waitUntil(hardware.isComplete, timeout=ANSWER_TIMEOUT_MS)
+    profile = wizard.choices.hardware
+    assert profile is not None
+    summary = hardware.summary_label.text()
+    assert f"{psutil.cpu_count()} logical cores" in summary
+    assert "available of" in summary
+    for problem in profile["gpu_problems"]:  # the GPU doctor's findings, each with its advice
+        assert problem["backend"] in hardware.problems_label.text()
+    assert not hardware.error_label.isVisible()
+    _screenshot(wizard, tmp_path / "wizard-1-hardware.png")
+    _next(qtbot, wizard)
+
+    # Step 2: serve an app to three users.
+    use = wizard.use_page
+    assert wizard.currentPage() is use
+    assert use.chat_radio.isChecked() and not use.users_spin.isEnabled()
+    qtbot.mouseClick(use.serve_radio, Qt.MouseButton.LeftButton)
+    assert use.users_spin.isEnabled()
+    use.users_spin.setValue(3)
+    assert use.users_spin.accessibleName() and use.serve_radio.accessibleName()
+    _screenshot(wizard, tmp_path / "wizard-2-use.png")
+    _next(qtbot, wizard)
+    assert (wizard.choices.use, wizard.choices.users) == ("serve", 3)
+
+    # Step 3: the library, the bundled model first and chosen.
+    models = wizard.model_page
+    qtbot.waitUntil(models.isComplete, timeout=ANSWER_TIMEOUT_MS)
+    assert models.model_list.item(0).data(MODEL_ID_ROLE) == BUNDLED_ID
+    assert models.selected_model_id() == BUNDLED_ID
+    _screenshot(wizard, tmp_path / "wizard-3-model.png")
+    _next(qtbot, wizard)
+
+    # Step 4: the recommendation, its reasons, its memory against the free RAM, the alternatives.
+    page = wizard.recommendation_page
+    assert wizard.currentPage() is page
+    qtbot.waitUntil(lambda: page.best is not None, timeout=ANSWER_TIMEOUT_MS)
+    best = page.best
+    assert best is not None
+    assert best["engine"] == "llama-cpp-python"
+    assert best["variant"] in page.headline_label.text()
+    assert f"{best['context']} tokens" in page.plan_label.text()
+    for reason in best["reasons"]:
+        assert reason.split(":")[0] in page.reasons_label.text()
+    ram_bar = page.memory_bar_panels[0].bar
+    assert ram_bar is not None
+    assert ram_bar.used == best["memory"]["ram"]
+    assert [segment.label for segment in ram_bar.segments] == ["Weights", "KV cache", "Compute and runtime"]
+    assert ram_bar.fits
+    assert "free" in page.memory_bar_panels[0].strip.accessibleDescription()
+    assert page.alternatives_table.rowCount() == 0  # one file, one variant: nothing else to offer
+    assert page.launch_button.isEnabled()
+    _screenshot(wizard, tmp_path / "wizard-4-recommendation.png")
+
+    # Launch: the model starts with exactly the recommended parameters and reaches ready.
+    qtbot.mouseClick(page.launch_button, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: page.launch_status_label.text().startswith("Ready"), timeout=READY_TIMEOUT_MS)
+    assert not page.error_label.isVisible()
+    assert window.item_model.state_of(BUNDLED_ID) == "ready"
+    overrides = launch_overrides(best)
+    qtbot.waitUntil(lambda: (window.item_model.record(BUNDLED_ID) or {}).get("plan") == overrides, timeout=5000)
+    record = window.item_model.record(BUNDLED_ID)
+    assert record is not None
+    argv = psutil.Process(record["pid"]).cmdline()
+    assert argv[argv.index("--n_ctx") + 1] == str(best["context"])
+    _screenshot(wizard, tmp_path / "wizard-5-launched.png")
+
+    qtbot.mouseClick(wizard.button(QWizard.WizardButton.FinishButton), Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: not wizard.isVisible())
+    assert window.model_list_panel.selected_model_id() == BUNDLED_ID
+
+    # Opened again, it starts over from the first step.
+    window.setup_action.trigger()
+    qtbot.waitUntil(wizard.isVisible)
+    assert wizard.currentPage() is wizard.hardware_page
+    wizard.reject()
+
+
+def test_without_a_service_the_wizard_says_so_in_words(qtbot: QtBot, paths: AppPaths) -> None:
+    connection = ServiceConnection(paths, default_port())  # never opened
+    wizard = SetupWizardDialog(connection)
+    qtbot.addWidget(wizard)
+    wizard.show()
+    page = wizard.hardware_page
+    qtbot.waitUntil(page.error_label.isVisible)
+    assert page.error_label.text() == f"Could not read this machine's hardware: {NOT_CONNECTED}"
+    assert not page.isComplete()
+    assert not wizard.button(QWizard.WizardButton.NextButton).isEnabled()
+    assert "Traceback" not in page.error_label.text()
+    wizard.reject()
+
+
+def test_launch_restarts_a_model_running_with_other_settings(qtbot: QtBot, main_window: MainWindow) -> None:
+    window, models = main_window, main_window.item_model
+    qtbot.waitUntil(lambda: models.state_of(BUNDLED_ID) == "stopped", timeout=ANSWER_TIMEOUT_MS)
+    window.connection.start_model(BUNDLED_ID)  # the default plan, as the Launch button of the list starts it
+    qtbot.waitUntil(lambda: models.state_of(BUNDLED_ID) == "ready", timeout=READY_TIMEOUT_MS)
+    qtbot.waitUntil(lambda: ((models.record(BUNDLED_ID) or {}).get("plan") or {}).get("context") == 4096)
+    first_pid = (models.record(BUNDLED_ID) or {})["pid"]
+
+    window.setup_action.trigger()
+    wizard = window.setup_dialog
+    assert wizard is not None
+    _next(qtbot, wizard)  # hardware
+    _next(qtbot, wizard)  # chat
+    _next(qtbot, wizard)  # the bundled model
+    page = wizard.recommendation_page
+    qtbot.waitUntil(page.launch_button.isEnabled, timeout=ANSWER_TIMEOUT_MS)
+    best = page.best
+    assert best is not None and best["context"] != 4096
+    assert "running with other settings: Launch restarts it" in page.launch_status_label.text()
+
+    qtbot.mouseClick(page.launch_button, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: page.launch_status_label.text().startswith("Ready"), timeout=READY_TIMEOUT_MS)
+    overrides = launch_overrides(best)
+    qtbot.waitUntil(lambda: (models.record(BUNDLED_ID) or {}).get("plan") == overrides, timeout=5000)
+    assert (models.record(BUNDLED_ID) or {})["pid"] != first_pid
+    wizard.reject()
