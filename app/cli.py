@@ -7,6 +7,7 @@ import asyncio
 import json
 import logging
 import logging.handlers
+import math
 import sys
 import urllib.parse
 from collections.abc import Callable, Sequence
@@ -38,6 +39,19 @@ def _upstream(text: str) -> tuple[str, str]:
     return model_id, url
 
 
+def _model_ttl(text: str) -> tuple[str, float | None]:
+    model_id, _, seconds = text.partition("=")
+    if model_id and seconds == "never":
+        return model_id, None
+    try:
+        ttl = float(seconds)
+    except ValueError:
+        ttl = math.nan
+    if not model_id or not ttl > 0 or math.isinf(ttl):
+        raise argparse.ArgumentTypeError(f"expected ID=SECONDS (a positive number) or ID=never, got {text!r}")
+    return model_id, ttl
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="modeldeck", description="Serve language models locally.")
     commands = parser.add_subparsers(dest="command")
@@ -50,6 +64,10 @@ def _parser() -> argparse.ArgumentParser:
     )
     serve.add_argument("--idle-ttl", type=float, metavar="SECONDS", help="stop engines unused for this long")
     serve.add_argument(
+        "--model-ttl", action="append", default=[], type=_model_ttl, metavar="ID=SECONDS",
+        help="idle TTL of one model, over --idle-ttl; ID=never keeps it loaded (repeatable)",
+    )  # fmt: skip
+    serve.add_argument(
         "--max-memory", type=_size, metavar="SIZE", help="stop least recently used engines to stay under this (8G)"
     )
     serve.add_argument(
@@ -60,6 +78,10 @@ def _parser() -> argparse.ArgumentParser:
         "--max-queue", type=int, default=32, metavar="N", help="requests waiting per engine before 429 (32)"
     )
     serve.add_argument("--cors-origin", action="append", default=[], metavar="ORIGIN", help="allow this web origin")
+    serve.add_argument(
+        "--log-request-text", action="store_true",
+        help="keep each request's prompt and completion text in the request log (off: measurements only)",
+    )  # fmt: skip
     commands.add_parser("models", help="list the models ModelDeck can serve")
     commands.add_parser("ps", help="list the running engines")
     commands.add_parser("key", help="print the API key of the OpenAI endpoint")
@@ -110,6 +132,8 @@ def _serve(args: argparse.Namespace, paths: AppPaths) -> int:
         cors_origins=tuple(args.cors_origin),
         upstreams=tuple(args.upstream),
         max_waiting=args.max_queue,
+        model_ttls=tuple(dict(args.model_ttl).items()),
+        log_request_text=args.log_request_text,
     )
     loop_factory: Callable[[], asyncio.AbstractEventLoop]
     try:

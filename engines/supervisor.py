@@ -124,6 +124,19 @@ class EngineSupervisor:
         if self.state == EngineState.STOPPING:
             self._set_state(EngineState.STOPPED, "stopped")
 
+    async def wait_exited(self, timeout_s: float) -> bool:
+        """Wait up to `timeout_s` for the engine process to exit, as when it refuses connections while still
+        reported ready. True if it has: start() callers then wait for the restart (or the failure)."""
+        process = self._process
+        if process is not None and process.returncode is None:
+            try:
+                await asyncio.wait_for(asyncio.shield(process.wait()), timeout_s)
+            except TimeoutError:
+                return False
+        if self._process is process and self.state == EngineState.READY:
+            self._settled.clear()  # the lifecycle task has not seen the exit yet; it sets this again
+        return True
+
     async def _run(self) -> None:
         failures: deque[float] = deque()
         ever_ready = False

@@ -39,32 +39,42 @@ class EngineQueue:
         typical = sum(self._durations) / len(self._durations) if self._durations else 1.0
         return max(1, math.ceil(typical * (self.waiting + 1) / self.capacity))
 
+    async def acquire(self) -> float:
+        """Take a slot, waiting in line if none is free; returns the seconds spent waiting. Raises QueueFull at
+        once if the line is full. Every successful acquire needs one `release(started)`."""
+        if self.running < self.capacity and not self._waiters:
+            self.running += 1  # the common case: no future, no clock
+            return 0.0
+        if len(self._waiters) >= self.max_waiting:
+            raise QueueFull(self.retry_after())
+        arrived = time.monotonic()
+        turn: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._waiters.append(turn)
+        try:
+            await turn
+        except asyncio.CancelledError:
+            if not turn.done() or turn.cancelled():
+                with contextlib.suppress(ValueError):
+                    self._waiters.remove(turn)
+            else:  # the slot was handed over just as the client left: pass it on
+                self._release()
+            raise
+        return time.monotonic() - arrived
+
+    def release(self, started: float) -> None:
+        """Give the slot back; `started` is when the request got it (time.monotonic())."""
+        self._durations.append(time.monotonic() - started)
+        self._release()
+
     @contextlib.asynccontextmanager
     async def slot(self) -> AsyncIterator[float]:
         """Hold a slot for the block; yields the seconds spent waiting. Raises QueueFull at once if full."""
-        arrived = time.monotonic()
-        if self.running < self.capacity and not self._waiters:
-            self.running += 1
-        else:
-            if len(self._waiters) >= self.max_waiting:
-                raise QueueFull(self.retry_after())
-            turn: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-            self._waiters.append(turn)
-            try:
-                await turn
-            except asyncio.CancelledError:
-                if not turn.done() or turn.cancelled():
-                    with contextlib.suppress(ValueError):
-                        self._waiters.remove(turn)
-                else:  # the slot was handed over just as the client left: pass it on
-                    self._release()
-                raise
+        queued_s = await self.acquire()
         started = time.monotonic()
         try:
-            yield started - arrived
+            yield queued_s
         finally:
-            self._durations.append(time.monotonic() - started)
-            self._release()
+            self.release(started)
 
     def _release(self) -> None:
         while self._waiters:

@@ -7,7 +7,8 @@ from __future__ import annotations
 import asyncio
 import secrets
 import time
-from dataclasses import asdict, dataclass
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import psutil
@@ -48,9 +49,18 @@ class PlanConflict(Exception):
 class LifecyclePolicy:
     """When engines are stopped without being asked. None: never."""
 
-    idle_ttl_s: float | None = None
+    idle_ttl_s: float | None = None  # the default for every model
     max_loaded_bytes: int | None = None  # the planner's figures once it exists; until then, file sizes
     max_waiting: int = 32  # requests waiting per engine before 429
+    model_ttl_s: Mapping[str, float | None] = field(default_factory=dict)  # model id -> its own idle TTL
+
+    def ttl_for(self, model_id: str) -> float | None:
+        """The idle TTL of one model: its own if it has one, else the default."""
+        return self.model_ttl_s.get(model_id, self.idle_ttl_s)
+
+    def shortest_ttl(self) -> float | None:
+        ttls = [ttl for ttl in (self.idle_ttl_s, *self.model_ttl_s.values()) if ttl is not None]
+        return min(ttls) if ttls else None
 
 
 class EngineManager:
@@ -119,6 +129,12 @@ class EngineManager:
             return spec.url
         supervisor = self._supervisors.get(model_id)
         return supervisor.base_url if supervisor and supervisor.state == EngineState.READY else None
+
+    async def engine_refused(self, model_id: str) -> bool:
+        """The model's engine refused a connection: True if its process turns out to have exited (its
+        supervisor then restarts it, and start() waits for that); False for an external server."""
+        supervisor = self._supervisors.get(model_id)
+        return supervisor is not None and await supervisor.wait_exited(timeout_s=2.0)
 
     def _state_and_message(self, model_id: str) -> tuple[EngineState, str]:
         url = self.models[model_id].url
@@ -254,18 +270,18 @@ class EngineManager:
         self._on_engine_event(EngineEvent(model_id, EngineState.STOPPED, EngineState.STOPPED, reason))
 
     async def stop_idle_engines(self) -> None:
-        """Stop ready engines unused for longer than the idle TTL, until cancelled."""
-        ttl = self.lifecycle.idle_ttl_s
-        if ttl is None:
+        """Stop ready engines unused for longer than their idle TTL, until cancelled."""
+        shortest = self.lifecycle.shortest_ttl()
+        if shortest is None:
             return
         while True:
-            await asyncio.sleep(min(1.0, ttl / 4))
+            await asyncio.sleep(min(1.0, shortest / 4))
             now = time.monotonic()
             for model_id in self._loaded(excluding=""):
-                supervisor = self._supervisors[model_id]
-                idle_for = now - self._last_used_at(model_id)
-                if supervisor.state == EngineState.READY and self._is_idle(model_id) and idle_for > ttl:
-                    await self._stop_for(model_id, f"stopped after {idle_for:.0f} s idle")
+                ttl, idle_for = self.lifecycle.ttl_for(model_id), now - self._last_used_at(model_id)
+                idle = self._supervisors[model_id].state == EngineState.READY and self._is_idle(model_id)
+                if ttl is not None and idle and idle_for > ttl:
+                    await self._stop_for(model_id, f"stopped after {idle_for:.0f} s idle (TTL {ttl:g} s)")
 
     async def stop(self, model_id: str) -> None:
         if model_id not in self.models:
@@ -304,6 +320,7 @@ class EngineManager:
             "waiting_requests": queue.waiting if queue else 0,
             "memory": self.memory_check.describe(model_id),
             "plan": plan_summary(plan) if (plan := self._plans.get(model_id)) else None,
+            "idle_ttl_s": None if spec.url is not None else self.lifecycle.ttl_for(model_id),
         }
 
     def logs(self, model_id: str, count: int | None = None) -> list[str]:

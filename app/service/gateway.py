@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import contextlib
 import itertools
 import json
 import math
@@ -18,8 +17,6 @@ import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
-
-import aiohttp
 
 from app.service.admission import QueueFull
 from app.service.asgi import (
@@ -43,11 +40,13 @@ from app.service.engines import EngineManager
 from app.service.metering import RequestRecord, StreamMeter, ends_with_done, percentile, split_done, usage_event
 from app.service.prompt_tokens import count_tokens, prompt_text
 from app.service.request_log import RequestLog
+from app.service.request_text import PROMPT_FIELDS, RequestText
+from app.service.upstream import Endpoint, Response, Unreachable, UpstreamError, UpstreamPool
 from app.service.validation import CheckedRequest, InvalidRequest, check_request
 from engines.states import EngineState
 
 PROXIED_PATHS = frozenset({"/v1/chat/completions", "/v1/completions", "/v1/embeddings"})
-_FORWARDED_RESPONSE_HEADERS = frozenset({"content-type", "cache-control"})
+_FORWARDED_RESPONSE_HEADERS = frozenset({b"content-type", b"cache-control"})
 _ID_PREFIX, _ids = uuid.uuid4().hex[:12], itertools.count(1)  # request ids: unique per run, cheap per request
 CLIENT_CLOSED = 499  # nginx's convention for a client that left before the answer
 
@@ -59,6 +58,7 @@ class GatewayConfig:
     cors_origins: frozenset[str] = frozenset()
     max_body_bytes: int = 4 * 1024 * 1024
     start_timeout_s: float = 300.0
+    log_request_text: bool = False  # the user's choice: prompts and completions in the request log
 
 
 @dataclass
@@ -72,18 +72,20 @@ class _Outcome:
     completion_tokens: int | None = None
     error: str | None = None
     complete: bool = False  # the engine's answer was passed on in full
+    serving: bool = True  # until the handler is done with the request
+    gone: bool = False  # the client disconnected while it was served
+    text: RequestText | None = None  # only when the user keeps request text
 
 
 class Gateway:
-    """Raw ASGI app serving /v1. `session` is the shared upstream pool, opened by the server."""
+    """Raw ASGI app serving /v1. `pool` holds the keep-alive connections to the engines, opened by the server."""
 
-    def __init__(
-        self, manager: EngineManager, config: GatewayConfig, session: aiohttp.ClientSession, log: RequestLog
-    ) -> None:
+    def __init__(self, manager: EngineManager, config: GatewayConfig, pool: UpstreamPool, log: RequestLog) -> None:
         self._manager = manager
         self._config = config
-        self._session = session
+        self._pool = pool
         self._log = log
+        self._endpoints: dict[str, Endpoint] = {}  # engine URL -> prepared request head
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -172,32 +174,35 @@ class Gateway:
                              "invalid_request_error", param="logprobs")  # fmt: skip
             return
         outcome = _Outcome()
+        if self._config.log_request_text:
+            outcome.text = RequestText(path, payload.get(PROMPT_FIELDS[path]), checked.stream)
         started_at, started = time.time(), time.monotonic()
-        # Serve while watching for the client to go away: then its queued or running request is cancelled.
-        serve = asyncio.create_task(self._serve(path, body, payload, checked, send, outcome))
-        gone = asyncio.create_task(wait_disconnect(receive))
-        await asyncio.wait({serve, gone}, return_when=asyncio.FIRST_COMPLETED)
-        for task in (serve, gone):
-            task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await serve
-        if not outcome.complete and (serve.cancelled() or outcome.status == 0):
+        # Serve in this task while one more watches for the client to go away and then cancels this one, so
+        # that a queued or running request is cancelled upstream.
+        handler = asyncio.current_task()
+        assert handler is not None
+        watcher = asyncio.create_task(_cancel_when_gone(receive, handler, outcome))
+        try:
+            await self._serve(path, body, payload, checked, send, outcome)
+        except asyncio.CancelledError:
+            if not outcome.gone:
+                raise  # the service is stopping
+            handler.uncancel()
+        finally:
+            outcome.serving = False
+            watcher.cancel()
+        if not outcome.complete and (outcome.gone or outcome.status == 0):
             outcome.status, outcome.error = CLIENT_CLOSED, outcome.error or "client disconnected"
-        self._log.add(_record(path, checked, outcome, started_at, time.monotonic() - started))
+        self._log.add(_record(path, checked, outcome, started_at, time.monotonic() - started), outcome.text)
         self._manager.request_finished(checked.model)
 
     async def _serve(
         self, path: str, body: bytes, payload: dict[str, Any], checked: CheckedRequest, send: Send, outcome: _Outcome
     ) -> None:
         model = checked.model
+        queue = self._manager.queue(model)
         try:
-            async with self._manager.queue(model).slot() as queued_s:
-                outcome.queued_s = queued_s
-                self._manager.touch(model)
-                base_url = await self._engine_url(model, send, outcome)
-                if base_url is not None:
-                    await self._forward(base_url, path, body, payload, checked, send, outcome)
-                self._manager.touch(model)
+            outcome.queued_s = await queue.acquire()
         except QueueFull as full:
             outcome.status, outcome.error = 429, "queue full"
             message = f"Too many requests waiting for `{model}`; retry in {full.retry_after_s} s."
@@ -205,10 +210,21 @@ class Gateway:
             headers = [(b"content-type", b"application/json"), (b"retry-after", str(full.retry_after_s).encode())]
             await send({"type": "http.response.start", "status": 429, "headers": headers})
             await send({"type": "http.response.body", "body": error})
+            return
+        acquired = time.monotonic()
+        try:
+            self._manager.touch(model)
+            base_url = await self._engine_url(model, send, outcome)
+            if base_url is not None:
+                await self._forward(base_url, path, body, payload, checked, send, outcome)
+            self._manager.touch(model)
+        finally:
+            queue.release(acquired)
 
-    async def _engine_url(self, model: str, send: Send, outcome: _Outcome) -> str | None:
-        """The ready engine's URL, starting it on demand; answers the client itself when that fails."""
-        url = self._manager.base_url(model)
+    async def _engine_url(self, model: str, send: Send, outcome: _Outcome, restarting: bool = False) -> str | None:
+        """The ready engine's URL, starting it on demand (or waiting for its restart); answers the client itself
+        when that fails."""
+        url = None if restarting else self._manager.base_url(model)
         if url is None:
             try:
                 state = await asyncio.wait_for(self._manager.start(model), self._config.start_timeout_s)
@@ -225,6 +241,14 @@ class Gateway:
                 return None
         return url
 
+    def _endpoint(self, url: str) -> Endpoint:
+        endpoint = self._endpoints.get(url)
+        if endpoint is None:
+            if len(self._endpoints) > 256:  # engines restarted on new ports many times over
+                self._endpoints.clear()
+            endpoint = self._endpoints[url] = Endpoint.post(url, self._manager.internal_key)
+        return endpoint
+
     async def _forward(
         self,
         base_url: str,
@@ -235,58 +259,124 @@ class Gateway:
         send: Send,
         outcome: _Outcome,
     ) -> None:
-        key = self._manager.internal_key
-        headers = {"Authorization": f"Bearer {key}", "Content-Type": "application/json"}
         capabilities = self._manager.engine(checked.model).capabilities
-        add_usage = checked.include_usage and not capabilities.stream_usage
         encoding = payload.pop("encoding_format", None) if path == "/v1/embeddings" else None
         if encoding is not None:  # engines answer floats; the gateway encodes
             body = json.dumps(payload).encode()
-        started = False
+        upstream = await self._post(checked.model, base_url, path, body, send, outcome)
+        if upstream is None:
+            return
         try:
-            async with self._session.post(base_url + path, data=body, headers=headers) as upstream:
-                outcome.status = upstream.status
-                response_headers = [
-                    (name.lower().encode("latin-1"), value.encode("latin-1"))
-                    for name, value in upstream.headers.items()
-                    if name.lower() in _FORWARDED_RESPONSE_HEADERS
-                ]
-                if not checked.stream or upstream.status != 200:
-                    answer = await upstream.read()
-                    if path == "/v1/embeddings" and upstream.status == 200:
-                        answer = _shape_embeddings(answer, not capabilities.embeddings_pooled, encoding == "base64")
-                    _read_usage(answer, outcome)
-                    await send({"type": "http.response.start", "status": upstream.status, "headers": response_headers})
-                    outcome.complete = True
-                    await send({"type": "http.response.body", "body": answer})
-                    return
-                await send({"type": "http.response.start", "status": 200, "headers": response_headers})
-                started = True
-                meter = outcome.meter = StreamMeter(time.monotonic())
-                async for chunk in upstream.content.iter_any():
-                    meter.feed(chunk)
-                    finished = ends_with_done(chunk)
-                    if add_usage and finished and meter.usage is None:
-                        before, done = split_done(chunk)
-                        count = capabilities.tokenize_count_path
-                        text = prompt_text(path, payload, self._manager.chat_template(checked.model))
-                        prompt_tokens = await count_tokens(self._session, base_url + count, key, text) if (
-                            count and text is not None) else None  # fmt: skip
-                        outcome.prompt_tokens = prompt_tokens
-                        chunk = before + usage_event(meter.first_event, prompt_tokens, meter.completion_tokens) + done
-                    await send({"type": "http.response.body", "body": chunk, "more_body": True})
-                    # A client may leave as soon as it has read [DONE], before the engine closes the stream.
-                    outcome.complete = outcome.complete or finished
+            outcome.status = upstream.status
+            headers = [item for item in upstream.headers if item[0] in _FORWARDED_RESPONSE_HEADERS]
+            if not checked.stream or upstream.status != 200:
+                answer = await upstream.read()
+                if path == "/v1/embeddings" and upstream.status == 200:
+                    answer = _shape_embeddings(answer, not capabilities.embeddings_pooled, encoding == "base64")
+                _read_usage(answer, outcome)
+                if outcome.text is not None:
+                    outcome.text.answer.append(answer)
+                await send({"type": "http.response.start", "status": upstream.status, "headers": headers})
                 outcome.complete = True
-                await send({"type": "http.response.body", "body": b""})
-        except (aiohttp.ClientError, TimeoutError) as exc:
-            message = f"The engine stopped answering: {exc.__class__.__name__}."
+                await send({"type": "http.response.body", "body": answer})
+                return
+            await send({"type": "http.response.start", "status": 200, "headers": headers})
+            add_usage = checked.include_usage and not capabilities.stream_usage
+            await self._stream(upstream, base_url, path, payload, checked, send, outcome, add_usage)
+        except UpstreamError as exc:
+            message = f"The engine stopped answering: {exc}."
             outcome.status, outcome.error = 502, message
-            if not started:
+            if outcome.meter is None:
                 await send_error(send, 502, message, "server_error", "engine_unavailable")
             else:  # the stream is open: end it with an error event a client can read
                 event = b"data: " + json.dumps(openai_error(message, "server_error", "engine_failed")).encode()
                 await send({"type": "http.response.body", "body": event + b"\n\ndata: [DONE]\n\n"})
+        finally:
+            upstream.release(answered=outcome.complete)
+
+    async def _post(
+        self, model: str, base_url: str, path: str, body: bytes, send: Send, outcome: _Outcome
+    ) -> Response | None:
+        """Send the request; None when it could not be sent, the client then answered."""
+        try:
+            return await self._pool.post(self._endpoint(base_url + path), body)
+        except Unreachable as exc:
+            # An engine that died a moment ago may still be reported ready: wait for its restart, as a request
+            # that came a little later would have done.
+            if not await self._manager.engine_refused(model):
+                error: UpstreamError = exc
+            else:
+                restarted = await self._engine_url(model, send, outcome, restarting=True)
+                if restarted is None:
+                    return None
+                try:
+                    return await self._pool.post(self._endpoint(restarted + path), body)
+                except UpstreamError as again:
+                    error = again
+        except UpstreamError as exc:
+            error = exc
+        outcome.status, outcome.error = 502, f"The engine stopped answering: {error}."
+        await send_error(send, 502, outcome.error, "server_error", "engine_unavailable")
+        return None
+
+    async def _stream(
+        self,
+        upstream: Response,
+        base_url: str,
+        path: str,
+        payload: dict[str, Any],
+        checked: CheckedRequest,
+        send: Send,
+        outcome: _Outcome,
+        add_usage: bool,
+    ) -> None:
+        """Pass the engine's events on as they arrive, measuring them on the way."""
+        meter = outcome.meter = StreamMeter(time.monotonic())
+        keep = outcome.text.answer.append if outcome.text is not None else None
+        read, feed = upstream.read_chunk, meter.feed
+        while chunk := await read():
+            feed(chunk)
+            finished = ends_with_done(chunk)
+            if add_usage and finished and meter.usage is None:
+                chunk = await self._with_usage(chunk, meter, base_url, path, payload, checked, outcome)
+            if keep is not None:
+                keep(chunk)
+            # A client may leave as soon as it has read [DONE], before the engine closes the stream.
+            outcome.complete = outcome.complete or finished
+            if upstream.complete:  # the engine's last bytes: end the answer in the same write
+                outcome.complete = True
+                await send({"type": "http.response.body", "body": chunk})
+                return
+            await send({"type": "http.response.body", "body": chunk, "more_body": True})
+        outcome.complete = True
+        await send({"type": "http.response.body", "body": b""})
+
+    async def _with_usage(
+        self,
+        chunk: bytes,
+        meter: StreamMeter,
+        base_url: str,
+        path: str,
+        payload: dict[str, Any],
+        checked: CheckedRequest,
+        outcome: _Outcome,
+    ) -> bytes:
+        """`chunk`, which ends in [DONE], with the usage event OpenAI sends before it, for engines that leave
+        it out: completion tokens counted from the stream, prompt tokens counted by the engine's tokenizer."""
+        before, done = split_done(chunk)
+        count_path = self._manager.engine(checked.model).capabilities.tokenize_count_path
+        text = prompt_text(path, payload, self._manager.chat_template(checked.model))
+        if count_path is not None and text is not None:
+            outcome.prompt_tokens = await count_tokens(self._pool, self._endpoint(base_url + count_path), text)
+        return before + usage_event(meter.first_event, outcome.prompt_tokens, meter.completion_tokens) + done
+
+
+async def _cancel_when_gone(receive: Receive, handler: asyncio.Task[Any], outcome: _Outcome) -> None:
+    """Cancel `handler` if the client disconnects while its request is being served."""
+    await wait_disconnect(receive)
+    if outcome.serving:  # once the answer is sent, the server reports a disconnect too
+        outcome.gone = True
+        handler.cancel()
 
 
 def _adding_headers(send: Send, extra: list[tuple[bytes, bytes]]) -> Callable[[Message], Awaitable[None]]:

@@ -102,7 +102,7 @@ class StreamMeter:
 
 
 def ends_with_done(chunk: bytes) -> bool:
-    return chunk.rstrip().endswith(_DONE)
+    return chunk[-32:].rstrip().endswith(_DONE)  # only the tail: this runs on every chunk
 
 
 def split_done(chunk: bytes) -> tuple[bytes, bytes]:

@@ -4,11 +4,13 @@
 from __future__ import annotations
 
 import functools
+import json
 from typing import Any
 
-import aiohttp
 import jinja2
 from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+from app.service.upstream import Endpoint, UpstreamError, UpstreamPool
 
 
 def _raise(message: str) -> None:
@@ -30,14 +32,21 @@ def render_chat_prompt(template: str, messages: list[Any]) -> str:
     )
 
 
-async def count_tokens(session: aiohttp.ClientSession, url: str, key: str, text: str) -> int | None:
+async def count_tokens(pool: UpstreamPool, endpoint: Endpoint, text: str) -> int | None:
     """Ask the engine how many tokens `text` is; None when it cannot say."""
     try:
-        async with session.post(url, json={"input": text}, headers={"Authorization": f"Bearer {key}"}) as reply:
-            if reply.status != 200:
-                return None
-            count = (await reply.json()).get("count")
-    except (aiohttp.ClientError, TimeoutError, ValueError):
+        reply = await pool.post(endpoint, json.dumps({"input": text}).encode())
+    except UpstreamError:
+        return None
+    try:
+        answer = await reply.read()
+    except UpstreamError:
+        return None
+    finally:
+        reply.release()
+    try:
+        count = json.loads(answer).get("count") if reply.status == 200 else None
+    except (ValueError, AttributeError):
         return None
     return count if isinstance(count, int) else None
 

@@ -1,5 +1,8 @@
 """Where request measurements go: recent records in memory, every record in SQLite, live events, aggregates
-and Prometheus text. SQLite is written from one thread of its own, so the event loop never waits on disk."""
+and Prometheus text. SQLite is written from one thread of its own, so the event loop never waits on disk.
+
+Prompt and completion text, when the user keeps it, goes to SQLite only: not to memory, events or the control
+API, which carry measurements."""
 
 from __future__ import annotations
 
@@ -15,10 +18,14 @@ from typing import Any
 
 from app.service.events import EventBus
 from app.service.metering import RequestRecord, percentile
+from app.service.request_text import RequestText, completion_text, prompt_json
 
-_COLUMNS = [field.name for field in fields(RequestRecord)]
+_TEXT_COLUMNS = ["prompt_text", "completion_text"]
+_COLUMNS = [*(field.name for field in fields(RequestRecord)), *_TEXT_COLUMNS]
 _SCHEMA = f"CREATE TABLE IF NOT EXISTS requests ({', '.join(_COLUMNS)})"
-_INSERT = f"INSERT INTO requests VALUES ({', '.join('?' for _ in _COLUMNS)})"
+_INSERT = f"INSERT INTO requests ({', '.join(_COLUMNS)}) VALUES ({', '.join('?' for _ in _COLUMNS)})"
+_Entry = tuple[RequestRecord, RequestText | None]
+_GATHER_S = 0.25
 
 
 class RequestLog:
@@ -29,7 +36,7 @@ class RequestLog:
         self._bus = bus
         self._totals: dict[tuple[str, int], int] = {}
         self._tokens: dict[tuple[str, str], int] = {}
-        self._pending: queue.SimpleQueue[RequestRecord | None] = queue.SimpleQueue()
+        self._pending: queue.SimpleQueue[_Entry | None] = queue.SimpleQueue()
         self._listeners: list[Callable[[RequestRecord], None]] = []
         database.parent.mkdir(parents=True, exist_ok=True)
         self._writer = threading.Thread(target=self._write, args=(database,), name="request-log", daemon=True)
@@ -39,7 +46,8 @@ class RequestLog:
         """Call `listener` with every record as it is added (on the event loop; it must be quick)."""
         self._listeners.append(listener)
 
-    def add(self, record: RequestRecord) -> None:
+    def add(self, record: RequestRecord, text: RequestText | None = None) -> None:
+        """Keep `record`; `text` (only when the user keeps request text) goes to SQLite with it."""
         self._recent.append(record)
         for listener in self._listeners:
             listener(record)
@@ -48,7 +56,7 @@ class RequestLog:
         for kind, count in (("prompt", record.prompt_tokens), ("completion", record.completion_tokens)):
             if count:
                 self._tokens[(record.model, kind)] = self._tokens.get((record.model, kind), 0) + count
-        self._pending.put(record)
+        self._pending.put((record, text))
         if self._bus.has_subscribers:  # vars(), not asdict(): the record holds no containers to copy
             self._bus.publish({"type": "request", **vars(record)})
 
@@ -92,18 +100,41 @@ class RequestLog:
     def _write(self, database: Path) -> None:
         connection = sqlite3.connect(database)
         try:
-            connection.execute(_SCHEMA)
+            _create_or_migrate(connection)
             while True:
                 batch = [self._pending.get()]
-                while not self._pending.empty():  # one transaction for whatever has piled up
+                if batch[0] is not None:
+                    # One transaction for whatever piles up meanwhile: under load, one wake-up and one write
+                    # for many requests instead of one each, on the interpreter the event loop needs.
+                    time.sleep(_GATHER_S)
+                while not self._pending.empty():
                     batch.append(self._pending.get())
-                records = [record for record in batch if record is not None]
+                rows = [_row(*entry) for entry in batch if entry is not None]
                 with connection:
-                    connection.executemany(_INSERT, [tuple(vars(r).values()) for r in records])
+                    connection.executemany(_INSERT, rows)
                 if None in batch:
                     return
         finally:
             connection.close()
+
+
+def _create_or_migrate(connection: sqlite3.Connection) -> None:
+    """Create the table, or add the columns a log written by an older version lacks."""
+    # Write-ahead log without a sync per commit: a power cut may lose the last records, never corrupt the file.
+    connection.execute("PRAGMA journal_mode=WAL")
+    connection.execute("PRAGMA synchronous=NORMAL")
+    with connection:
+        connection.execute(_SCHEMA)
+        present = {row[1] for row in connection.execute("PRAGMA table_info(requests)")}
+        for column in _COLUMNS:
+            if column not in present:
+                connection.execute(f"ALTER TABLE requests ADD COLUMN {column}")
+
+
+def _row(record: RequestRecord, text: RequestText | None) -> tuple[Any, ...]:
+    if text is None:
+        return (*vars(record).values(), None, None)
+    return (*vars(record).values(), prompt_json(text), completion_text(text))
 
 
 def _summarize(records: list[RequestRecord], window_s: float) -> dict[str, Any]:

@@ -33,6 +33,7 @@ from app.service.hub_routes import HubRoutes, hub_endpoint
 from app.service.metrics_pipeline import MetricsPipeline
 from app.service.request_log import RequestLog
 from app.service.series_history import SeriesHistory
+from app.service.upstream import UpstreamPool
 from engines.processes import reap_leftover_engines
 from engines.states import EngineState
 from engines.supervisor import SupervisorPolicy
@@ -56,6 +57,8 @@ class ServeOptions:
     cors_origins: tuple[str, ...] = ()
     upstreams: tuple[tuple[str, str], ...] = ()  # (model id, base URL) of external servers
     max_waiting: int = 32
+    model_ttls: tuple[tuple[str, float | None], ...] = ()  # (model id, idle TTL; None: never) over idle_ttl_s
+    log_request_text: bool = False  # keep prompts and completions in the request log
 
 
 class _Server(uvicorn.Server):
@@ -96,9 +99,10 @@ def bind_socket(host: str, port: int, what: str) -> socket.socket:
 
 
 def _uvicorn_server(app: Callable[..., object], sock: socket.socket) -> tuple[_Server, socket.socket]:
+    # No proxy-headers middleware: clients' X-Forwarded-* are not to be believed, and it costs every request.
     config = uvicorn.Config(
         app, http="httptools", loop="none", lifespan="off", access_log=False, log_level="warning",
-        timeout_graceful_shutdown=2, timeout_keep_alive=30,
+        proxy_headers=False, timeout_graceful_shutdown=2, timeout_keep_alive=30,
     )  # fmt: skip
     return _Server(config), sock
 
@@ -120,7 +124,7 @@ class Service:
         for directory in (paths.config, paths.data, paths.logs, paths.state):
             directory.mkdir(parents=True, exist_ok=True)
         models = known_models(paths) | {model_id: external_model(model_id, url) for model_id, url in options.upstreams}
-        unknown = [m for m in options.models if m not in models]
+        unknown = [m for m in (*options.models, *(m for m, _ in options.model_ttls)) if m not in models]
         if unknown:
             raise ServiceError(f"Unknown model {', '.join(unknown)}. Known models: {', '.join(models) or 'none'}.")
         if not options.require_api_key and not is_loopback(options.host):
@@ -148,7 +152,9 @@ class Service:
     ) -> None:
         options, paths = self.options, self.paths
         bus = EventBus()
-        lifecycle = LifecyclePolicy(options.idle_ttl_s, options.max_loaded_bytes, options.max_waiting)
+        lifecycle = LifecyclePolicy(
+            options.idle_ttl_s, options.max_loaded_bytes, options.max_waiting, dict(options.model_ttls)
+        )
         manager = EngineManager(models, paths, bus, self._policy, lifecycle)
         request_log = RequestLog(paths.requests_db, bus)
         gateway_port = gateway_sock.getsockname()[1]
@@ -160,15 +166,16 @@ class Service:
         token = secrets.token_urlsafe(32)
         write_private(paths.control_token_file, token + "\n")
         allowed = LOOPBACK_HOSTS if is_loopback(options.host) else LOOPBACK_HOSTS | {options.host}
-        connector = aiohttp.TCPConnector(limit=0, keepalive_timeout=60)
-        session = aiohttp.ClientSession(
-            connector=connector, timeout=aiohttp.ClientTimeout(total=None, connect=10), auto_decompress=False
+        pool = UpstreamPool()
+        # Engines' own /metrics are scraped once a second: off the hot path, so aiohttp is fine there.
+        scrape_session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=5))
+        gateway_config = GatewayConfig(
+            key_value, allowed, frozenset(options.cors_origins), log_request_text=options.log_request_text
         )
-        gateway_config = GatewayConfig(key_value, allowed, frozenset(options.cors_origins))
-        gateway = Gateway(manager, gateway_config, session, request_log)
+        gateway = Gateway(manager, gateway_config, pool, request_log)
         advisor = Advisor(paths)
         hub = HubRoutes(manager, bus, advisor, paths, default_cache_dir(), hub_endpoint())
-        metrics = MetricsPipeline(manager, bus, request_log, session, SeriesHistory(paths.metrics_db))
+        metrics = MetricsPipeline(manager, bus, request_log, scrape_session, SeriesHistory(paths.metrics_db))
         control = ControlApi(manager, bus, token, endpoint, self.request_stop, request_log, advisor, hub, metrics)
         servers = [_uvicorn_server(gateway, gateway_sock), _uvicorn_server(control, control_sock)]
         loop = asyncio.get_running_loop()
@@ -201,7 +208,8 @@ class Service:
             await metrics.stop()
             await manager.stop_all()
             await asyncio.gather(*tasks, return_exceptions=True)
-            await session.close()
+            pool.close()
+            await scrape_session.close()
             await asyncio.to_thread(request_log.close)
             for sig in (signal.SIGINT, signal.SIGTERM):
                 loop.remove_signal_handler(sig)

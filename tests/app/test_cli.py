@@ -7,7 +7,7 @@ import subprocess
 import sys
 
 from app.hub.library import BUNDLED_ID
-from tests.conftest import REPO, RunningService
+from tests.conftest import REPO, RunningService, free_port
 
 
 def modeldeck(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
@@ -43,3 +43,16 @@ def test_ps_and_models_with_running_service(service: RunningService) -> None:
     assert BUNDLED_ID in ps.stdout and "ready" in ps.stdout and str(pid) in ps.stdout
     assert "MiB at load, predicted" in ps.stdout  # the service checked its memory prediction at load
     assert "ready" in modeldeck("models").stdout
+
+
+def test_serve_refuses_a_bad_model_ttl() -> None:
+    for value in ("second=soon", "second=0", "=5"):
+        result = modeldeck("serve", "--model-ttl", value)
+        assert result.returncode == 2
+        assert "expected ID=SECONDS" in result.stderr
+
+
+def test_serve_refuses_a_ttl_for_an_unknown_model() -> None:
+    result = modeldeck("serve", "--port", str(free_port()), "--model-ttl", "nope=5", env={"MODELDECK_API_KEY": "k"})
+    assert result.returncode == 2
+    assert "Unknown model nope" in result.stderr

@@ -22,6 +22,8 @@ from app.paths import AppPaths
 from tests.conftest import RunningService, start_service_process, stop_service_process
 
 MESSAGES = [{"role": "user", "content": "Write a short poem about the sea."}]
+SECRET_MESSAGES = [{"role": "user", "content": "Tell me about the quartz-zebra-1729 lighthouse."}]
+SECRET_PROMPT = "The password of the quartz-zebra-4913 vault is"
 
 
 def raw_post(service: RunningService, path: str, content: bytes, **headers: str) -> httpx.Response:
@@ -153,6 +155,19 @@ def test_client_disconnect_frees_the_engine(service: RunningService) -> None:
     assert statuses[-2:] == [499, 200]
 
 
+def test_connections_to_the_engine_are_kept_alive(service: RunningService) -> None:
+    client = service.openai_client()
+    for _ in range(2):
+        client.completions.create(model=BUNDLED_ID, prompt="Hi", max_tokens=2)
+        list(client.completions.create(model=BUNDLED_ID, prompt="Hi", max_tokens=2, stream=True))
+    port = model_state(service, BUNDLED_ID)["port"]
+    gateway = psutil.Process(service.process.pid)
+    to_engine = [c for c in gateway.net_connections("tcp") if c.raddr and c.raddr.port == port]
+    assert [c.status for c in to_engine] == [psutil.CONN_ESTABLISHED]
+    time.sleep(6)  # past the engine's keep-alive timeout (uvicorn's 5 s): it closes the idle connection
+    assert client.completions.create(model=BUNDLED_ID, prompt="Hi", max_tokens=2).choices[0].text is not None
+
+
 def test_engine_killed_mid_stream_ends_stream_with_error(service: RunningService) -> None:
     client = service.openai_client()
     stream = client.chat.completions.create(model=BUNDLED_ID, messages=MESSAGES, max_tokens=2000, stream=True)
@@ -245,13 +260,34 @@ def test_two_models_alternate_under_a_memory_cap_and_idle_ttl(
         stop_service_process(service)
 
 
+def test_a_model_ttl_overrides_the_default(paths: AppPaths, tmp_path: Path, bundled_gguf: Path) -> None:
+    paths.models_dir.mkdir(parents=True)
+    for name in ("second", "third"):
+        (paths.models_dir / f"{name}.gguf").write_bytes(bundled_gguf.read_bytes())
+    service = start_service_process(
+        paths, tmp_path, "--idle-ttl", "600", "--model-ttl", "second=2", "--model-ttl", "third=never"
+    )
+    try:
+        ttls = {m["id"]: m["idle_ttl_s"] for m in service.client.models()}
+        assert ttls == {BUNDLED_ID: 600, "second": 2, "third": None}
+        client = service.openai_client()
+        for model in ("second", BUNDLED_ID):
+            assert client.completions.create(model=model, prompt="Hi", max_tokens=2).choices
+        wait_until(lambda: model_state(service, "second")["state"] == "stopped", timeout=20)
+        assert "idle (TTL 2 s)" in str(model_state(service, "second")["message"])
+        assert model_state(service, BUNDLED_ID)["state"] == "ready"
+    finally:
+        stop_service_process(service)
+
+
 def test_requests_are_measured_and_logged(paths: AppPaths, tmp_path: Path) -> None:
     service = start_service_process(paths, tmp_path, "--model", BUNDLED_ID)
     try:
         client = service.openai_client()
         for _ in range(2):
-            list(client.chat.completions.create(model=BUNDLED_ID, messages=MESSAGES, max_tokens=8, stream=True))
-        client.completions.create(model=BUNDLED_ID, prompt="Hi", max_tokens=5)
+            list(client.chat.completions.create(model=BUNDLED_ID, messages=SECRET_MESSAGES, max_tokens=8,
+                                                stream=True))  # fmt: skip
+        reply = client.completions.create(model=BUNDLED_ID, prompt=SECRET_PROMPT, max_tokens=12, temperature=0)
         auth = {"Authorization": f"Bearer {service.client.address.token}"}
         control = service.client.address.control_url
         metrics = httpx.get(f"{control}/api/metrics?window=600", headers=auth, timeout=10).json()
@@ -268,7 +304,31 @@ def test_requests_are_measured_and_logged(paths: AppPaths, tmp_path: Path) -> No
     assert len(rows) == 3
     streamed = [row for row in rows if row[1]]
     assert len(streamed) == 2 and all(row[2] > 0 and row[3] > 0 for row in streamed)
-    assert all(json.dumps(row).find("Hi") < 0 for row in rows)  # no prompt text is kept
+    stored = b"".join(path.read_bytes() for path in paths.requests_db.parent.glob(paths.requests_db.name + "*"))
+    answer = reply.choices[0].text.strip()
+    assert len(answer) > 8, answer
+    for text in (SECRET_PROMPT, SECRET_MESSAGES[0]["content"], answer):
+        assert text.encode() not in stored  # no prompt or completion text unless the user asks for it
+
+
+def test_request_text_is_logged_when_turned_on(paths: AppPaths, tmp_path: Path) -> None:
+    service = start_service_process(paths, tmp_path, "--model", BUNDLED_ID, "--log-request-text")
+    try:
+        client = service.openai_client()
+        streamed = "".join(
+            chunk.choices[0].delta.content or ""
+            for chunk in client.chat.completions.create(model=BUNDLED_ID, messages=SECRET_MESSAGES, max_tokens=12,
+                                                        stream=True, stream_options={"include_usage": True})
+            if chunk.choices
+        )  # fmt: skip
+        reply = client.completions.create(model=BUNDLED_ID, prompt=SECRET_PROMPT, max_tokens=12)
+    finally:
+        stop_service_process(service)
+    with sqlite3.connect(paths.requests_db) as database:
+        rows = database.execute("SELECT route, prompt_text, completion_text FROM requests ORDER BY time").fetchall()
+    assert [row[0] for row in rows] == ["/v1/chat/completions", "/v1/completions"]
+    assert json.loads(rows[0][1]) == SECRET_MESSAGES and rows[0][2] == streamed and streamed.strip()
+    assert json.loads(rows[1][1]) == SECRET_PROMPT and rows[1][2] == reply.choices[0].text
 
 
 def test_keys_stay_off_command_lines_and_out_of_logs(service: RunningService, paths: AppPaths) -> None:

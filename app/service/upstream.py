@@ -1,0 +1,309 @@
+"""A small HTTP/1.1 client for the engines behind the gateway: keep-alive connections, answers streamed as read.
+
+Why not aiohttp or httpx: setting up one request in either costs more CPU than the rest of the gateway's work
+on it (DESIGN.md, "Proxy stack matters more than anything else in the gateway"). The servers behind the gateway
+are ones ModelDeck starts on loopback, or OpenAI-style servers the user named on this machine, so this needs
+only POST with a body, answers with Content-Length or chunked, and keep-alive. httptools (already under
+uvicorn) parses the answers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+from collections import deque
+from dataclasses import dataclass
+from typing import cast
+from urllib.parse import urlsplit
+
+import httptools
+
+CONNECT_TIMEOUT_S = 10.0
+_DRAIN_S = 2.0  # how long the end of an answer nobody reads is awaited, to keep its connection
+_PAUSE_AFTER = 64  # body pieces buffered for a reader that does not keep up before the engine is paused
+
+
+class UpstreamError(Exception):
+    """The engine could not be reached, closed the connection early, or answered something that is not HTTP."""
+
+
+class Unreachable(UpstreamError):
+    """The engine did not take the request: no connection could be opened, or it was closed before any answer
+    (as happens for a moment while a killed engine's sockets are torn down)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Endpoint:
+    """One route of one server, with the head of a POST to it prepared once."""
+
+    host: str
+    port: int
+    head: bytes  # request line and headers up to `Content-Length: `
+
+    @classmethod
+    def post(cls, url: str, bearer: str) -> Endpoint:
+        parts = urlsplit(url)
+        if parts.scheme != "http" or parts.hostname is None:
+            raise ValueError(f"not an http:// URL with a host: {url!r}")
+        port = parts.port or 80
+        host_header = f"[{parts.hostname}]" if ":" in parts.hostname else parts.hostname
+        head = (
+            f"POST {parts.path or '/'} HTTP/1.1\r\nHost: {host_header}:{port}\r\nAuthorization: Bearer {bearer}\r\n"
+            "Content-Type: application/json\r\nAccept-Encoding: identity\r\nContent-Length: "
+        )
+        return cls(parts.hostname, port, head.encode("latin-1"))
+
+    def request(self, body: bytes) -> bytes:
+        return b"".join((self.head, b"%d\r\n\r\n" % len(body), body))
+
+
+class Response:
+    """An answer being read. `status` and `headers` are set when it is returned; the body is read with
+    `read_chunk` (what arrived since the last call) or `read` (all of it)."""
+
+    __slots__ = ("_abandoned", "_chunks", "_connection", "_done", "_error", "_waiter", "headers", "status")
+
+    def __init__(self, connection: _Connection) -> None:
+        self._connection = connection
+        self.status = 0
+        self.headers: list[tuple[bytes, bytes]] = []  # names in lower case
+        self._chunks: list[bytes] = []
+        self._waiter: asyncio.Future[None] | None = None
+        self._done = False
+        self._error: UpstreamError | None = None
+        self._abandoned = False
+
+    async def read_chunk(self) -> bytes:
+        """The body bytes received since the last call, waiting for some; b"" once the body is complete."""
+        while not self._chunks:
+            if self._error is not None:
+                raise self._error
+            if self._done:
+                return b""
+            await self._wait()
+        chunks, self._chunks = self._chunks, []
+        if self._connection.paused:
+            self._connection.resume()
+        return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+
+    @property
+    def complete(self) -> bool:
+        """The whole body has arrived (and may still wait to be read)."""
+        return self._done
+
+    async def read(self) -> bytes:
+        parts = []
+        while chunk := await self.read_chunk():
+            parts.append(chunk)
+        return b"".join(parts)
+
+    def release(self, answered: bool = False) -> None:
+        """Give the connection back: to the pool if the answer was read in full, else closed, which tells the
+        engine to stop working on the request. `answered`: the caller needs no more of it (a client that
+        leaves right after `data: [DONE]`); the rest is then awaited briefly to keep the connection."""
+        if self._done or self._error is not None or not answered:
+            self._connection.finish(self._done and self._error is None)
+        else:
+            self._abandoned = True
+            self._connection.drain()
+
+    async def _wait(self) -> None:
+        self._waiter = asyncio.get_running_loop().create_future()
+        try:
+            await self._waiter
+        finally:
+            self._waiter = None
+
+    def _wake(self) -> None:
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    def _push(self, data: bytes) -> None:
+        if self._abandoned:
+            return
+        self._chunks.append(data)
+        if len(self._chunks) > _PAUSE_AFTER and not self._connection.paused:
+            self._connection.pause()
+
+    def _complete(self) -> None:
+        self._done = True
+        self._wake()
+        if self._abandoned:
+            self._connection.finish(True)
+
+    def _fail(self, error: UpstreamError) -> None:
+        if not self._done:
+            self._error = error
+            self._wake()
+
+
+class _Connection(asyncio.Protocol):
+    """One keep-alive connection; httptools calls the `on_*` methods as it parses."""
+
+    def __init__(self, idle: deque[_Connection]) -> None:
+        self._idle = idle  # where this connection waits between requests
+        self._transport: asyncio.Transport | None = None
+        self._parser = httptools.HttpResponseParser(self)
+        self._response: Response | None = None
+        self.closed = False
+        self.paused = False
+        self.received = False  # any byte of the current answer
+        self._keep_alive = False  # the current answer leaves the connection open
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self._transport = cast(asyncio.Transport, transport)  # uvloop's transports do not subclass asyncio's
+        sock = transport.get_extra_info("socket")
+        if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+    def data_received(self, data: bytes) -> None:
+        self.received = True
+        try:
+            self._parser.feed_data(data)
+        except httptools.HttpParserError as exc:
+            self._abort(UpstreamError(f"the engine's answer is not valid HTTP: {exc}"))
+            return
+        if self._response is not None:  # one wake-up for all the body pieces of this read
+            self._response._wake()
+
+    def eof_received(self) -> bool:
+        return False  # close our side too
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closed = True
+        if self._response is not None:
+            self._response._fail(UpstreamError("the engine closed the connection"))
+
+    def send(self, request: bytes) -> Response:
+        assert self._transport is not None
+        self._response = Response(self)
+        self.received = False
+        self._transport.write(request)
+        return self._response
+
+    async def answer(self) -> Response:
+        """Wait for the head of the answer to the request just sent."""
+        response = self._response
+        assert response is not None
+        while not response.status:
+            if response._error is not None:
+                raise response._error
+            await response._wait()
+        return response
+
+    def finish(self, reusable: bool) -> None:
+        self._response = None
+        if reusable and self._keep_alive and not self.closed and len(self._idle) < (self._idle.maxlen or 0):
+            if self.paused:
+                self.resume()
+            self._idle.append(self)
+        else:
+            self.close()
+
+    def drain(self) -> None:
+        """Let the current answer end on its own, then rejoin the pool; close if it takes too long."""
+        if self.paused:
+            self.resume()
+        asyncio.get_running_loop().call_later(_DRAIN_S, self._stop_draining, self._response)
+
+    def _stop_draining(self, response: Response | None) -> None:
+        if self._response is response:
+            self.finish(False)
+
+    def close(self) -> None:
+        self.closed = True
+        if self._transport is not None:
+            self._transport.close()
+
+    def pause(self) -> None:
+        if self._transport is not None and not self._transport.is_closing():
+            self._transport.pause_reading()
+            self.paused = True
+
+    def resume(self) -> None:
+        if self._transport is not None and not self._transport.is_closing():
+            self._transport.resume_reading()
+        self.paused = False
+
+    def _abort(self, error: UpstreamError) -> None:
+        if self._response is not None:
+            self._response._fail(error)
+        self.close()
+
+    # httptools callbacks
+    def on_header(self, name: bytes, value: bytes) -> None:
+        if self._response is not None:
+            self._response.headers.append((name.lower(), value))
+
+    def on_headers_complete(self) -> None:
+        # Read here: once the message is complete, the parser has moved on to the next one.
+        self._keep_alive = self._parser.should_keep_alive()
+        if self._response is not None:
+            self._response.status = self._parser.get_status_code()
+            self._response._wake()
+
+    def on_body(self, body: bytes) -> None:
+        if self._response is not None:
+            self._response._push(body)
+
+    def on_message_complete(self) -> None:
+        if self._response is not None:
+            self._response._complete()
+
+
+class UpstreamPool:
+    """Keep-alive connections per server, most recently used first; taking one never scans the others."""
+
+    def __init__(self, max_idle: int = 256) -> None:
+        self._idle: dict[tuple[str, int], deque[_Connection]] = {}
+        self._max_idle = max_idle
+
+    async def post(self, endpoint: Endpoint, body: bytes) -> Response:
+        """Send a POST and wait for the head of the answer. Call `release()` on the answer when done with it."""
+        request = endpoint.request(body)
+        idle = self._idle.get((endpoint.host, endpoint.port))
+        while idle:
+            connection = idle.pop()
+            if connection.closed:
+                continue
+            response = connection.send(request)
+            try:
+                return await connection.answer()
+            except UpstreamError:
+                connection.close()
+                if connection.received:
+                    raise
+                # The server closed this idle connection as the request went out, so it never saw the
+                # request: send it again on a fresh connection.
+            except BaseException:
+                response.release()
+                raise
+            break
+        connection = await self._connect(endpoint)
+        response = connection.send(request)
+        try:
+            return await connection.answer()
+        except UpstreamError as exc:
+            response.release()
+            if connection.received:
+                raise
+            raise Unreachable(f"{exc} without answering") from exc
+        except BaseException:
+            response.release()
+            raise
+
+    async def _connect(self, endpoint: Endpoint) -> _Connection:
+        idle = self._idle.setdefault((endpoint.host, endpoint.port), deque(maxlen=self._max_idle))
+        loop = asyncio.get_running_loop()
+        try:
+            async with asyncio.timeout(CONNECT_TIMEOUT_S):
+                _, connection = await loop.create_connection(lambda: _Connection(idle), endpoint.host, endpoint.port)
+        except (OSError, TimeoutError) as exc:
+            raise Unreachable(f"cannot connect to the engine: {exc.__class__.__name__}") from exc
+        return connection
+
+    def close(self) -> None:
+        for idle in self._idle.values():
+            while idle:
+                idle.pop().close()
