@@ -18,6 +18,7 @@ from app.paths import AppPaths
 from app.planner.calibration import CalibrationStore
 from app.planner.defaults import DEFAULT_CONTEXT, default_plan
 from app.planner.facts import facts_from_gguf
+from app.planner.memory import MissingFacts, llama_cpp_memory
 from app.service.admission import EngineQueue
 from app.service.events import EventBus
 from app.service.memory_check import MemoryCheck
@@ -50,7 +51,7 @@ class LifecyclePolicy:
     """When engines are stopped without being asked. None: never."""
 
     idle_ttl_s: float | None = None  # the default for every model
-    max_loaded_bytes: int | None = None  # the planner's figures once it exists; until then, file sizes
+    max_loaded_bytes: int | None = None  # against the planner's predicted peak of each engine's plan
     max_waiting: int = 32  # requests waiting per engine before 429
     model_ttl_s: Mapping[str, float | None] = field(default_factory=dict)  # model id -> its own idle TTL
 
@@ -83,6 +84,7 @@ class EngineManager:
         self._preflight_errors: dict[str, str] = {}  # model id -> why its file was refused
         self._infos: dict[str, GGUFInfo] = {}
         self._plans: dict[str, LaunchPlan] = {}
+        self._footprints: dict[str, int] = {}  # model id -> predicted peak memory of its current plan
         self._queues: dict[str, EngineQueue] = {}
         self._last_used: dict[str, float] = {}
         self._start_locks: dict[str, asyncio.Lock] = {}
@@ -207,8 +209,6 @@ class EngineManager:
         if not installation.installed:
             self._refuse(model_id, f"{spec.engine} cannot run here: {installation.detail}")
             return None
-        if not await self._make_room(spec):
-            return None
         plan = default_plan(model_id, info)
         if overrides is not None:
             try:
@@ -216,6 +216,9 @@ class EngineManager:
             except BadOverrides as exc:  # checked before the start; the file changed since
                 self._refuse(model_id, str(exc))
                 return None
+        self._footprints[model_id] = self._footprint(spec, info, plan)
+        if not await self._make_room(spec):
+            return None
         self._infos[model_id], self._plans[model_id] = info, plan
         engine = self.engine(model_id)
         if old is not None:
@@ -244,15 +247,27 @@ class EngineManager:
         queue = self._queues.get(model_id)
         return queue is None or (queue.running == 0 and queue.waiting == 0)
 
+    def _footprint(self, spec: ModelSpec, info: GGUFInfo, plan: LaunchPlan) -> int:
+        """What the plan is predicted to use at its peak (RAM and VRAM), corrected by earlier launches; the file
+        size where the model's facts do not allow a prediction."""
+        facts = facts_from_gguf(info)
+        try:
+            predicted = llama_cpp_memory(facts, plan.context_length, batch=plan.batch_size)
+        except MissingFacts:
+            return spec.size_bytes
+        corrected = self.memory_check.correction(spec.engine, facts.architecture).apply(predicted)
+        return corrected.ram + corrected.vram
+
     async def _make_room(self, spec: ModelSpec) -> bool:
-        """Stop least recently used idle engines until `spec` fits under the memory cap."""
+        """Stop least recently used idle engines until `spec` fits under the memory cap (predicted peaks)."""
         cap = self.lifecycle.max_loaded_bytes
         if cap is None:
             return True
-        if spec.size_bytes > cap:
-            self._refuse(spec.id, f"{spec.id} needs {spec.size_bytes} bytes, more than the cap of {cap} bytes")
+        need = self._footprints[spec.id]
+        if need > cap:
+            self._refuse(spec.id, f"{spec.id} needs about {need >> 20} MiB, more than the cap of {cap >> 20} MiB")
             return False
-        while sum(self.models[m].size_bytes for m in self._loaded(spec.id)) + spec.size_bytes > cap:
+        while sum(self._footprints.get(m, self.models[m].size_bytes) for m in self._loaded(spec.id)) + need > cap:
             idle = sorted((m for m in self._loaded(spec.id) if self._is_idle(m)), key=self._last_used_at)
             if not idle:
                 self._refuse(spec.id, f"{spec.id} does not fit under the memory cap next to engines in use")

@@ -10,7 +10,7 @@ from typing import Any
 import psutil
 
 from app.hardware.nvidia import process_vram
-from app.planner.calibration import CalibrationStore, Measurement
+from app.planner.calibration import CalibrationStore, Correction, Measurement
 from app.planner.facts import ModelFacts
 from app.planner.memory import MemoryEstimate, MissingFacts, llama_cpp_memory
 from engines.base import LaunchPlan
@@ -52,6 +52,10 @@ class MemoryCheck:
         self._store = store
         self._launches: dict[str, _Launch] = {}
         self._measured: dict[str, dict[str, Measurement]] = {}  # model id -> phase -> measurement
+
+    def correction(self, engine: str, architecture: str | None) -> Correction:
+        """What earlier launches of this engine and architecture teach about the runtime part of a prediction."""
+        return self._store.correction(engine, architecture)
 
     def engine_ready(self, model_id: str, engine: str, facts: ModelFacts, plan: LaunchPlan, pid: int) -> None:
         """Predict the plan's memory and measure the engine now that it has loaded."""

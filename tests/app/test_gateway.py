@@ -19,6 +19,10 @@ import pytest
 
 from app.hub.library import BUNDLED_ID
 from app.paths import AppPaths
+from app.planner.defaults import DEFAULT_CONTEXT
+from app.planner.facts import facts_from_gguf
+from app.planner.memory import llama_cpp_memory
+from engines.gguf import read_gguf_info
 from tests.conftest import RunningService, start_service_process, stop_service_process
 
 MESSAGES = [{"role": "user", "content": "Write a short poem about the sea."}]
@@ -244,7 +248,9 @@ def test_two_models_alternate_under_a_memory_cap_and_idle_ttl(
 ) -> None:
     paths.models_dir.mkdir(parents=True)
     (paths.models_dir / "second.gguf").write_bytes(bundled_gguf.read_bytes())
-    cap = str(bundled_gguf.stat().st_size * 3 // 2)  # room for one model at a time
+    # The cap counts the planner's predicted peak of each engine's default plan: room for one model at a time.
+    peak = llama_cpp_memory(facts_from_gguf(read_gguf_info(bundled_gguf)), DEFAULT_CONTEXT).ram
+    cap = str(peak * 3 // 2)
     service = start_service_process(paths, tmp_path, "--max-memory", cap, "--idle-ttl", "3")
     try:
         client = service.openai_client()
@@ -344,3 +350,15 @@ def test_keys_stay_off_command_lines_and_out_of_logs(service: RunningService, pa
     for path in logs:
         text = path.read_text(errors="replace")
         assert internal_key not in text and service.api_key not in text, path
+
+
+def test_a_model_predicted_over_the_memory_cap_is_refused(paths: AppPaths, tmp_path: Path) -> None:
+    service = start_service_process(paths, tmp_path, "--max-memory", "200M")
+    try:
+        service.client.start_model(BUNDLED_ID, wait=True)
+        state = model_state(service, BUNDLED_ID)
+        # the default plan's predicted peak is about 500 MiB: well over 200 MiB, although the file is 94 MiB
+        assert state["state"] == "failed"
+        assert "needs about" in str(state["message"]) and "cap of 200 MiB" in str(state["message"])
+    finally:
+        stop_service_process(service)
