@@ -9,6 +9,7 @@ used on untrusted files: it maps every array into memory before any bound is che
 from __future__ import annotations
 
 import dataclasses
+import io
 import struct
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -49,6 +50,14 @@ class GGUFError(ValueError):
     """The file is not a usable GGUF model; the message names the file and the problem."""
 
 
+class GGUFPrefixTooShort(GGUFError):
+    """The header runs past the bytes given, though not past the file: read `needed` bytes or more and retry."""
+
+    def __init__(self, message: str, needed: int) -> None:
+        super().__init__(message)
+        self.needed = needed
+
+
 @dataclass(frozen=True)
 class GGUFInfo:
     """What the header says about a model. Unknown facts are None."""
@@ -78,10 +87,13 @@ class GGUFInfo:
 
 
 class _BoundedReader:
-    def __init__(self, stream: BinaryIO, size: int, path: Path) -> None:
+    """Reads with every length checked against the file's size; `available` bytes of it are at hand (a prefix)."""
+
+    def __init__(self, stream: BinaryIO, size: int, path: Path, available: int | None = None) -> None:
         self._stream = stream
         self._size = size
         self._path = path
+        self._available = size if available is None else min(available, size)
 
     def fail(self, problem: str) -> GGUFError:
         return GGUFError(f"{self._path}: {problem}")
@@ -91,12 +103,21 @@ class _BoundedReader:
         return self._size
 
     @property
+    def path(self) -> Path:
+        return self._path
+
+    @property
     def offset(self) -> int:
         return self._stream.tell()
 
     def read(self, count: int, what: str) -> bytes:
         if count > self._size - self.offset:
             raise self.fail(f"truncated: {what} needs {count} bytes at offset {self.offset}, file has {self._size}")
+        if count > self._available - self.offset:
+            raise GGUFPrefixTooShort(
+                f"{self._path}: {what} ends at byte {self.offset + count}, past the {self._available} bytes read",
+                self.offset + count,
+            )
         return self._stream.read(count)
 
     def skip(self, count: int, what: str) -> None:
@@ -133,20 +154,31 @@ def read_gguf_info(path: Path) -> GGUFInfo:
     except OSError as exc:
         raise GGUFError(f"{path}: cannot be read ({exc.strerror or exc})") from exc
     with stream:
-        reader = _BoundedReader(stream, size, path)
-        magic = reader.read(4, "magic") if size >= 4 else b""
-        if magic != MAGIC:
-            raise reader.fail(f"not a GGUF file (starts with {magic!r}, expected {MAGIC!r})")
-        version = reader.u32("version")
-        if version not in (2, 3):
-            raise reader.fail(f"unsupported GGUF version {version}")
-        tensor_count = reader.u64("tensor count")
-        kv_count = reader.u64("metadata count")
-        if tensor_count > MAX_ENTRIES or kv_count > MAX_ENTRIES:
-            raise reader.fail(f"implausible header: {tensor_count} tensors, {kv_count} metadata entries")
-        info = GGUFInfo(path=path, version=version, tensor_count=tensor_count, metadata={})
-        _read_metadata(reader, kv_count, info)
-        tensor_bytes = _read_tensors(reader, tensor_count, size, info)
+        return _read_header(_BoundedReader(stream, size, path))
+
+
+def read_gguf_prefix(prefix: bytes, file_size: int, name: str) -> GGUFInfo:
+    """Header facts from the first bytes of a GGUF file of `file_size` bytes that is not at hand (a Hub file read
+    with a Range request). Every bound is checked as for a whole file, tensor data against `file_size`. Raises
+    GGUFPrefixTooShort when the header runs past the prefix, GGUFError when the file is not a usable GGUF."""
+    return _read_header(_BoundedReader(io.BytesIO(prefix), file_size, Path(name), available=len(prefix)))
+
+
+def _read_header(reader: _BoundedReader) -> GGUFInfo:
+    size = reader.size
+    magic = reader.read(4, "magic") if size >= 4 else b""
+    if magic != MAGIC:
+        raise reader.fail(f"not a GGUF file (starts with {magic!r}, expected {MAGIC!r})")
+    version = reader.u32("version")
+    if version not in (2, 3):
+        raise reader.fail(f"unsupported GGUF version {version}")
+    tensor_count = reader.u64("tensor count")
+    kv_count = reader.u64("metadata count")
+    if tensor_count > MAX_ENTRIES or kv_count > MAX_ENTRIES:
+        raise reader.fail(f"implausible header: {tensor_count} tensors, {kv_count} metadata entries")
+    info = GGUFInfo(path=reader.path, version=version, tensor_count=tensor_count, metadata={})
+    _read_metadata(reader, kv_count, info)
+    tensor_bytes = _read_tensors(reader, tensor_count, size, info)
     return dataclasses.replace(info, tensor_bytes=tensor_bytes)
 
 

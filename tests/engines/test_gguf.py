@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from engines.gguf import GGUFError, read_gguf_info
+from engines.gguf import GGUFError, GGUFPrefixTooShort, read_gguf_info, read_gguf_prefix
 
 
 def test_bundled_model_header_is_read(bundled_gguf: Path) -> None:
@@ -104,3 +104,25 @@ def test_random_header_corruption_gives_a_bounded_answer(bundled_gguf: Path, tmp
             refusals.append(str(error))
     assert refusals, "no mutation was refused: the corruption did not reach the checks"
     assert all(str(copy) in message for message in refusals)
+
+
+def test_a_prefix_gives_the_whole_files_facts_once_it_holds_the_header(bundled_gguf: Path) -> None:
+    data = bundled_gguf.read_bytes()
+    whole = read_gguf_info(bundled_gguf)
+    with pytest.raises(GGUFPrefixTooShort) as short:
+        read_gguf_prefix(data[:4096], len(data), "remote.gguf")
+    assert short.value.needed > 4096 and "remote.gguf" in str(short.value)
+    prefix = data[: 4 * 1024 * 1024]
+    info = read_gguf_prefix(prefix, len(data), "remote.gguf")
+    assert (info.metadata, info.tensor_bytes, info.tensor_elements) == (
+        whole.metadata,
+        whole.tensor_bytes,
+        whole.tensor_elements,
+    )
+
+
+def test_a_prefix_is_checked_against_the_size_the_server_gives(bundled_gguf: Path) -> None:
+    prefix = bundled_gguf.read_bytes()[: 4 * 1024 * 1024]
+    with pytest.raises(GGUFError, match="truncated: tensor") as caught:
+        read_gguf_prefix(prefix, len(prefix), "remote.gguf")  # tensor data would lie past the end of the file
+    assert not isinstance(caught.value, GGUFPrefixTooShort)
