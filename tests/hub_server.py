@@ -268,31 +268,29 @@ def _handler(hub: FakeHub) -> type[BaseHTTPRequestHandler]:
             self._send_file(repo, repo.files[filename], body)
 
         def _send_file(self, repo: HubRepo, content: bytes, body: bool) -> None:
-            start = 0
-            wanted = self.headers.get("Range")
-            if wanted and not hub.faults.ignore_range and wanted.startswith("bytes=") and wanted.endswith("-"):
-                start = int(wanted.removeprefix("bytes=").removesuffix("-"))
+            start, end = _wanted_range(self.headers.get("Range"), len(content), hub.faults.ignore_range)
             if start >= len(content) and start > 0:
                 self._error(416, None, "Range Not Satisfiable", {"Content-Range": f"bytes */{len(content)}"})
                 return
-            self.send_response(206 if start else 200)
+            partial = start > 0 or end < len(content)
+            self.send_response(206 if partial else 200)
             self.send_header("ETag", f'"{sha256_of(content) if is_lfs(content) else git_blob_sha1(content)}"')
             self.send_header("X-Repo-Commit", repo.commit)
             self.send_header("Accept-Ranges", "bytes")
-            if start:
-                self.send_header("Content-Range", f"bytes {start}-{len(content) - 1}/{len(content)}")
-            self.send_header("Content-Length", str(len(content) - start))
+            if partial:
+                self.send_header("Content-Range", f"bytes {start}-{end - 1}/{len(content)}")
+            self.send_header("Content-Length", str(end - start))
             self.end_headers()
             if body:
-                self._stream(content, start)
+                self._stream(content, start, end)
 
-        def _stream(self, content: bytes, start: int) -> None:
+        def _stream(self, content: bytes, start: int, end: int) -> None:
             faults = hub.faults
             if faults.corrupt_offset is not None:
                 content = bytearray(content)
                 content[faults.corrupt_offset] ^= 0xFF
                 content = bytes(content)
-            limit = len(content) - start
+            limit = end - start
             drop = faults.drop_after is not None and faults.drop_times > 0
             if drop:
                 faults.drop_times -= 1
@@ -314,6 +312,16 @@ def _handler(hub: FakeHub) -> type[BaseHTTPRequestHandler]:
                 self.connection.shutdown(2)
 
     return Handler
+
+
+def _wanted_range(header: str | None, size: int, ignore: bool) -> tuple[int, int]:
+    """Start and end (exclusive) of `Range: bytes=A-` or `bytes=A-B`; the whole file for no Range or another form."""
+    if ignore or not header or not header.startswith("bytes="):
+        return 0, size
+    first, _, last = header.removeprefix("bytes=").partition("-")
+    if not first.isdigit() or not (last == "" or last.isdigit()):
+        return 0, size
+    return int(first), min(size, int(last) + 1) if last else size
 
 
 def _summary(repo: HubRepo) -> dict[str, Any]:
