@@ -15,7 +15,7 @@ from app.hub.library import ModelSpec
 from app.paths import AppPaths
 from app.planner.calibration import CalibrationStore
 from app.planner.plans import plan_model, variants_of
-from app.planner.recommend import Recommendation
+from app.planner.recommend import Recommendation, Variant
 
 # NVML and /proc answer in milliseconds, but a wizard asks on every page: a few seconds of reuse keeps free
 # memory current while sparing the detection.
@@ -52,3 +52,8 @@ class Advisor:
 
     def _recommend(self, hardware: HardwareProfile, spec: ModelSpec, use: str, users: int | None) -> Recommendation:
         return plan_model(hardware, spec.id, variants_of(spec), use, users, self._calibration)
+
+    async def plan(self, model_id: str, variants: list[Variant], use: str = "chat") -> Recommendation:
+        """The ranked options for variants not in the library (a Hub model's, costed from a header read remotely)."""
+        hardware = await self.hardware()
+        return await asyncio.to_thread(plan_model, hardware, model_id, variants, use, None, self._calibration)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -18,15 +19,18 @@ from app.hub.hub_api import ModelDetails, Sort, model_details, search_models
 from app.hub.library import ModelSpec
 from app.hub.pull import PullRequest, choose_variant
 from app.hub.pulled import PulledModel
+from app.hub.remote_header import HeaderCache, read_remote_header
 from app.hub.token import read_token
 from app.paths import AppPaths
+from app.planner.facts import facts_from_gguf
 from app.service.advisor import Advisor
 from app.service.asgi import BodyTooLarge, ClientGone, Receive, Send, read_body, send_error, send_json
 from app.service.downloads import DownloadConflict, Downloads, sentence
 from app.service.engines import EngineManager
 from app.service.events import EventBus
 from app.service.library_ops import LibraryError, delete_files, describe_library, import_gguf, pulled_by_id, verify
-from app.service.recommend_variant import recommend_variant
+from app.service.recommend_variant import VariantPick, header_file, pick_from_plan, plan_variants, recommend_variant
+from engines.gguf import GGUFError, GGUFInfo
 from engines.states import ACTIVE_STATES
 
 SORTS: tuple[Sort, ...] = ("downloads", "likes", "recent")
@@ -58,6 +62,7 @@ class HubRoutes:
         self._endpoint = endpoint
         self.downloads = Downloads(bus, paths, cache_dir, endpoint, self.add_pulled)
         self._lock = asyncio.Lock()  # one library change at a time: delete and import touch the same registry
+        self._headers = HeaderCache()
 
     async def handle(self, method: str, parts: list[str], query: Query, receive: Receive, send: Send) -> bool:
         try:
@@ -125,7 +130,7 @@ class HubRoutes:
 
     async def _model_page(self, repo_id: str) -> dict[str, Any]:
         details = await self._details(repo_id)
-        pick = recommend_variant(list(details.variants), await self._advisor.hardware())
+        pick = await self._suggest(details)
         return {
             "id": details.id, "commit": details.commit, "gated": details.gated, "license": details.license,
             "page_url": f"{self._endpoint}/{details.id}",
@@ -135,7 +140,32 @@ class HubRoutes:
                 "files": [f.path for f in v.files],
             } for v in details.variants],
             "recommended": pick.variant, "recommendation_basis": pick.basis,
+            "recommendation": {"source": pick.source, "plan": pick.plan},
         }  # fmt: skip
+
+    async def _suggest(self, details: ModelDetails) -> VariantPick:
+        """The planner's pick from one header read remotely; the size-based pick, labelled, when none is readable."""
+        variants = list(details.variants)
+        source = header_file(variants)
+        if source is None:
+            return recommend_variant(variants, await self._advisor.hardware())
+        try:
+            info = await asyncio.to_thread(self._header, details, source.path)
+        except (HubError, UnsafeName, GGUFError) as exc:
+            fallback = recommend_variant(variants, await self._advisor.hardware())
+            return replace(fallback, basis=f"{fallback.basis} (no header could be read for the planner: {exc})")
+        planned = plan_variants(details.id, variants, source, facts_from_gguf(info))
+        if not planned:
+            return recommend_variant(variants, await self._advisor.hardware())
+        return pick_from_plan(await self._advisor.plan(details.id, planned))
+
+    def _header(self, details: ModelDetails, filename: str) -> GGUFInfo:
+        key = (details.id, details.commit or "main", filename)
+        info = self._headers.get(key)
+        if info is None:
+            info = read_remote_header(details.id, filename, endpoint=self._endpoint, token=_hub_token())
+            self._headers.put(key, info)
+        return info
 
     async def _start_download(self, body: dict[str, Any]) -> dict[str, Any]:
         repo, variant, filename = body.get("repo"), body.get("variant"), body.get("file")

@@ -74,12 +74,30 @@ def test_search_and_model_page(hub: FakeHub, hub_service: RunningService, gguf_b
     ]
     assert {f["path"] for f in page["files"]} == {FILE, "smol-Q8_0.gguf", "README.md"}
     assert page["license"] == "apache-2.0" and page["gated"] is False
-    assert page["recommended"] == "Q8_0"  # the largest that fits: both are about 100 MB
-    assert "size-based" in page["recommendation_basis"] and "20 %" in page["recommendation_basis"]
+    # One header (the smaller file's), read with Range requests, plans both: the larger has more bits per weight.
+    assert page["recommended"] == "Q8_0" and page["recommendation"]["source"] == "planner"
+    assert page["recommendation_basis"].startswith("plan for this machine: engine llama.cpp")
+    plan = page["recommendation"]["plan"]
+    assert plan["max_context"] >= plan["context"] > 0 and plan["memory"]["ram"] > 0 and plan["reasons"]
+    header_reads = hub.downloads(FILE)
+    assert header_reads and all(r.range and r.range.startswith("bytes=0-") for r in header_reads)
+    assert hub.downloads("smol-Q8_0.gguf") == []
+    client.hub_model(REPO_ID)
+    assert hub.downloads(FILE) == header_reads  # kept per (repo, commit, file)
     missing = error_of(client.hub_model, "org/nothing-here")
     assert missing.status == 404 and "was not found" in str(missing)
     assert error_of(client.hub_search, "x", "newest").status == 400
     assert error_of(client.start_download, REPO_ID).status == 400  # two variants: which one?
+
+
+def test_a_header_that_cannot_be_read_falls_back_to_the_size_based_pick(
+    hub: FakeHub, hub_service: RunningService
+) -> None:
+    add_repo(hub, REPO_ID, {"smol-Q4_0.gguf": b"PK\3\4" * 1024})
+    page = hub_service.client.hub_model(REPO_ID)
+    assert page["recommended"] == "Q4_0" and page["recommendation"] == {"source": "size", "plan": None}
+    basis = page["recommendation_basis"]
+    assert basis.startswith("size-based pick") and "no header could be read" in basis and "not a GGUF" in basis
 
 
 def test_offline_search_says_so(hub_service: RunningService, hub: FakeHub) -> None:
