@@ -166,6 +166,13 @@ def test_corrupt_byte_is_caught_and_nothing_is_registered(
     assert not cache.blob(sha256(gguf_bytes)).exists() and not cache.incomplete(sha256(gguf_bytes)).exists()
     assert load_pulled(paths) == []
     assert all(spec.source != "hub" for spec in known_models(paths).values())
+    hub.faults.corrupt_offset = None
+    pulled = pull(
+        PullRequest.parse("org/smol-GGUF"), paths, TaskState(), endpoint=hub.url, token=None, cache_dir=cache_dir
+    )
+    assert [r.range for r in hub.downloads("smol-Q4_1.gguf")] == [None, None]  # fetched again, from the start
+    assert sha256(pulled.path.read_bytes()) == sha256(gguf_bytes)
+    assert [m.id for m in load_pulled(paths)] == [pulled.id]
 
 
 def test_pull_registers_a_verified_model_with_a_stable_id(

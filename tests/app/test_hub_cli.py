@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import random
 import signal
 import subprocess
 import sys
@@ -77,6 +78,34 @@ def test_a_killed_pull_is_resumed_by_a_new_process(
     assert model.path.is_relative_to(hf_home / "hub" / "models--org--smol-GGUF" / "snapshots")
     listed = modeldeck("models", env=env_for(hub.url, hf_home))
     assert model.id in listed.stdout and str(model.path) in listed.stdout
+
+
+def test_a_pull_killed_again_and_again_never_fetches_a_byte_twice(
+    hub: FakeHub, gguf_bytes: bytes, hf_home: Path, tmp_path: Path, paths: AppPaths
+) -> None:
+    """Each process is SIGKILLed once the server has sent it a random number of bytes; the next one continues."""
+    add_repo(hub, REPO_ID, {FILE: gguf_bytes})
+    partial = RepoCache(hf_home / "hub", REPO_ID).incomplete(sha256(gguf_bytes))
+    chosen = random.Random(5)
+    offsets = [0]
+    for kill in range(4):
+        sent = chosen.randrange(1_000_000, 15_000_000)
+        hub.faults.stall_after = sent  # this process gets `sent` bytes, then a connection that hangs
+        offsets.append(offsets[-1] + sent)
+        process = start_pull(env_for(hub.url, hf_home), tmp_path / f"pull-{kill}.log")
+        try:
+            wait_for(lambda: partial.exists() and partial.stat().st_size == offsets[-1], timeout_s=60)
+        finally:
+            process.kill()
+            process.wait(timeout=30)
+        assert load_pulled(paths) == []
+    hub.faults.stall_after = None
+    last = modeldeck("pull", REPO_ID, env=env_for(hub.url, hf_home))
+    assert last.returncode == 0, last.stderr
+    # Every fetch starts where the one before was cut, and each was cut after exactly the bytes it wrote.
+    assert [r.range for r in hub.downloads(FILE)] == [None] + [f"bytes={offset}-" for offset in offsets[1:]]
+    [model] = load_pulled(paths)
+    assert sha256(model.path.read_bytes()) == sha256(gguf_bytes)
 
 
 def test_ctrl_c_leaves_a_resumable_partial(hub: FakeHub, gguf_bytes: bytes, hf_home: Path, tmp_path: Path) -> None:
