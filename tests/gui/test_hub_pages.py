@@ -86,7 +86,7 @@ def test_search_open_download_then_delete_from_the_library(qtbot: QtBot, window:
     variant = panel.variants_table.item(0, 0)
     assert variant is not None and variant.text().startswith("Q4_1") and "recommended" in variant.text()
     assert variant.font().bold() and panel.variants_table.selectionModel().isRowSelected(0)
-    assert "size-based" in panel.basis_label.text()
+    assert panel.basis_label.text().startswith("Recommended by a plan for this machine: engine llama.cpp")
     _screenshot(window, tmp_path / "discover-model-page.png")
 
     meter = StallMeter()
