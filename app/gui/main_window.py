@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import functools
 import time
 from collections import defaultdict, deque
 from typing import Any
 
 from PySide6.QtCore import Qt, QTimer, Slot
-from PySide6.QtGui import QAction, QCloseEvent
+from PySide6.QtGui import QAction, QCloseEvent, QKeySequence, QShortcut
 from PySide6.QtWidgets import QLabel, QMainWindow, QSplitter, QTabWidget, QVBoxLayout, QWidget
 
+from app.gui.chat_page import ChatPage
 from app.gui.dashboard_panel import DashboardPanel
 from app.gui.discover_page import DiscoverPage
 from app.gui.endpoint_panel import EndpointPanel
@@ -57,6 +59,7 @@ class MainWindow(QMainWindow):
         self.tabs = QTabWidget()
         self.library_page = LibraryPage(connection)
         self.discover_page = DiscoverPage(connection)
+        self.chat_page = ChatPage()
         self.setup_action = QAction("Set up a model\N{HORIZONTAL ELLIPSIS}", self)
         self.setup_action.setToolTip("See what this machine can run, and launch a model with the settings that fit")
         self.setup_action.setEnabled(False)
@@ -84,7 +87,9 @@ class MainWindow(QMainWindow):
         self.tabs.addTab(self.discover_page, "&Discover")
         self.tabs.setAccessibleName("Pages")
         self.tabs.addTab(self.dashboard_panel, "Da&shboard")
+        self.tabs.addTab(self.chat_page, "C&hat")
         self.setCentralWidget(self.tabs)
+        self._add_tab_shortcuts()
         self.statusBar().addPermanentWidget(self.connection_label)
         self.menuBar().addMenu("&Models").addAction(self.setup_action)
         self.menuBar().addMenu("&View").addAction(self.dashboard_action)
@@ -94,8 +99,16 @@ class MainWindow(QMainWindow):
         toolbar.addAction(self.setup_action)
         toolbar.addAction(self.dashboard_action)
 
+    def _add_tab_shortcuts(self) -> None:
+        """Ctrl+1..N switch to the N-th page, whatever pages other branches add."""
+        for index in range(min(self.tabs.count(), 9)):
+            shortcut = QShortcut(QKeySequence(f"Ctrl+{index + 1}"), self)
+            shortcut.activated.connect(functools.partial(self.tabs.setCurrentIndex, index))
+
     def _connect_signals(self) -> None:
         connection = self._connection
+        connection.sig_models_received.connect(self.chat_page.set_models)
+        connection.sig_endpoint_received.connect(self.chat_page.set_endpoint)
         connection.sig_status_changed.connect(self._on_connection_status_changed)
         connection.sig_error_occurred.connect(self._on_connection_error_occurred)
         connection.sig_models_received.connect(self._on_connection_models_received)
@@ -266,6 +279,7 @@ class MainWindow(QMainWindow):
         # connection reports it is done, then closes itself.
         event.ignore()
         self._close_requested = True
+        self.chat_page.wait_stopped()
         if self.setup_dialog is not None:
             self.setup_dialog.reject()
         central = self.centralWidget()
