@@ -13,6 +13,7 @@ from PySide6.QtWidgets import QLabel, QMainWindow, QSplitter, QTabWidget, QVBoxL
 
 from app.gui.chat_page import ChatPage
 from app.gui.dashboard_panel import DashboardPanel
+from app.gui.diagnosis_panel import DiagnosisPanel
 from app.gui.discover_page import DiscoverPage
 from app.gui.endpoint_panel import EndpointPanel
 from app.gui.library_page import LibraryPage
@@ -51,6 +52,7 @@ class MainWindow(QMainWindow):
         self.model_list_panel = ModelListPanel(self.item_model)
         self.endpoint_panel = EndpointPanel()
         self.log_panel = LogPanel()
+        self.diagnosis_panel = DiagnosisPanel()
         self.memory_chart_panel = MemoryChartPanel()
         self.dashboard_panel = DashboardPanel(connection)
         self.dashboard_action = QAction("&Dashboard", self)
@@ -76,6 +78,7 @@ class MainWindow(QMainWindow):
         right = QWidget()
         right_layout = QVBoxLayout(right)
         right_layout.addWidget(self.endpoint_panel)
+        right_layout.addWidget(self.diagnosis_panel)
         right_layout.addWidget(details, 1)
         central = QSplitter(Qt.Orientation.Horizontal)
         central.addWidget(self.model_list_panel)
@@ -109,6 +112,11 @@ class MainWindow(QMainWindow):
         connection = self._connection
         connection.sig_models_received.connect(self.chat_page.set_models)
         connection.sig_endpoint_received.connect(self.chat_page.set_endpoint)
+        self.item_model.dataChanged.connect(self._show_diagnosis)
+        self.item_model.modelReset.connect(self._show_diagnosis)
+        self.item_model.rowsInserted.connect(self._show_diagnosis)
+        self.model_list_panel.sig_selection_changed.connect(self._show_diagnosis)
+        self.diagnosis_panel.sig_relaunch_requested.connect(self._on_diagnosis_panel_relaunch_requested)
         connection.sig_status_changed.connect(self._on_connection_status_changed)
         connection.sig_error_occurred.connect(self._on_connection_error_occurred)
         connection.sig_models_received.connect(self._on_connection_models_received)
@@ -259,6 +267,21 @@ class MainWindow(QMainWindow):
     def _on_setup_dialog_model_launched(self, model_id: str) -> None:
         self.model_list_panel.select_model(model_id)
         self.statusBar().showMessage(f"{model_id} is ready.", 5000)
+
+    @Slot()
+    def _show_diagnosis(self) -> None:
+        # Item-model signals carry arguments of their own: the selection, not them, says which model to show.
+        selected = self.model_list_panel.selected_model_id()
+        self.diagnosis_panel.show_record(self.item_model.record(selected) if selected else None)
+
+    @Slot(str, object)
+    def _on_diagnosis_panel_relaunch_requested(self, model_id: str, overrides: dict[str, int]) -> None:
+        self.statusBar().showMessage(f"Relaunching {model_id} with {overrides}\N{HORIZONTAL ELLIPSIS}")
+        self._connection.call(
+            lambda client: client.start_model(model_id, overrides=overrides),
+            lambda _record: None,
+            self._on_connection_error_occurred,
+        )
 
     def _show_log(self, model_id: str) -> None:
         self.log_panel.show_lines(f"Engine log: {model_id}", self._logs[model_id])
