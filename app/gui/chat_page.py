@@ -191,10 +191,15 @@ class ChatPage(QWidget):
             thread.deleteLater()
 
     def _stats_text(self) -> str:
-        if self._first_at is None:
-            return "No answer."
-        ttft_ms = (self._first_at - self._started) * 1000
-        # llama.cpp and vLLM stream one token per content chunk, so chunks after the first count tokens.
-        elapsed = time.perf_counter() - self._first_at
-        rate = f"{(self._chunks - 1) / elapsed:.1f} tokens/s" if self._chunks > 1 and elapsed > 0 else "-"
-        return f"TTFT {ttft_ms:.0f} ms, {rate}, {self._chunks} tokens"
+        return speed_text(self._started, self._first_at, self._chunks, time.perf_counter())
+
+
+def speed_text(started: float, first_at: float | None, chunks: int, now: float) -> str:
+    """TTFT and tokens/s of one streamed answer, from perf_counter times and its count of content chunks."""
+    if first_at is None:
+        return "No answer."
+    ttft_ms = (first_at - started) * 1000
+    # llama.cpp and vLLM stream one token per content chunk, so chunks after the first count tokens.
+    elapsed = now - first_at
+    rate = f"{(chunks - 1) / elapsed:.1f} tokens/s" if chunks > 1 and elapsed > 0 else "- tokens/s"
+    return f"TTFT {ttft_ms:.0f} ms, {rate}, {chunks} tokens"

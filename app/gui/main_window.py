@@ -22,6 +22,7 @@ from app.gui.memory_chart import MemoryChartPanel
 from app.gui.model_item_model import ModelItemModel
 from app.gui.model_list_panel import ModelListPanel
 from app.gui.service_connection import ServiceConnection
+from app.gui.snippets_panel import SnippetsPanel
 from app.gui.wizard_dialog import SetupWizardDialog
 
 MEMORY_HISTORY = 600  # samples: ten minutes at one poll a second
@@ -53,6 +54,7 @@ class MainWindow(QMainWindow):
         self.endpoint_panel = EndpointPanel()
         self.log_panel = LogPanel()
         self.diagnosis_panel = DiagnosisPanel()
+        self.snippets_panel = SnippetsPanel()
         self.memory_chart_panel = MemoryChartPanel()
         self.dashboard_panel = DashboardPanel(connection)
         self.dashboard_action = QAction("&Dashboard", self)
@@ -78,6 +80,7 @@ class MainWindow(QMainWindow):
         right = QWidget()
         right_layout = QVBoxLayout(right)
         right_layout.addWidget(self.endpoint_panel)
+        right_layout.addWidget(self.snippets_panel)
         right_layout.addWidget(self.diagnosis_panel)
         right_layout.addWidget(details, 1)
         central = QSplitter(Qt.Orientation.Horizontal)
@@ -112,6 +115,9 @@ class MainWindow(QMainWindow):
         connection = self._connection
         connection.sig_models_received.connect(self.chat_page.set_models)
         connection.sig_endpoint_received.connect(self.chat_page.set_endpoint)
+        connection.sig_endpoint_received.connect(self.snippets_panel.set_endpoint)
+        self.model_list_panel.sig_selection_changed.connect(self.snippets_panel.set_model)
+        self.snippets_panel.sig_text_copied.connect(self._on_endpoint_text_copied)
         self.item_model.dataChanged.connect(self._show_diagnosis)
         self.item_model.modelReset.connect(self._show_diagnosis)
         self.item_model.rowsInserted.connect(self._show_diagnosis)
@@ -303,6 +309,7 @@ class MainWindow(QMainWindow):
         event.ignore()
         self._close_requested = True
         self.chat_page.wait_stopped()
+        self.snippets_panel.wait_stopped()
         if self.setup_dialog is not None:
             self.setup_dialog.reject()
         central = self.centralWidget()
