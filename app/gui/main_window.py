@@ -23,6 +23,7 @@ from app.gui.model_item_model import ModelItemModel
 from app.gui.model_list_panel import ModelListPanel
 from app.gui.service_connection import ServiceConnection
 from app.gui.snippets_panel import SnippetsPanel
+from app.gui.tray import TrayController, show_window
 from app.gui.wizard_dialog import SetupWizardDialog
 
 MEMORY_HISTORY = 600  # samples: ten minutes at one poll a second
@@ -55,6 +56,7 @@ class MainWindow(QMainWindow):
         self.log_panel = LogPanel()
         self.diagnosis_panel = DiagnosisPanel()
         self.snippets_panel = SnippetsPanel()
+        self.tray = TrayController(self.item_model, self.windowIcon(), self)
         self.memory_chart_panel = MemoryChartPanel()
         self.dashboard_panel = DashboardPanel(connection)
         self.dashboard_action = QAction("&Dashboard", self)
@@ -118,6 +120,10 @@ class MainWindow(QMainWindow):
         connection.sig_endpoint_received.connect(self.snippets_panel.set_endpoint)
         self.model_list_panel.sig_selection_changed.connect(self.snippets_panel.set_model)
         self.snippets_panel.sig_text_copied.connect(self._on_endpoint_text_copied)
+        self.tray.sig_start_requested.connect(self._on_model_list_launch_requested)
+        self.tray.sig_stop_requested.connect(self._on_model_list_stop_requested)
+        self.tray.sig_open_requested.connect(functools.partial(show_window, self))
+        self.tray.sig_quit_requested.connect(self.close)
         self.item_model.dataChanged.connect(self._show_diagnosis)
         self.item_model.modelReset.connect(self._show_diagnosis)
         self.item_model.rowsInserted.connect(self._show_diagnosis)
