@@ -324,3 +324,69 @@ def _last_lines(paths: AppPaths, headline: str) -> str:
     except OSError:
         lines = []
     return "\n".join([headline + ":", *lines[-8:]])
+
+
+class ChatStream:
+    """One streamed chat completion through the OpenAI endpoint. Iterate in one thread to get the content deltas;
+    `cancel()` from any thread ends it at once (as EventStream.close does, by shutting the socket down)."""
+
+    def __init__(self, url: str, api_key: str, model_id: str, messages: list[dict[str, str]], max_tokens: int) -> None:
+        self._lock = threading.Lock()
+        self._socket: socket.socket | None = None
+        self._cancelled = False
+        self._body = {"model": model_id, "messages": messages, "max_tokens": max_tokens, "stream": True}
+        self._http = httpx.Client(
+            base_url=url.rstrip("/"),
+            headers={"Authorization": f"Bearer {api_key}"} if api_key else {},
+            timeout=httpx.Timeout(10.0, read=None),  # a model may load before its first token
+            trust_env=False,
+            event_hooks={"response": [self._remember_socket]},
+        )
+
+    @property
+    def cancelled(self) -> bool:
+        return self._cancelled
+
+    def __iter__(self) -> Iterator[str]:
+        try:
+            with self._http.stream("POST", "/chat/completions", json=self._body) as response:
+                if response.status_code != 200:
+                    response.read()
+                    raise ControlError(f"The endpoint refused the chat: {response.text}", response.status_code)
+                for line in response.iter_lines():
+                    if not line.startswith("data: ") or line == "data: [DONE]":
+                        continue
+                    chunk = json.loads(line[6:])
+                    for choice in chunk.get("choices") or []:
+                        content = (choice.get("delta") or {}).get("content")
+                        if content:
+                            yield str(content)
+        except httpx.HTTPError as exc:
+            if not self._cancelled:
+                raise ServiceUnavailable(f"The chat stream ended: {exc}") from exc
+        finally:
+            self._http.close()
+
+    def _remember_socket(self, response: httpx.Response) -> None:
+        stream = response.extensions.get("network_stream")
+        sock = stream.get_extra_info("socket") if stream is not None else None
+        if isinstance(sock, socket.socket):
+            with self._lock:
+                self._socket = sock
+                cancelled = self._cancelled
+            if cancelled:
+                _shut_down(sock)
+
+    def cancel(self) -> None:
+        with self._lock:
+            self._cancelled = True
+            sock = self._socket
+        if sock is not None:
+            _shut_down(sock)
+
+
+def stream_chat(
+    endpoint: Mapping[str, Any], model_id: str, messages: list[dict[str, str]], max_tokens: int = 256
+) -> ChatStream:
+    """A streamed chat with `model_id` at the endpoint that `ControlClient.endpoint()` describes ({url, api_key})."""
+    return ChatStream(str(endpoint["url"]), str(endpoint.get("api_key") or ""), model_id, messages, max_tokens)

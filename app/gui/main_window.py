@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import functools
 import time
 from collections import defaultdict, deque
 from typing import Any
 
 from PySide6.QtCore import Qt, QTimer, Slot
-from PySide6.QtGui import QAction, QCloseEvent
+from PySide6.QtGui import QAction, QCloseEvent, QKeySequence, QShortcut
 from PySide6.QtWidgets import QLabel, QMainWindow, QSplitter, QTabWidget, QVBoxLayout, QWidget
 
+from app.gui.chat_page import ChatPage
 from app.gui.dashboard_panel import DashboardPanel
+from app.gui.diagnosis_panel import DiagnosisPanel
 from app.gui.discover_page import DiscoverPage
 from app.gui.endpoint_panel import EndpointPanel
 from app.gui.library_page import LibraryPage
@@ -19,6 +22,8 @@ from app.gui.memory_chart import MemoryChartPanel
 from app.gui.model_item_model import ModelItemModel
 from app.gui.model_list_panel import ModelListPanel
 from app.gui.service_connection import ServiceConnection
+from app.gui.snippets_panel import SnippetsPanel
+from app.gui.tray import TrayController, show_window
 from app.gui.wizard_dialog import SetupWizardDialog
 
 MEMORY_HISTORY = 600  # samples: ten minutes at one poll a second
@@ -49,6 +54,9 @@ class MainWindow(QMainWindow):
         self.model_list_panel = ModelListPanel(self.item_model)
         self.endpoint_panel = EndpointPanel()
         self.log_panel = LogPanel()
+        self.diagnosis_panel = DiagnosisPanel()
+        self.snippets_panel = SnippetsPanel()
+        self.tray = TrayController(self.item_model, self.windowIcon(), self)
         self.memory_chart_panel = MemoryChartPanel()
         self.dashboard_panel = DashboardPanel(connection)
         self.dashboard_action = QAction("&Dashboard", self)
@@ -57,6 +65,7 @@ class MainWindow(QMainWindow):
         self.tabs = QTabWidget()
         self.library_page = LibraryPage(connection)
         self.discover_page = DiscoverPage(connection)
+        self.chat_page = ChatPage()
         self.setup_action = QAction("Set up a model\N{HORIZONTAL ELLIPSIS}", self)
         self.setup_action.setToolTip("See what this machine can run, and launch a model with the settings that fit")
         self.setup_action.setEnabled(False)
@@ -73,6 +82,8 @@ class MainWindow(QMainWindow):
         right = QWidget()
         right_layout = QVBoxLayout(right)
         right_layout.addWidget(self.endpoint_panel)
+        right_layout.addWidget(self.snippets_panel)
+        right_layout.addWidget(self.diagnosis_panel)
         right_layout.addWidget(details, 1)
         central = QSplitter(Qt.Orientation.Horizontal)
         central.addWidget(self.model_list_panel)
@@ -84,7 +95,9 @@ class MainWindow(QMainWindow):
         self.tabs.addTab(self.discover_page, "&Discover")
         self.tabs.setAccessibleName("Pages")
         self.tabs.addTab(self.dashboard_panel, "Da&shboard")
+        self.tabs.addTab(self.chat_page, "C&hat")
         self.setCentralWidget(self.tabs)
+        self._add_tab_shortcuts()
         self.statusBar().addPermanentWidget(self.connection_label)
         self.menuBar().addMenu("&Models").addAction(self.setup_action)
         self.menuBar().addMenu("&View").addAction(self.dashboard_action)
@@ -94,8 +107,28 @@ class MainWindow(QMainWindow):
         toolbar.addAction(self.setup_action)
         toolbar.addAction(self.dashboard_action)
 
+    def _add_tab_shortcuts(self) -> None:
+        """Ctrl+1..N switch to the N-th page, whatever pages other branches add."""
+        for index in range(min(self.tabs.count(), 9)):
+            shortcut = QShortcut(QKeySequence(f"Ctrl+{index + 1}"), self)
+            shortcut.activated.connect(functools.partial(self.tabs.setCurrentIndex, index))
+
     def _connect_signals(self) -> None:
         connection = self._connection
+        connection.sig_models_received.connect(self.chat_page.set_models)
+        connection.sig_endpoint_received.connect(self.chat_page.set_endpoint)
+        connection.sig_endpoint_received.connect(self.snippets_panel.set_endpoint)
+        self.model_list_panel.sig_selection_changed.connect(self.snippets_panel.set_model)
+        self.snippets_panel.sig_text_copied.connect(self._on_endpoint_text_copied)
+        self.tray.sig_start_requested.connect(self._on_model_list_launch_requested)
+        self.tray.sig_stop_requested.connect(self._on_model_list_stop_requested)
+        self.tray.sig_open_requested.connect(functools.partial(show_window, self))
+        self.tray.sig_quit_requested.connect(self.close)
+        self.item_model.dataChanged.connect(self._show_diagnosis)
+        self.item_model.modelReset.connect(self._show_diagnosis)
+        self.item_model.rowsInserted.connect(self._show_diagnosis)
+        self.model_list_panel.sig_selection_changed.connect(self._show_diagnosis)
+        self.diagnosis_panel.sig_relaunch_requested.connect(self._on_diagnosis_panel_relaunch_requested)
         connection.sig_status_changed.connect(self._on_connection_status_changed)
         connection.sig_error_occurred.connect(self._on_connection_error_occurred)
         connection.sig_models_received.connect(self._on_connection_models_received)
@@ -247,6 +280,21 @@ class MainWindow(QMainWindow):
         self.model_list_panel.select_model(model_id)
         self.statusBar().showMessage(f"{model_id} is ready.", 5000)
 
+    @Slot()
+    def _show_diagnosis(self) -> None:
+        # Item-model signals carry arguments of their own: the selection, not them, says which model to show.
+        selected = self.model_list_panel.selected_model_id()
+        self.diagnosis_panel.show_record(self.item_model.record(selected) if selected else None)
+
+    @Slot(str, object)
+    def _on_diagnosis_panel_relaunch_requested(self, model_id: str, overrides: dict[str, int]) -> None:
+        self.statusBar().showMessage(f"Relaunching {model_id} with {overrides}\N{HORIZONTAL ELLIPSIS}")
+        self._connection.call(
+            lambda client: client.start_model(model_id, overrides=overrides),
+            lambda _record: None,
+            self._on_connection_error_occurred,
+        )
+
     def _show_log(self, model_id: str) -> None:
         self.log_panel.show_lines(f"Engine log: {model_id}", self._logs[model_id])
 
@@ -266,6 +314,8 @@ class MainWindow(QMainWindow):
         # connection reports it is done, then closes itself.
         event.ignore()
         self._close_requested = True
+        self.chat_page.wait_stopped()
+        self.snippets_panel.wait_stopped()
         if self.setup_dialog is not None:
             self.setup_dialog.reject()
         central = self.centralWidget()

@@ -1,0 +1,155 @@
+"""Ready-to-paste client code for the selected model, and a "Test it" button that streams a short answer."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from PySide6.QtCore import Signal, Slot
+from PySide6.QtGui import QGuiApplication
+from PySide6.QtWidgets import QHBoxLayout, QLabel, QPlainTextEdit, QPushButton, QTabWidget, QVBoxLayout, QWidget
+
+from app.client import stream_chat
+from app.gui.chat_page import ChatStreamThread, speed_text
+
+TEST_PROMPT = "Say hello in five words."
+TEST_MAX_TOKENS = 32
+KEY_VARIABLE = "MODELDECK_API_KEY"  # snippets read the key from the environment, so it never sits on screen
+
+
+def snippets(url: str, model_id: str) -> dict[str, str]:
+    """curl, Python and JavaScript code that asks `model_id` at `url` (the /v1 base) for a chat completion."""
+    return {
+        "curl": (
+            f"curl {url}/chat/completions \\\n"
+            f'  -H "Authorization: Bearer ${KEY_VARIABLE}" -H "Content-Type: application/json" \\\n'
+            f'  -d \'{{"model": "{model_id}", "messages": [{{"role": "user", "content": "Hello!"}}]}}\''
+        ),
+        "Python": (
+            "import os\nfrom openai import OpenAI\n\n"
+            f'client = OpenAI(base_url="{url}", api_key=os.environ["{KEY_VARIABLE}"])\n'
+            "reply = client.chat.completions.create(\n"
+            f'    model="{model_id}", messages=[{{"role": "user", "content": "Hello!"}}]\n'
+            ")\nprint(reply.choices[0].message.content)"
+        ),
+        "JavaScript": (
+            f'const response = await fetch("{url}/chat/completions", {{\n'
+            '  method: "POST",\n'
+            f'  headers: {{ "Authorization": `Bearer ${{process.env.{KEY_VARIABLE}}}`, '
+            '"Content-Type": "application/json" },\n'
+            f'  body: JSON.stringify({{ model: "{model_id}", messages: [{{ role: "user", content: "Hello!" }}] }}),\n'
+            "});\nconsole.log((await response.json()).choices[0].message.content);"
+        ),
+    }
+
+
+class SnippetsPanel(QWidget):
+    """Code for the selected model, one tab per language with a Copy button, and a live test of the endpoint."""
+
+    sig_text_copied = Signal(str)  # what was copied, in words
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self._endpoint: dict[str, Any] | None = None
+        self._model_id = ""
+        self._thread: ChatStreamThread | None = None
+        self._started = 0.0
+        self._first_at: float | None = None
+        self._chunks = 0
+        self.code_tabs = QTabWidget()
+        self.code_tabs.setAccessibleName("Code snippets")
+        self.code_edits: dict[str, QPlainTextEdit] = {}
+        for language in ("curl", "Python", "JavaScript"):
+            edit = QPlainTextEdit()
+            edit.setReadOnly(True)
+            edit.setAccessibleName(f"{language} snippet")
+            self.code_edits[language] = edit
+            self.code_tabs.addTab(edit, language)
+        self.copy_button = QPushButton("Copy snippet")
+        self.copy_button.setAccessibleName("Copy the shown snippet")
+        self.test_button = QPushButton("Test it")
+        self.test_button.setAccessibleName("Send a short prompt to the selected model")
+        self.answer_label = QLabel()
+        self.answer_label.setWordWrap(True)
+        self.answer_label.setAccessibleName("Test answer")
+        self.stats_label = QLabel()
+        self.stats_label.setAccessibleName("Speed of the test answer")
+        buttons = QHBoxLayout()
+        buttons.addWidget(self.copy_button)
+        buttons.addWidget(self.test_button)
+        buttons.addWidget(self.stats_label, 1)
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(0, 0, 0, 0)
+        layout.addWidget(self.code_tabs)
+        layout.addLayout(buttons)
+        layout.addWidget(self.answer_label)
+        self.copy_button.clicked.connect(self._on_copy_button_clicked)
+        self.test_button.clicked.connect(self._on_test_button_clicked)
+        self._refresh()
+
+    @property
+    def is_testing(self) -> bool:
+        return self._thread is not None
+
+    def set_endpoint(self, info: dict[str, Any]) -> None:
+        self._endpoint = info
+        self._refresh()
+
+    def set_model(self, model_id: str) -> None:
+        self._model_id = model_id
+        self._refresh()
+
+    def wait_stopped(self, timeout_ms: int = 5000) -> bool:
+        if self._thread is None:
+            return True
+        self._thread.stream.cancel()
+        return self._thread.wait(timeout_ms)
+
+    def _refresh(self) -> None:
+        ready = self._endpoint is not None and bool(self._model_id)
+        if self._endpoint is not None and self._model_id:
+            for language, code in snippets(str(self._endpoint["url"]), self._model_id).items():
+                self.code_edits[language].setPlainText(code)
+        self.copy_button.setEnabled(ready)
+        self.test_button.setEnabled(ready and self._thread is None)
+
+    @Slot()
+    def _on_copy_button_clicked(self) -> None:
+        language = self.code_tabs.tabText(self.code_tabs.currentIndex())
+        QGuiApplication.clipboard().setText(self.code_edits[language].toPlainText())
+        self.sig_text_copied.emit(f"{language} snippet")
+
+    @Slot()
+    def _on_test_button_clicked(self) -> None:
+        if self._endpoint is None or not self._model_id or self._thread is not None:
+            return
+        messages = [{"role": "user", "content": TEST_PROMPT}]
+        thread = self._thread = ChatStreamThread(stream_chat(self._endpoint, self._model_id, messages, TEST_MAX_TOKENS))
+        thread.setParent(self)
+        thread.sig_delta_received.connect(self._on_thread_delta_received)
+        thread.sig_stream_failed.connect(self._on_thread_stream_failed)
+        thread.finished.connect(self._on_thread_finished)
+        self._started, self._first_at, self._chunks = time.perf_counter(), None, 0
+        self.answer_label.setText("")
+        self.stats_label.setText("Waiting for the first token\N{HORIZONTAL ELLIPSIS}")
+        self._refresh()
+        thread.start()
+
+    @Slot(str)
+    def _on_thread_delta_received(self, delta: str) -> None:
+        if self._first_at is None:
+            self._first_at = time.perf_counter()
+        self._chunks += 1
+        self.answer_label.setText(self.answer_label.text() + delta)
+
+    @Slot(str)
+    def _on_thread_stream_failed(self, message: str) -> None:
+        self.answer_label.setText(message)
+
+    @Slot()
+    def _on_thread_finished(self) -> None:
+        thread, self._thread = self._thread, None
+        self.stats_label.setText(speed_text(self._started, self._first_at, self._chunks, time.perf_counter()))
+        self._refresh()
+        if thread is not None:
+            thread.deleteLater()
