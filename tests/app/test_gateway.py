@@ -167,7 +167,9 @@ def test_connections_to_the_engine_are_kept_alive(service: RunningService) -> No
     port = model_state(service, BUNDLED_ID)["port"]
     gateway = psutil.Process(service.process.pid)
     to_engine = [c for c in gateway.net_connections("tcp") if c.raddr and c.raddr.port == port]
-    assert [c.status for c in to_engine] == [psutil.CONN_ESTABLISHED]
+    # Reused, not one per request: a connection still finishing a stream's end may be joined by a second one.
+    assert to_engine and all(c.status == psutil.CONN_ESTABLISHED for c in to_engine)
+    assert len(to_engine) < 4
     time.sleep(6)  # past the engine's keep-alive timeout (uvicorn's 5 s): it closes the idle connection
     assert client.completions.create(model=BUNDLED_ID, prompt="Hi", max_tokens=2).choices[0].text is not None
 
