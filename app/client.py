@@ -222,15 +222,13 @@ class EventStream:
     """
 
     def __init__(self, address: ServiceAddress) -> None:
-        self._lock = threading.Lock()
-        self._socket: socket.socket | None = None
-        self._closed = False
+        self._breaker = _StreamBreaker()
         self._http = httpx.Client(
             base_url=address.control_url,
             headers={"Authorization": f"Bearer {address.token}"},
             timeout=httpx.Timeout(10.0, read=None),
             trust_env=False,
-            event_hooks={"response": [self._remember_socket]},
+            event_hooks={"response": [self._breaker.remember]},
         )
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
@@ -243,24 +241,37 @@ class EventStream:
                         event: dict[str, Any] = json.loads(line[6:])
                         yield event
         except httpx.HTTPError as exc:
-            if not self._closed:
+            if not self._breaker.broken:
                 raise ServiceUnavailable(f"The event stream from the service ended: {exc}") from exc
         finally:
             self._http.close()
 
-    def _remember_socket(self, response: httpx.Response) -> None:
+    def close(self) -> None:
+        self._breaker.break_stream()
+
+
+class _StreamBreaker:
+    """Ends a streamed response from another thread: closing an httpx client does not wake a thread blocked
+    reading its socket, shutting the socket down does. `remember` is the client's response hook."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._socket: socket.socket | None = None
+        self.broken = False
+
+    def remember(self, response: httpx.Response) -> None:
         stream = response.extensions.get("network_stream")
         sock = stream.get_extra_info("socket") if stream is not None else None
         if isinstance(sock, socket.socket):
             with self._lock:
                 self._socket = sock
-                closed = self._closed
-            if closed:  # close() came while the request was on its way
+                broken = self.broken
+            if broken:  # broken while the request was on its way
                 _shut_down(sock)
 
-    def close(self) -> None:
+    def break_stream(self) -> None:
         with self._lock:
-            self._closed = True
+            self.broken = True
             sock = self._socket
         if sock is not None:
             _shut_down(sock)
@@ -331,21 +342,19 @@ class ChatStream:
     `cancel()` from any thread ends it at once (as EventStream.close does, by shutting the socket down)."""
 
     def __init__(self, url: str, api_key: str, model_id: str, messages: list[dict[str, str]], max_tokens: int) -> None:
-        self._lock = threading.Lock()
-        self._socket: socket.socket | None = None
-        self._cancelled = False
+        self._breaker = _StreamBreaker()
         self._body = {"model": model_id, "messages": messages, "max_tokens": max_tokens, "stream": True}
         self._http = httpx.Client(
             base_url=url.rstrip("/"),
             headers={"Authorization": f"Bearer {api_key}"} if api_key else {},
             timeout=httpx.Timeout(10.0, read=None),  # a model may load before its first token
             trust_env=False,
-            event_hooks={"response": [self._remember_socket]},
+            event_hooks={"response": [self._breaker.remember]},
         )
 
     @property
     def cancelled(self) -> bool:
-        return self._cancelled
+        return self._breaker.broken
 
     def __iter__(self) -> Iterator[str]:
         try:
@@ -362,27 +371,13 @@ class ChatStream:
                         if content:
                             yield str(content)
         except httpx.HTTPError as exc:
-            if not self._cancelled:
+            if not self._breaker.broken:
                 raise ServiceUnavailable(f"The chat stream ended: {exc}") from exc
         finally:
             self._http.close()
 
-    def _remember_socket(self, response: httpx.Response) -> None:
-        stream = response.extensions.get("network_stream")
-        sock = stream.get_extra_info("socket") if stream is not None else None
-        if isinstance(sock, socket.socket):
-            with self._lock:
-                self._socket = sock
-                cancelled = self._cancelled
-            if cancelled:
-                _shut_down(sock)
-
     def cancel(self) -> None:
-        with self._lock:
-            self._cancelled = True
-            sock = self._socket
-        if sock is not None:
-            _shut_down(sock)
+        self._breaker.break_stream()
 
 
 def stream_chat(
