@@ -22,10 +22,11 @@ from PySide6.QtWidgets import (
 )
 
 from app.client import ControlClient
+from app.gui.hub_format import error_label, show_error
 from app.gui.memory_bar import MemoryBarPanel, memory_bars
 from app.gui.plan_text import ENGINE_WORDS, USE_WORDS, headline, memory_text, plan_rows, reasons_html, rows_html
 from app.gui.service_connection import LatestCall, ServiceConnection
-from app.gui.wizard_pages import WizardChoices, error_label, show_error
+from app.gui.wizard_pages import WizardChoices
 
 OVERRIDE_KEYS = ("context", "gpu_layers", "threads", "batch")
 ACTIVE_STATES = frozenset({"starting", "ready", "restarting"})

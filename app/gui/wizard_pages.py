@@ -22,11 +22,11 @@ from PySide6.QtWidgets import (
 )
 
 from app.client import ControlClient
+from app.gui.hub_format import error_label, show_error
 from app.gui.model_item_model import format_bytes
 from app.gui.plan_text import hardware_rows, problems_html, rows_html
 from app.gui.service_connection import LatestCall, ServiceConnection
 
-ERROR_STYLE = "color: #c0392b;"
 DEFAULT_USERS = 8
 MAX_USERS = 1024
 MODEL_ID_ROLE = Qt.ItemDataRole.UserRole + 1
@@ -41,22 +41,6 @@ class WizardChoices:
     users: int | None = None
     model: dict[str, Any] | None = None  # the model's record from the service
     models: list[dict[str, Any]] = field(default_factory=list)
-
-
-def error_label() -> QLabel:
-    label = QLabel()
-    label.setWordWrap(True)
-    label.setStyleSheet(ERROR_STYLE)
-    label.setAccessibleName("Error")
-    label.setTextFormat(Qt.TextFormat.PlainText)
-    label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
-    label.hide()
-    return label
-
-
-def show_error(label: QLabel, message: str) -> None:
-    label.setText(message)
-    label.setVisible(bool(message))
 
 
 class HardwarePage(QWizardPage):
