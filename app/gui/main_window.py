@@ -16,11 +16,14 @@ from app.gui.dashboard_panel import DashboardPanel
 from app.gui.diagnosis_panel import DiagnosisPanel
 from app.gui.discover_page import DiscoverPage
 from app.gui.endpoint_panel import EndpointPanel
+from app.gui.gui_state import GuiState
+from app.gui.home_page import HomePage
 from app.gui.library_page import LibraryPage
 from app.gui.log_panel import MAX_LINES, LogPanel
 from app.gui.memory_chart import MemoryChartPanel
 from app.gui.model_item_model import ModelItemModel
 from app.gui.model_list_panel import ModelListPanel
+from app.gui.notifications import NotificationBanner, Notifier
 from app.gui.service_connection import ServiceConnection
 from app.gui.snippets_panel import SnippetsPanel
 from app.gui.tray import TrayController, show_window
@@ -63,6 +66,11 @@ class MainWindow(QMainWindow):
         self.dashboard_action.setToolTip("Live throughput, latency, CPU, memory and GPU charts of every model")
         self.connection_label = QLabel("Not connected")
         self.tabs = QTabWidget()
+        self.gui_state = GuiState(connection.paths)
+        self.home_page = HomePage(connection, self.item_model, self.gui_state)
+        self.run_page = QSplitter(Qt.Orientation.Horizontal)
+        self.notification_banner = NotificationBanner()
+        self.notifier = Notifier(self.notification_banner, self.tray.icon, self)
         self.library_page = LibraryPage(connection)
         self.discover_page = DiscoverPage(connection)
         self.chat_page = ChatPage()
@@ -85,18 +93,24 @@ class MainWindow(QMainWindow):
         right_layout.addWidget(self.snippets_panel)
         right_layout.addWidget(self.diagnosis_panel)
         right_layout.addWidget(details, 1)
-        central = QSplitter(Qt.Orientation.Horizontal)
-        central.addWidget(self.model_list_panel)
-        central.addWidget(right)
-        central.setStretchFactor(1, 2)
-        central.setSizes([420, 680])  # room for the model list's four columns
-        self.tabs.addTab(central, "&Run")
+        run_page = self.run_page
+        run_page.addWidget(self.model_list_panel)
+        run_page.addWidget(right)
+        run_page.setStretchFactor(1, 2)
+        run_page.setSizes([420, 680])  # room for the model list's four columns
+        self.tabs.addTab(self.home_page, "H&ome")
         self.tabs.addTab(self.library_page, "&Models")
         self.tabs.addTab(self.discover_page, "&Discover")
-        self.tabs.setAccessibleName("Pages")
+        self.tabs.addTab(run_page, "&Run")
         self.tabs.addTab(self.dashboard_panel, "Da&shboard")
         self.tabs.addTab(self.chat_page, "C&hat")
-        self.setCentralWidget(self.tabs)
+        self.tabs.setAccessibleName("Pages")
+        central = QWidget()
+        central_layout = QVBoxLayout(central)
+        central_layout.setContentsMargins(0, 0, 0, 0)
+        central_layout.addWidget(self.notification_banner)
+        central_layout.addWidget(self.tabs, 1)
+        self.setCentralWidget(central)
         self._add_tab_shortcuts()
         self.statusBar().addPermanentWidget(self.connection_label)
         self.menuBar().addMenu("&Models").addAction(self.setup_action)
@@ -112,6 +126,8 @@ class MainWindow(QMainWindow):
         for index in range(min(self.tabs.count(), 9)):
             shortcut = QShortcut(QKeySequence(f"Ctrl+{index + 1}"), self)
             shortcut.activated.connect(functools.partial(self.tabs.setCurrentIndex, index))
+            name = self.tabs.tabText(index).replace("&", "")
+            self.tabs.setTabToolTip(index, f"{name} (Ctrl+{index + 1})")
 
     def _connect_signals(self) -> None:
         connection = self._connection
@@ -119,6 +135,10 @@ class MainWindow(QMainWindow):
         connection.sig_endpoint_received.connect(self.chat_page.set_endpoint)
         connection.sig_endpoint_received.connect(self.snippets_panel.set_endpoint)
         self.model_list_panel.sig_selection_changed.connect(self.snippets_panel.set_model)
+        self.home_page.sig_start_requested.connect(self._on_model_list_launch_requested)
+        self.home_page.sig_stop_requested.connect(self._on_model_list_stop_requested)
+        self.home_page.sig_snippets_requested.connect(self._on_home_page_snippets_requested)
+        connection.sig_engine_changed.connect(self.notifier.on_engine_changed)
         self.snippets_panel.sig_text_copied.connect(self._on_endpoint_text_copied)
         self.tray.sig_start_requested.connect(self._on_model_list_launch_requested)
         self.tray.sig_stop_requested.connect(self._on_model_list_stop_requested)
@@ -145,6 +165,7 @@ class MainWindow(QMainWindow):
         self.endpoint_panel.sig_text_copied.connect(self._on_endpoint_text_copied)
         self.setup_action.triggered.connect(self._on_setup_action_triggered)
         self.discover_page.downloads_panel.sig_download_finished.connect(self._on_downloads_panel_download_finished)
+        self.discover_page.downloads_panel.sig_download_finished.connect(self.notifier.on_download_finished)
         self.dashboard_action.triggered.connect(self._on_dashboard_action_triggered)
         self.dashboard_panel.sig_exported.connect(self._on_dashboard_panel_exported)
 
@@ -191,6 +212,7 @@ class MainWindow(QMainWindow):
         if state == "failed":
             self.statusBar().showMessage(one_line(f"{model_id} failed: {event.get('message') or 'no reason given'}"))
         self.model_list_panel.settle(model_id)
+        self.home_page.settle(model_id)
 
     @Slot(str, str)
     def _on_connection_log_received(self, model_id: str, line: str) -> None:
@@ -266,6 +288,10 @@ class MainWindow(QMainWindow):
         else:
             dialog.restart()
         dialog.show()
+
+    @Slot()
+    def _on_home_page_snippets_requested(self) -> None:
+        self.tabs.setCurrentWidget(self.run_page)
 
     @Slot()
     def _on_dashboard_action_triggered(self) -> None:

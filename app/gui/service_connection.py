@@ -76,6 +76,11 @@ class ServiceConnection(QObject):
         self.sig_call_done.connect(self._on_call_done)
 
     @property
+    def paths(self) -> AppPaths:
+        """Where this ModelDeck keeps its files (the window keeps a little state there too)."""
+        return self._paths
+
+    @property
     def phase(self) -> Phase:
         return self._phase
 
@@ -86,6 +91,10 @@ class ServiceConnection(QObject):
     @property
     def is_closed(self) -> bool:
         return self._phase is Phase.CLOSED
+
+    @property
+    def _closing_or_closed(self) -> bool:
+        return self._phase in (Phase.CLOSING, Phase.CLOSED)
 
     @property
     def started_service(self) -> bool:
@@ -126,13 +135,14 @@ class ServiceConnection(QObject):
             on_failed(NOT_CONNECTED)
             return
 
-        # An answer that arrives once the connection is closed is dropped: the view that asked may be gone.
+        # An answer that arrives once the connection is closing or closed is dropped: the window is going away,
+        # and the view that asked may already be deleted (a closed window can be deleted before its service stops).
         def done(result: T) -> None:
-            if not self.is_closed:
+            if not self._closing_or_closed:
                 on_done(result)
 
         def failed(message: str) -> None:
-            if not self.is_closed:
+            if not self._closing_or_closed:
                 on_failed(message)
 
         self._submit(functools.partial(job, self._client), done, failed)
