@@ -51,7 +51,9 @@ class FirstRunPanel(QFrame):
         self.start_button = QPushButton("Start the bundled model")
         self.start_button.setAccessibleName("Start the bundled model")
         self.start_button.setDefault(True)
-        self.start_button.setMinimumHeight(self.start_button.sizeHint().height() * 3 // 2)
+        bold = QFont(self.start_button.font())
+        bold.setBold(True)
+        self.start_button.setFont(bold)
         self.dismiss_button = QPushButton("Not now")
         self.dismiss_button.setAccessibleName("Hide the first-run offer")
         self.status_label = QLabel()
@@ -86,6 +88,7 @@ class FirstRunPanel(QFrame):
                 "Looking for the bundled model\N{HORIZONTAL ELLIPSIS}" if not connected else "No bundled model found."
             )
             self.start_button.setEnabled(False)
+            self.status_label.setVisible(True)
             return
         self._model_id = str(record["id"])
         self.intro_label.setText(
@@ -102,6 +105,7 @@ class FirstRunPanel(QFrame):
             f"It did not start: {record.get('message') or 'no reason given'}" if failed else STATE_TEXT.get(state, "")
         )
         self.status_label.setStyleSheet("color: #c0392b;" if failed else "")
+        self.status_label.setVisible(bool(self.status_label.text()))
         self.start_button.setEnabled(connected and state in STARTABLE_STATES and not self._pending)
 
     def launch_failed(self, message: str) -> None:
@@ -109,6 +113,7 @@ class FirstRunPanel(QFrame):
         self._pending = False
         self.status_label.setText(f"It did not start: {message}")
         self.status_label.setStyleSheet("color: #c0392b;")
+        self.status_label.setVisible(True)
         self.start_button.setEnabled(self._connected and bool(self._model_id))
 
     @Slot()
@@ -117,4 +122,5 @@ class FirstRunPanel(QFrame):
             self._pending = True  # until the engine's state changes: one click, one launch
             self.start_button.setEnabled(False)
             self.status_label.setText("Asking the service to start it\N{HORIZONTAL ELLIPSIS}")
+            self.status_label.setVisible(True)
             self.sig_start_requested.emit(self._model_id)

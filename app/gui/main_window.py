@@ -9,7 +9,16 @@ from typing import Any
 
 from PySide6.QtCore import Qt, QTimer, Slot
 from PySide6.QtGui import QAction, QCloseEvent, QKeySequence, QShortcut
-from PySide6.QtWidgets import QLabel, QMainWindow, QSplitter, QTabWidget, QVBoxLayout, QWidget
+from PySide6.QtWidgets import (
+    QFrame,
+    QLabel,
+    QMainWindow,
+    QScrollArea,
+    QSplitter,
+    QTabWidget,
+    QVBoxLayout,
+    QWidget,
+)
 
 from app.gui.chat_page import ChatPage
 from app.gui.dashboard_panel import DashboardPanel
@@ -93,9 +102,14 @@ class MainWindow(QMainWindow):
         right_layout.addWidget(self.snippets_panel)
         right_layout.addWidget(self.diagnosis_panel)
         right_layout.addWidget(details, 1)
+        # The right side scrolls rather than setting a minimum height that a 1080p screen at 200 % cannot show.
+        right_scroll = QScrollArea()
+        right_scroll.setWidgetResizable(True)
+        right_scroll.setFrameShape(QFrame.Shape.NoFrame)
+        right_scroll.setWidget(right)
         run_page = self.run_page
         run_page.addWidget(self.model_list_panel)
-        run_page.addWidget(right)
+        run_page.addWidget(right_scroll)
         run_page.setStretchFactor(1, 2)
         run_page.setSizes([420, 680])  # room for the model list's four columns
         self.tabs.addTab(self.home_page, "H&ome")
@@ -120,6 +134,10 @@ class MainWindow(QMainWindow):
         toolbar.setMovable(False)
         toolbar.addAction(self.setup_action)
         toolbar.addAction(self.dashboard_action)
+        for action, name in ((self.setup_action, "Set up a model"), (self.dashboard_action, "Open the dashboard")):
+            button = toolbar.widgetForAction(action)
+            if button is not None:
+                button.setAccessibleName(name)
 
     def _add_tab_shortcuts(self) -> None:
         """Ctrl+1..N switch to the N-th page, whatever pages other branches add."""
