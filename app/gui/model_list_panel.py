@@ -46,6 +46,7 @@ class ModelListPanel(QWidget):
         self.table_view.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
         self.table_view.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
         self.table_view.verticalHeader().hide()
+        self.table_view.setTabKeyNavigation(False)  # Tab goes on to Launch; arrows move between models
         self.table_view.setAccessibleName("Models")
         header = self.table_view.horizontalHeader()
         # The id takes what is left; state, size and memory are short and never cut ("336.9 MiB (prediction …").

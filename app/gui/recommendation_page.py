@@ -86,6 +86,7 @@ class RecommendationPage(QWizardPage):
         self.alternatives_table = QTableWidget(0, len(ALTERNATIVE_COLUMNS))
         self.alternatives_table.setHorizontalHeaderLabels(list(ALTERNATIVE_COLUMNS))
         self.alternatives_table.setAccessibleName("Alternatives")
+        self.alternatives_table.setTabKeyNavigation(False)
         self.alternatives_table.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
         self.alternatives_table.verticalHeader().hide()
         self.alternatives_table.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)

@@ -8,6 +8,7 @@ import signal
 
 from PySide6.QtCore import Qt
 from PySide6.QtTest import QTest
+from PySide6.QtWidgets import QApplication
 from pytestqt.qtbot import QtBot
 
 from app.gui.gui_state import GuiState
@@ -35,6 +36,34 @@ def test_pages_in_order_with_ctrl_number_shortcuts(qtbot: QtBot, main_window: Ma
         QTest.keyClick(main_window, Qt.Key(Qt.Key.Key_1.value + index), Qt.KeyboardModifier.ControlModifier)
         qtbot.waitUntil(lambda index=index: tabs.currentIndex() == index)  # type: ignore[misc]
         assert f"Ctrl+{index + 1}" in tabs.tabToolTip(index)
+
+
+def test_home_is_reached_in_reading_order_with_the_tab_key(qtbot: QtBot, main_window: MainWindow) -> None:
+    home, offer = main_window.home_page, main_window.home_page.first_run_panel
+    endpoint = home.endpoint_panel
+    qtbot.waitUntil(offer.start_button.isEnabled)
+    qtbot.waitUntil(lambda: home.detect_button.isEnabled() and endpoint.copy_key_button.isEnabled())
+    main_window.activateWindow()
+    qtbot.waitUntil(lambda: QApplication.activeWindow() is main_window)
+    offer.start_button.setFocus()
+    expected = [
+        offer.start_button,
+        offer.dismiss_button,
+        home.detect_button,
+        endpoint.url_edit,
+        endpoint.copy_url_button,
+        endpoint.key_edit,
+        endpoint.reveal_button,
+        endpoint.copy_key_button,
+        home.snippets_button,
+        home.model_list_panel.table_view,
+        home.model_list_panel.launch_button,  # Stop is disabled: the model is stopped
+    ]
+    reached = [QApplication.focusWidget()]
+    for _ in expected[1:]:
+        QTest.keyClick(QApplication.focusWidget(), Qt.Key.Key_Tab)
+        reached.append(QApplication.focusWidget())
+    assert [w.accessibleName() for w in reached] == [w.accessibleName() for w in expected]
 
 
 def test_first_run_launch_from_home_then_stop(qtbot: QtBot, main_window: MainWindow, paths: AppPaths) -> None:

@@ -14,7 +14,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from PySide6.QtCore import QSize
+from PySide6.QtCore import QSize, Qt
 from PySide6.QtWidgets import (
     QAbstractButton,
     QAbstractItemView,
@@ -30,6 +30,7 @@ from PySide6.QtWidgets import (
     QTabBar,
     QTabWidget,
     QTextEdit,
+    QToolBar,
     QWidget,
 )
 from pytestqt.qtbot import QtBot
@@ -46,11 +47,9 @@ CONTROL_TYPES = (
     QAbstractButton,
     QLineEdit,
     QComboBox,
-    QHBoxLayout,
     QAbstractSpinBox,
     QAbstractItemView,
     QPlainTextEdit,
-    QPushButton,
     QTextEdit,
     QTabWidget,
 )
@@ -85,6 +84,27 @@ def _describe(widget: QWidget) -> str:
 
 def unnamed_controls(root: QWidget) -> list[str]:
     return [_describe(w) for w in controls(root) if not w.accessibleName().strip()]
+
+
+def _in_exclusive_group(button: QAbstractButton) -> bool:
+    group = button.group()
+    return group.exclusive() if group is not None else button.autoExclusive()
+
+
+def keyboard_problems(root: QWidget) -> list[str]:
+    """Controls the Tab key cannot reach, and views that keep the Tab key to themselves. Toolbar buttons are left
+    out: Qt gives them no focus, and each of their actions is in a menu (Alt+letter)."""
+    found = []
+    for widget in controls(root):
+        if isinstance(widget.parentWidget(), QToolBar):
+            continue
+        if isinstance(widget, QAbstractButton) and _in_exclusive_group(widget) and not widget.isChecked():
+            continue  # Tab reaches a radio group at its checked button; the arrow keys move within the group
+        if not widget.focusPolicy() & Qt.FocusPolicy.TabFocus:
+            found.append(f"not reachable with Tab: {_describe(widget)}")
+        if isinstance(widget, QAbstractItemView) and widget.tabKeyNavigation():
+            found.append(f"keeps the Tab key: {_describe(widget)}")
+    return found
 
 
 def squeezed_widgets(root: QWidget) -> list[str]:
@@ -126,6 +146,7 @@ class Shots:
         self.paths.append(path)
         print(f"screenshot: {path} ({pixmap.width()}x{pixmap.height()} px)")
         self.problems.update(dict.fromkeys(f"unnamed {d}" for d in unnamed_controls(widget)))
+        self.problems.update(dict.fromkeys(keyboard_problems(widget)))
         self.problems.update(dict.fromkeys(f"{name}: squeezed {d}" for d in squeezed_widgets(widget)))
 
 
@@ -228,3 +249,6 @@ def test_the_walk_sees_what_it_should(qtbot: QtBot) -> None:
     assert [type(w).__name__ for w in controls(root)] == ["QPushButton", "QPushButton", "QSpinBox"]
     assert unnamed_controls(root) == ["QPushButton('Unnamed') in QWidget"]
     assert len(squeezed_widgets(root)) == 1 and "QLabel" in squeezed_widgets(root)[0]
+    assert keyboard_problems(root) == []
+    unnamed.setFocusPolicy(Qt.FocusPolicy.ClickFocus)
+    assert keyboard_problems(root) == ["not reachable with Tab: QPushButton('Unnamed') in QWidget"]
