@@ -7,6 +7,7 @@ from PySide6.QtGui import QGuiApplication
 from PySide6.QtWidgets import QGridLayout, QLabel, QLineEdit, QPushButton, QWidget
 
 NO_KEY_TEXT = "none: the endpoint accepts requests without a key (loopback only)"
+WIDEST_URL = "http://127.0.0.1:65535/v1"  # the fields never get too narrow to show a whole local URL
 
 
 class EndpointPanel(QWidget):
@@ -28,6 +29,9 @@ class EndpointPanel(QWidget):
         self.key_edit.setReadOnly(True)
         self.key_edit.setEchoMode(QLineEdit.EchoMode.Password)
         self.key_edit.setAccessibleName("API key")
+        room = self.url_edit.fontMetrics().horizontalAdvance(WIDEST_URL + "  ")
+        self.url_edit.setMinimumWidth(room)
+        self.key_edit.setMinimumWidth(room)
         self.reveal_button = QPushButton("Show")
         self.reveal_button.setCheckable(True)
         self.reveal_button.setToolTip("Show or hide the API key")

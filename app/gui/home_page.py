@@ -7,6 +7,7 @@ import itertools
 from typing import Any
 
 from PySide6.QtCore import Qt, Signal, Slot
+from PySide6.QtGui import QResizeEvent
 from PySide6.QtWidgets import (
     QFrame,
     QGridLayout,
@@ -28,6 +29,7 @@ from app.gui.model_list_panel import STATE_WORDS, ModelListPanel
 from app.gui.plan_text import hardware_rows, problems_html, rows_html
 from app.gui.service_connection import LatestCall, ServiceConnection
 
+NARROW_WIDTH = 900  # logical pixels: below this, the machine and the endpoint are stacked
 ACTIVE_STATES = frozenset({"starting", "ready", "restarting", "stopping"})
 
 
@@ -102,11 +104,9 @@ class HomePage(QWidget):
         models_layout = QVBoxLayout(models)
         models_layout.addWidget(self.running_label)
         models_layout.addWidget(self.model_list_panel, 1)
-        grid = QGridLayout()
-        grid.addWidget(machine, 0, 0)
-        grid.addWidget(endpoint, 0, 1)
-        grid.setColumnStretch(0, 1)
-        grid.setColumnStretch(1, 1)
+        self._machine_box, self._endpoint_box = machine, endpoint
+        grid = self._top_grid = QGridLayout()
+        self._place_top(side_by_side=True)
         content = QWidget()
         content_layout = QVBoxLayout(content)
         content_layout.addWidget(self.first_run_panel)
@@ -137,6 +137,27 @@ class HomePage(QWidget):
         ]
         for first, second in itertools.pairwise(order):
             QWidget.setTabOrder(first, second)
+
+    def _place_top(self, side_by_side: bool) -> None:
+        """The machine and the endpoint side by side, or one above the other in a narrow window."""
+        grid = self._top_grid
+        grid.removeWidget(self._machine_box)
+        grid.removeWidget(self._endpoint_box)
+        grid.addWidget(self._machine_box, 0, 0)
+        grid.addWidget(self._endpoint_box, 0 if side_by_side else 1, 1 if side_by_side else 0)
+        grid.setColumnStretch(0, 1)
+        grid.setColumnStretch(1, 1 if side_by_side else 0)
+        self._side_by_side = side_by_side
+
+    @property
+    def side_by_side(self) -> bool:
+        return self._side_by_side
+
+    def resizeEvent(self, event: QResizeEvent) -> None:
+        super().resizeEvent(event)
+        side_by_side = event.size().width() >= NARROW_WIDTH
+        if side_by_side != self._side_by_side:
+            self._place_top(side_by_side)
 
     def _connect_signals(self) -> None:
         connection = self._connection

@@ -201,6 +201,8 @@ def test_every_page_screenshot_names_and_room(qtbot: QtBot, main_window: MainWin
     window.resize(window.minimumSizeHint())
     qtbot.wait(200)
     shots.take(window, "window-smallest")
+    assert not home.side_by_side  # a narrow Home stacks the machine above the endpoint
+    assert home.endpoint_panel.url_edit.width() >= home.endpoint_panel.url_edit.minimumWidth() > 100
     for widget in (window, wizard):
         smallest = widget.minimumSizeHint().expandedTo(widget.minimumSize())
         print(f"{type(widget).__name__} at {scale_name()} %: smallest {smallest.width()}x{smallest.height()}")
