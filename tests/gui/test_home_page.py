@@ -11,6 +11,7 @@ from PySide6.QtTest import QTest
 from PySide6.QtWidgets import QApplication
 from pytestqt.qtbot import QtBot
 
+from app.gui.first_run_panel import FirstRunPanel
 from app.gui.gui_state import GuiState
 from app.gui.main_window import MainWindow
 from app.gui.notifications import Severity, download_notification, engine_notification
@@ -150,3 +151,33 @@ def test_which_events_are_news() -> None:
     assert failed is not None and failed.message == "m.gguf: not a GGUF file"
     done = download_notification({"repo": "org/x", "variant": "Q4_1", "model_id": "x-q4_1"})
     assert done.message == "org/x (Q4_1) is in the library as x-q4_1."
+
+
+def test_a_refused_launch_says_why_and_allows_another_try(qtbot: QtBot) -> None:
+    """The panel alone, fed the record the service lists for the bundled model: a launch the service refuses
+    (no engine event follows) must not leave the button dead."""
+    panel = FirstRunPanel()
+    qtbot.addWidget(panel)
+    record = {"id": BUNDLED_ID, "name": "SmolLM2", "source": "bundled", "size_bytes": 98_000_000, "state": "stopped"}
+    panel.set_bundled(record, connected=True)
+    with qtbot.waitSignal(panel.sig_start_requested) as asked:
+        qtbot.mouseClick(panel.start_button, Qt.MouseButton.LeftButton)
+    assert asked.args == [BUNDLED_ID]
+    assert not panel.start_button.isEnabled()
+    panel.set_bundled(record, connected=True)  # a poll before the engine moves: still one launch at a time
+    assert not panel.start_button.isEnabled()
+    panel.launch_failed("Could not reach the service.")
+    assert panel.status_label.text() == "It did not start: Could not reach the service."
+    assert panel.start_button.isEnabled()
+    panel.set_bundled({**record, "state": "failed", "message": "out of memory"}, connected=True)
+    assert panel.status_label.text() == "It did not start: out of memory" and panel.start_button.isEnabled()
+    panel.set_bundled(record, connected=False)
+    assert not panel.start_button.isEnabled()  # nothing to ask while the service is not connected
+
+
+def test_not_now_hides_the_offer_for_this_window_only(qtbot: QtBot, main_window: MainWindow, paths: AppPaths) -> None:
+    home = main_window.home_page
+    qtbot.waitUntil(home.first_run_panel.start_button.isEnabled)
+    qtbot.mouseClick(home.first_run_panel.dismiss_button, Qt.MouseButton.LeftButton)
+    assert not home.first_run_shown
+    assert not GuiState(paths).ever_launched  # no model ran: the next window offers it again
