@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import re
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -39,6 +40,7 @@ def hub_facts(repo_id: str, *, endpoint: str, token: str | None) -> ModelFacts:
     """A Hub model's facts from its config.json and its safetensors headers (read with Range requests; no weights
     are downloaded). Raises app.hub.errors.HubError with the reason (offline, gated, not found)."""
     from huggingface_hub import hf_hub_download
+    from huggingface_hub.errors import NotASafetensorsRepoError
 
     from app.hub.errors import translate
     from app.hub.hub_api import _api, ensure_reachable
@@ -46,10 +48,20 @@ def hub_facts(repo_id: str, *, endpoint: str, token: str | None) -> ModelFacts:
     ensure_reachable(endpoint)
     try:
         metadata = _api(endpoint, token).get_safetensors_metadata(repo_id)
-        config_path = hf_hub_download(repo_id, "config.json", endpoint=endpoint, token=token or False)
+        # into a folder of its own: planning an export must not leave files in the user's Hugging Face cache
+        with tempfile.TemporaryDirectory(prefix="modeldeck-export-") as folder:
+            config_path = hf_hub_download(repo_id, "config.json", endpoint=endpoint, token=token or False,
+                                          cache_dir=folder)  # fmt: skip
+            config = json.loads(Path(config_path).read_text(encoding="utf-8"))
+    except NotASafetensorsRepoError as exc:
+        raise ExportError(
+            f"{repo_id} has no safetensors weights; export deploys vLLM, which serves Hugging Face models in "
+            "safetensors"
+        ) from exc
+    except json.JSONDecodeError as exc:  # config.json that is not JSON
+        raise ExportError(f"{repo_id}: config.json is not readable JSON ({exc})") from exc
     except Exception as exc:  # huggingface_hub's error zoo; translate() names each case or re-raises
         raise translate(exc, endpoint, repo_id, token is not None) from exc
-    config = json.loads(Path(config_path).read_text(encoding="utf-8"))
     counts: dict[str, int] = {str(dtype): int(n) for dtype, n in metadata.parameter_count.items()}
     return facts_from_hf_config(config, counts)
 

@@ -40,6 +40,7 @@ from app.planner.plans import with_command
 from app.planner.recommend import recommend
 from engines.vllm import VLLMEngine
 from tests.engines.cli_schema import check_command, load_schema
+from tests.hub_server import HubRepo, running_hub
 
 GIB = 2**30
 HELM_SCHEMA = Path(__file__).parent.parent / "fixtures" / "helm" / "production-stack-values.schema.json"
@@ -419,3 +420,35 @@ def test_served_name_and_options_pass_through(paths: AppPaths, tmp_path: Path) -
     assert args[0] == str(folder) and args[args.index("--served-model-name") + 1] == "assistant"
     assert args[args.index("--max-model-len") + 1] == "4096"
     assert replace(deployment, image_tag="nightly").image == "vllm/vllm-openai:nightly"
+
+
+# -- a Hub repository (the local Hub stand-in, tests/hub_server.py) ------------------------------------------------
+
+
+def hub_repo(repo_id: str, config: dict[str, Any], counts: dict[str, int]) -> HubRepo:
+    full = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "torch_dtype": "bfloat16", **config}
+    header = {f"t{i}": {"dtype": d, "shape": [n], "data_offsets": [0, 0]} for i, (d, n) in enumerate(counts.items())}
+    raw = json.dumps(header).encode()
+    files = {"config.json": json.dumps(full).encode(), "model.safetensors": struct.pack("<Q", len(raw)) + raw}
+    return HubRepo(repo_id, files, tags=("safetensors", "text-generation"))
+
+
+def test_export_a_hub_repository_reads_only_its_config_and_headers(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    repos = [hub_repo("meta/llama-70b", LLAMA_70B, {"BF16": 70_553_706_496}),
+             HubRepo("someone/gguf-only", {"model.Q4_K_M.gguf": b"GGUF" + bytes(60)})]  # fmt: skip
+    with running_hub(repos) as hub:
+        monkeypatch.setenv("HF_ENDPOINT", hub.url)
+        code, printed, err = run_cli(["export", "meta/llama-70b", "--format", "k8s"], capsys)
+        assert code == 0, err
+        objects = list(yaml.safe_load_all(printed.split("==> kubernetes.yaml <==\n")[1].split("==> plan.json")[0]))
+        container = objects[1]["spec"]["template"]["spec"]["containers"][0]
+        assert container["args"][0] == "meta/llama-70b" and container["resources"]["limits"]["nvidia.com/gpu"] == 4
+        # the weights file is only read with Range requests for its header (huggingface_hub asks for 100 kB first)
+        ranges = [r.range for r in hub.downloads("model.safetensors")]
+        assert ranges and all(r is not None and int(r.split("-")[1]) <= 100_000 for r in ranges), ranges
+        code, _, err = run_cli(["export", "meta/missing", "--format", "k8s"], capsys)
+        assert code == 2 and "meta/missing" in err
+        code, _, err = run_cli(["export", "someone/gguf-only", "--format", "k8s"], capsys)
+        assert code == 2 and "has no safetensors weights" in err
