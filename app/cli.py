@@ -40,6 +40,16 @@ def _upstream(text: str) -> tuple[str, str]:
     return model_id, url
 
 
+def _remote(text: str) -> tuple[str, str]:
+    from app.service.remotes import RemoteError, checked_name, checked_url
+
+    name, _, url = text.partition("=")
+    try:
+        return checked_name(name), checked_url(url)
+    except RemoteError as exc:
+        raise argparse.ArgumentTypeError(f"expected NAME=URL: {exc}") from None
+
+
 def _model_ttl(text: str) -> tuple[str, float | None]:
     model_id, _, seconds = text.partition("=")
     if model_id and seconds == "never":
@@ -74,6 +84,11 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument(
         "--upstream", action="append", default=[], type=_upstream, metavar="ID=URL",
         help="serve an OpenAI-compatible server already running on this machine as model ID",
+    )  # fmt: skip
+    serve.add_argument(
+        "--remote", action="append", default=[], type=_remote, metavar="NAME=URL",
+        help="serve the models of an OpenAI-compatible server elsewhere as NAME/MODEL; its key, if it needs one, "
+        "from $MODELDECK_REMOTE_KEY_<NAME> or the key store (repeatable)",
     )  # fmt: skip
     serve.add_argument(
         "--max-queue", type=int, default=32, metavar="N", help="requests waiting per engine before 429 (32)"
@@ -136,6 +151,7 @@ def _serve(args: argparse.Namespace, paths: AppPaths) -> int:
         max_waiting=args.max_queue,
         model_ttls=tuple(dict(args.model_ttl).items()),
         log_request_text=args.log_request_text,
+        remotes=tuple(dict(args.remote).items()),
     )
     loop_factory: Callable[[], asyncio.AbstractEventLoop]
     try:
