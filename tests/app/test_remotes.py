@@ -310,3 +310,24 @@ def test_a_remote_over_https_is_verified_and_served(
             stop_service_process(service)
     finally:
         server.stop()
+
+
+def test_remote_keys_without_an_os_keyring_live_in_a_user_only_file(
+    paths: AppPaths, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import keyring
+    from keyring.backends.fail import Keyring as NoKeyring
+
+    from app.service.remotes import RemoteKeys, key_env_name
+
+    monkeypatch.setattr(keyring, "get_keyring", lambda: NoKeyring())
+    keys = RemoteKeys(paths)
+    keys.set("gpu.a", "sk-1")
+    keys.set("cpu", "sk-2")
+    stored = paths.config / "remote-keys.json"
+    assert stored.stat().st_mode & 0o777 == 0o600
+    assert keys.get("gpu.a") == "sk-1" and keys.get("nobody") is None
+    monkeypatch.setenv(key_env_name("gpu.a"), "sk-env")
+    assert key_env_name("gpu.a") == "MODELDECK_REMOTE_KEY_GPU_A" and keys.get("gpu.a") == "sk-env"
+    keys.delete("gpu.a")
+    assert json.loads(stored.read_text()) == {"cpu": "sk-2"}
