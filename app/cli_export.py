@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from pathlib import Path
 from typing import Any
@@ -41,6 +42,8 @@ def add_export_command(commands: Any) -> None:
     export.add_argument("--nodes", type=int, default=1, metavar="N", help="nodes the plan may use (1)")
     export.add_argument("--compute-capability", type=_capability, default=(9, 0), metavar="X.Y",
                         help="of the cluster's GPUs (9.0, Hopper)")  # fmt: skip
+    export.add_argument("--hardware", type=Path, metavar="FILE",
+                        help="nodes like this recorded `hw --json` profile (GPUs, memory, capability)")  # fmt: skip
     export.add_argument("--use", choices=USES, default="serve", help="serve (default), chat or long-context")
     export.add_argument("--users", type=int, metavar="N", help="concurrent users to hold in the KV cache (8)")
     export.add_argument("--max-model-len", type=int, metavar="N", help="context per request (the use's default)")
@@ -49,12 +52,17 @@ def add_export_command(commands: Any) -> None:
 
 def run_export(args: argparse.Namespace, paths: AppPaths) -> int:
     from app.export import ExportError, ExportOptions, load_deployment, render, write
+    from app.hardware.profile import HardwareProfile
     from app.hub.errors import HubError
     from app.hub_commands import endpoint
-    from app.planner.cluster import ClusterPlanError, ClusterTarget
+    from app.planner.cluster import ClusterPlanError, ClusterTarget, target_from_profile
 
     try:
-        target = ClusterTarget(args.gpu_memory, args.gpus_per_node, args.nodes, args.compute_capability)
+        if args.hardware is not None:
+            profile = HardwareProfile.from_dict(json.loads(args.hardware.read_text(encoding="utf-8")))
+            target = target_from_profile(profile, args.nodes)
+        else:
+            target = ClusterTarget(args.gpu_memory, args.gpus_per_node, args.nodes, args.compute_capability)
         options = ExportOptions(target, args.use, args.users, args.max_model_len, args.served_model_name)
         token = None
         if "/" in args.plan and not Path(args.plan).expanduser().exists():
@@ -63,7 +71,7 @@ def run_export(args: argparse.Namespace, paths: AppPaths) -> int:
             token = read_token().value
         deployment = load_deployment(args.plan, options, paths, endpoint=endpoint(), token=token)
         files = render(deployment, args.fmt)
-    except (ExportError, ClusterPlanError, HubError) as exc:
+    except (ExportError, ClusterPlanError, HubError, OSError, ValueError, KeyError, TypeError) as exc:
         print(f"modeldeck: {exc}", file=sys.stderr)
         return 2
     if args.out is None:

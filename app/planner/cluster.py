@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from app.hardware.profile import HardwareProfile
 from app.planner.facts import ModelFacts
 from app.planner.memory import GIB, MissingFacts, vllm_memory
 from app.planner.recommend import need_for
@@ -40,6 +41,15 @@ class ClusterTarget:
             raise ClusterPlanError(f"GPUs per node must be 1 to 16, not {self.gpus_per_node}")
         if not 1 <= self.max_nodes <= 64:
             raise ClusterPlanError(f"nodes must be 1 to 64, not {self.max_nodes}")
+
+
+def target_from_profile(profile: HardwareProfile, nodes: int) -> ClusterTarget:
+    """A cluster of `nodes` machines like the recorded one (`modeldeck hw --json`): its NVIDIA GPUs, not MIG."""
+    gpus = [gpu for gpu in profile.nvidia_gpus if not gpu.mig_enabled]
+    if not gpus:
+        raise ClusterPlanError("the hardware profile has no usable NVIDIA GPU; vLLM needs one")
+    smallest = min(gpus, key=lambda gpu: gpu.memory_total)  # tensor parallel shards are equal: the smallest rules
+    return ClusterTarget(smallest.memory_total, len(gpus), nodes, smallest.compute_capability or (8, 0))
 
 
 @dataclass(frozen=True)

@@ -452,3 +452,21 @@ def test_export_a_hub_repository_reads_only_its_config_and_headers(
         assert code == 2 and "meta/missing" in err
         code, _, err = run_cli(["export", "someone/gguf-only", "--format", "k8s"], capsys)
         assert code == 2 and "has no safetensors weights" in err
+
+
+def test_export_for_nodes_like_a_recorded_machine(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Two nodes like the recorded 2 x A100 80 GB machine: 70B in 16 bits needs all four GPUs (TP 2 x PP 2)."""
+    folder = model_folder(tmp_path, "llama-70b", LLAMA_70B, {"BF16": 70_553_706_496})
+    code, printed, err = run_cli(["export", str(folder), "--format", "ray", "--hardware",
+                                  str(HARDWARE / "a100_80gb_x2.json"), "--nodes", "2"], capsys)  # fmt: skip
+    assert code == 0, err
+    plan = json.loads(printed.split("==> plan.json <==\n")[1])
+    assert (plan["gpus_per_node"], plan["plan"]["tensor_parallel_size"], plan["plan"]["nodes"]) == (2, 2, 2)
+    assert plan["plan"]["dtype"] == "bfloat16"
+    code, _, err = run_cli(["export", str(folder), "--format", "ray", "--hardware",
+                            str(HARDWARE / "laptop_8core_16gb.json")], capsys)  # fmt: skip
+    assert code == 2 and "no usable NVIDIA GPU" in err
+    (tmp_path / "broken.json").write_text("{")
+    code, _, err = run_cli(["export", str(folder), "--format", "ray", "--hardware", str(tmp_path / "broken.json")],
+                           capsys)  # fmt: skip
+    assert code == 2 and "modeldeck:" in err
