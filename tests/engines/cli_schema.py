@@ -20,7 +20,8 @@ def load_schema(name: str) -> dict[str, Any]:
 
 
 def _lookup(schema: dict[str, Any], flag: str) -> dict[str, Any] | None:
-    flag = "--" + flag[2:].replace("_", "-") if flag.startswith("--") else flag  # FlexibleArgumentParser
+    if schema["engine"] == "vllm" and flag.startswith("--"):  # its FlexibleArgumentParser takes `_` for `-`
+        flag = "--" + flag[2:].replace("_", "-")
     options: dict[str, dict[str, Any]] = schema["options"]
     if flag in options:
         return options[flag]
