@@ -183,13 +183,16 @@ class RemoteRegistry:
         for name, url in from_command_line:
             known = self._saved.get(name)
             self._saved[name] = SavedRemote(name, url, known.models if known and known.url == url else ())
-        for remote in list(self._saved.values()):
-            try:
-                await self._list(remote)
-            except RemoteError as exc:
-                log.warning("remote %s: %s; serving the %d model(s) it listed before", remote.name, exc,
+        remotes = list(self._saved.values())
+        # All at once: a remote that does not answer holds the start up by one timeout, not one each.
+        results = await asyncio.gather(*(self._list(remote) for remote in remotes), return_exceptions=True)
+        for remote, result in zip(remotes, results, strict=True):
+            if isinstance(result, RemoteError):
+                log.warning("remote %s: %s; serving the %d model(s) it listed before", remote.name, result,
                             len(remote.models))  # fmt: skip
                 self._register(remote)
+            elif isinstance(result, BaseException):
+                raise result
         self._save()
 
     async def add(self, name: str, url: str, key: str | None) -> SavedRemote:
