@@ -28,7 +28,7 @@ import pytest
 from app.client import ControlError
 from app.hub.library import BUNDLED_ID
 from app.paths import AppPaths
-from tests.conftest import free_port, start_service_process, stop_service_process
+from tests.conftest import REPO, free_port, start_service_process, stop_service_process
 
 METRICS = Path(__file__).parent.parent / "fixtures" / "metrics" / "vllm_metrics.txt"
 REMOTE_KEY = "sk-remote-test"
@@ -277,7 +277,7 @@ def test_bad_remotes_are_refused_and_change_nothing(
 
 def test_serve_refuses_a_malformed_remote(tmp_path: Path) -> None:
     done = subprocess.run([sys.executable, "-m", "app", "serve", "--remote", "up=ftp://x"], capture_output=True,
-                          text=True, timeout=60, env={**os.environ})  # fmt: skip
+                          text=True, timeout=60, env={**os.environ}, cwd=REPO)  # fmt: skip
     assert done.returncode == 2 and "expected NAME=URL" in done.stderr
 
 
