@@ -13,6 +13,7 @@ import urllib.parse
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from app.cli_export import add_export_command, run_export
 from app.cli_hub import HUB_COMMANDS, add_hub_commands, run_hub_command
 from app.client import ControlError, ServiceUnavailable, connect, default_port
 from app.hub.library import known_models
@@ -37,6 +38,16 @@ def _upstream(text: str) -> tuple[str, str]:
     if not model_id or parsed.scheme != "http" or parsed.hostname not in ("127.0.0.1", "localhost", "::1"):
         raise argparse.ArgumentTypeError(f"expected ID=http://127.0.0.1:PORT (a server on this machine), got {text!r}")
     return model_id, url
+
+
+def _remote(text: str) -> tuple[str, str]:
+    from app.service.remotes import RemoteError, checked_name, checked_url
+
+    name, _, url = text.partition("=")
+    try:
+        return checked_name(name), checked_url(url)
+    except RemoteError as exc:
+        raise argparse.ArgumentTypeError(f"expected NAME=URL: {exc}") from None
 
 
 def _model_ttl(text: str) -> tuple[str, float | None]:
@@ -75,6 +86,11 @@ def _parser() -> argparse.ArgumentParser:
         help="serve an OpenAI-compatible server already running on this machine as model ID",
     )  # fmt: skip
     serve.add_argument(
+        "--remote", action="append", default=[], type=_remote, metavar="NAME=URL",
+        help="serve the models of an OpenAI-compatible server elsewhere as NAME/MODEL; its key, if it needs one, "
+        "from $MODELDECK_REMOTE_KEY_<NAME> or the key store (repeatable)",
+    )  # fmt: skip
+    serve.add_argument(
         "--max-queue", type=int, default=32, metavar="N", help="requests waiting per engine before 429 (32)"
     )
     serve.add_argument("--cors-origin", action="append", default=[], metavar="ORIGIN", help="allow this web origin")
@@ -94,6 +110,7 @@ def _parser() -> argparse.ArgumentParser:
     recommend.add_argument("--hardware", type=Path, metavar="FILE", help="plan for a recorded `hw --json` profile")
     recommend.add_argument("--json", action="store_true", help="print the recommendation as JSON")
     add_hub_commands(commands)
+    add_export_command(commands)
     bench = commands.add_parser("bench", help="measure a model's throughput and latency at rising concurrency")
     bench.add_argument("model", nargs="?", metavar="MODEL", help="a model id from `modeldeck models`")
     bench.add_argument("--concurrency", default="1,4,16,64", metavar="N,N,...", help="levels to sweep (1,4,16,64)")
@@ -134,6 +151,7 @@ def _serve(args: argparse.Namespace, paths: AppPaths) -> int:
         max_waiting=args.max_queue,
         model_ttls=tuple(dict(args.model_ttl).items()),
         log_request_text=args.log_request_text,
+        remotes=tuple(dict(args.remote).items()),
     )
     loop_factory: Callable[[], asyncio.AbstractEventLoop]
     try:
@@ -286,6 +304,8 @@ def main(argv: Sequence[str] | None = None) -> None:
             code = run_hub_command(args, paths)
         elif args.command == "bench":
             code = _bench(args, paths)
+        elif args.command == "export":
+            code = run_export(args, paths)
         else:
             code = {"models": _models, "ps": _ps, "key": _key}[args.command](paths)
     except (ServiceUnavailable, ControlError) as exc:

@@ -184,6 +184,21 @@ class ControlClient:
         result: dict[str, Any] = self._call("POST", "/api/library/import", json={"path": path}, timeout=None)
         return result
 
+    def remotes(self) -> list[dict[str, Any]]:
+        """The remote endpoints: name, URL, their models as served here, whether a key is kept (never the key)."""
+        result: list[dict[str, Any]] = self._call("GET", "/api/remotes")
+        return result
+
+    def add_remote(self, name: str, url: str, api_key: str | None = None) -> dict[str, Any]:
+        """Register an OpenAI-compatible server elsewhere; it must list its models now (ControlError 502 if not)."""
+        body = {"name": name, "url": url} | ({"api_key": api_key} if api_key else {})
+        result: dict[str, Any] = self._call("POST", "/api/remotes", json=body, timeout=30.0)
+        return result
+
+    def remove_remote(self, name: str) -> dict[str, Any]:
+        result: dict[str, Any] = self._call("DELETE", f"/api/remotes/{name}")
+        return result
+
     def series(
         self, window_s: int, names: list[str] | None = None, model: str | None = None, max_points: int | None = None
     ) -> dict[str, Any]:

@@ -34,6 +34,7 @@ from app.service.events import EventBus
 from app.service.hub_routes import HubRoutes
 from app.service.metrics_pipeline import DEFAULT_MAX_POINTS, MetricsPipeline
 from app.service.overrides import MAX_BODY, BadOverrides, PlanOverrides
+from app.service.remote_routes import RemoteRoutes
 from app.service.request_log import RequestLog
 from engines.gguf import GGUFError
 
@@ -68,8 +69,10 @@ class ControlApi:
         advisor: Advisor,
         hub: HubRoutes | None = None,
         metrics: MetricsPipeline | None = None,
+        remotes: RemoteRoutes | None = None,
     ) -> None:
         self._manager = manager
+        self._remotes = remotes
         self._hub = hub
         self._metrics = metrics
         self._advisor = advisor
@@ -150,6 +153,8 @@ class ControlApi:
                 await send_json(send, 202, {"status": "shutting down"})
                 self._request_shutdown()
             case _ if self._hub is not None and await self._hub.handle(method, parts, query, receive, send):
+                pass
+            case _ if self._remotes is not None and await self._remotes.handle(method, parts, receive, send):
                 pass
             case _:
                 await send_error(send, 404, f"Unknown route {method} /{'/'.join(parts)}.", "invalid_request_error")

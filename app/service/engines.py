@@ -64,6 +64,16 @@ class LifecyclePolicy:
         return min(ttls) if ttls else None
 
 
+@dataclass(frozen=True)
+class RemoteEndpoint:
+    """An OpenAI-compatible server elsewhere whose models are served as `name/<model>` (app.service.remotes)."""
+
+    name: str
+    url: str  # base URL, without /v1
+    api_key: str | None
+    models: tuple[str, ...]  # their ids at the remote
+
+
 class EngineManager:
     """Owns every engine supervisor of the service, by model id."""
 
@@ -91,6 +101,34 @@ class EngineManager:
         self.memory_check = MemoryCheck(CalibrationStore(paths.calibration_db))
         # Engines accept only this key; it never leaves the service.
         self.internal_key = secrets.token_urlsafe(32)
+        self.remotes: dict[str, RemoteEndpoint] = {}
+        self._remote_models: dict[str, tuple[str, str]] = {}  # model id -> (remote name, its id at the remote)
+
+    def add_remote(self, remote: RemoteEndpoint, specs: dict[str, ModelSpec]) -> None:
+        """Serve a remote's models (replacing what it listed before)."""
+        self.remove_remote(remote.name)
+        self.remotes[remote.name] = remote
+        for (model_id, spec), upstream in zip(specs.items(), remote.models, strict=True):
+            self.models[model_id] = spec
+            self._remote_models[model_id] = (remote.name, upstream)
+
+    def remove_remote(self, name: str) -> None:
+        self.remotes.pop(name, None)
+        for model_id in [m for m, (remote, _) in self._remote_models.items() if remote == name]:
+            del self._remote_models[model_id]
+            self.models.pop(model_id, None)
+
+    def remote_of(self, model_id: str) -> tuple[RemoteEndpoint, str] | None:
+        """The remote serving `model_id` and the model's id there, or None for a model served here."""
+        found = self._remote_models.get(model_id)
+        return (self.remotes[found[0]], found[1]) if found else None
+
+    def upstream_bearer(self, model_id: str) -> str:
+        """The key the gateway sends upstream: the remote's own (possibly none), else the engines' internal key."""
+        remote = self.remote_of(model_id)
+        if remote is None:
+            return self.internal_key
+        return remote[0].api_key or ""
 
     def supervisor(self, model_id: str) -> EngineSupervisor | None:
         return self._supervisors.get(model_id)
@@ -108,7 +146,10 @@ class EngineManager:
     def queue_depths(self) -> dict[str, tuple[int, int]]:
         return {model_id: (queue.running, queue.waiting) for model_id, queue in self._queues.items()}
 
-    def context_length(self, model_id: str) -> int:
+    def context_length(self, model_id: str) -> int | None:
+        """The context max_tokens is bounded by; None for a remote, which judges its own requests."""
+        if model_id in self._remote_models:
+            return None
         plan = self._plans.get(model_id)
         return plan.context_length if plan else DEFAULT_CONTEXT  # the default plan never uses more
 
@@ -141,7 +182,8 @@ class EngineManager:
     def _state_and_message(self, model_id: str) -> tuple[EngineState, str]:
         url = self.models[model_id].url
         if url is not None:
-            return EngineState.READY, f"external server at {url}"
+            remote = self.remote_of(model_id)
+            return EngineState.READY, f"remote {remote[0].name} at {url}" if remote else f"external server at {url}"
         if model_id in self._preflight_errors:
             return EngineState.FAILED, self._preflight_errors[model_id]
         supervisor = self._supervisors.get(model_id)
@@ -358,4 +400,4 @@ class EngineManager:
         self._bus.publish({"type": "log", "model_id": model_id, "line": line})
 
 
-__all__ = ["EngineManager", "LifecyclePolicy", "PlanConflict", "UnknownModel"]
+__all__ = ["EngineManager", "LifecyclePolicy", "PlanConflict", "RemoteEndpoint", "UnknownModel"]

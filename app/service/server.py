@@ -31,6 +31,8 @@ from app.service.events import EventBus
 from app.service.gateway import Gateway, GatewayConfig
 from app.service.hub_routes import HubRoutes, hub_endpoint
 from app.service.metrics_pipeline import MetricsPipeline
+from app.service.remote_routes import RemoteRoutes
+from app.service.remotes import RemoteRegistry
 from app.service.request_log import RequestLog
 from app.service.series_history import SeriesHistory
 from app.service.upstream import UpstreamPool
@@ -59,6 +61,7 @@ class ServeOptions:
     max_waiting: int = 32
     model_ttls: tuple[tuple[str, float | None], ...] = ()  # (model id, idle TTL; None: never) over idle_ttl_s
     log_request_text: bool = False  # keep prompts and completions in the request log
+    remotes: tuple[tuple[str, str], ...] = ()  # (name, base URL) of remote OpenAI-compatible servers
 
 
 class _Server(uvicorn.Server):
@@ -176,13 +179,20 @@ class Service:
         advisor = Advisor(paths)
         hub = HubRoutes(manager, bus, advisor, paths, default_cache_dir(), hub_endpoint())
         metrics = MetricsPipeline(manager, bus, request_log, scrape_session, SeriesHistory(paths.metrics_db))
-        control = ControlApi(manager, bus, token, endpoint, self.request_stop, request_log, advisor, hub, metrics)
+        remotes = RemoteRegistry(manager, paths, scrape_session)
+        await remotes.start(options.remotes)
+        control = ControlApi(
+            manager, bus, token, endpoint, self.request_stop, request_log, advisor, hub, metrics, RemoteRoutes(remotes)
+        )
         servers = [_uvicorn_server(gateway, gateway_sock), _uvicorn_server(control, control_sock)]
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, self.request_stop)
         tasks = [asyncio.create_task(server.serve(sockets=[sock])) for server, sock in servers]
-        preloads: list[asyncio.Task[None]] = [asyncio.create_task(manager.stop_idle_engines())]
+        preloads: list[asyncio.Task[None]] = [
+            asyncio.create_task(manager.stop_idle_engines()),
+            asyncio.create_task(remotes.refresh_forever()),
+        ]
         try:
             while not all(server.started for server, _ in servers):
                 if any(task.done() for task in tasks):
