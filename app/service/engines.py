@@ -28,6 +28,7 @@ from engines.gguf import GGUFError, GGUFInfo, read_gguf_info
 from engines.registry import ENGINES
 from engines.states import ACTIVE_STATES, EngineEvent, EngineState
 from engines.supervisor import EngineSupervisor, SupervisorPolicy
+from engines.vllm_log import VLLMStartup, parse_line
 
 
 def _rss(pid: int) -> int | None:
@@ -88,6 +89,7 @@ class EngineManager:
         self._queues: dict[str, EngineQueue] = {}
         self._last_used: dict[str, float] = {}
         self._start_locks: dict[str, asyncio.Lock] = {}
+        self._startups: dict[str, VLLMStartup] = {}  # model id -> what its vLLM said while starting
         self.memory_check = MemoryCheck(CalibrationStore(paths.calibration_db))
         # Engines accept only this key; it never leaves the service.
         self.internal_key = secrets.token_urlsafe(32)
@@ -233,6 +235,7 @@ class EngineManager:
             policy=self._policy,
         )
         self._supervisors[model_id] = supervisor
+        self._startups.pop(model_id, None)
         return supervisor
 
     def _refuse(self, model_id: str, message: str) -> None:
@@ -336,6 +339,7 @@ class EngineManager:
             "memory": self.memory_check.describe(model_id),
             "plan": plan_summary(plan) if (plan := self._plans.get(model_id)) else None,
             "idle_ttl_s": None if spec.url is not None else self.lifecycle.ttl_for(model_id),
+            "startup": startup.to_dict() if (startup := self._startups.get(model_id)) else None,
         }
 
     def logs(self, model_id: str, count: int | None = None) -> list[str]:
@@ -355,6 +359,12 @@ class EngineManager:
         self._bus.publish({"type": "engine", **asdict(event)})
 
     def _on_engine_log(self, model_id: str, line: str) -> None:
+        if self.models[model_id].engine == "vllm":
+            before = self._startups.get(model_id, VLLMStartup())
+            after = parse_line(before, line)
+            if after is not before:
+                self._startups[model_id] = after
+                self._bus.publish({"type": "startup", "model_id": model_id, **after.to_dict()})
         self._bus.publish({"type": "log", "model_id": model_id, "line": line})
 
 
