@@ -18,6 +18,7 @@ import aiohttp
 
 from engines.base import EngineCommand
 from engines.diagnosis import Diagnosis, diagnose
+from engines.gpu_release import GPUMemoryProbe, GPURelease, process_tree, wait_gpu_released
 from engines.logs import EngineLog
 from engines.processes import (
     free_loopback_port,
@@ -46,6 +47,8 @@ class SupervisorPolicy:
     backoff_initial_s: float = 0.5
     backoff_max_s: float = 30.0
     failure_log_lines: int = 15
+    gpu_release_timeout_s: float = 30.0  # after a stop, wait this long at most for the GPU memory to be freed
+    gpu_release_poll_s: float = 0.25
 
 
 class StartFailed(Exception):
@@ -64,6 +67,7 @@ class EngineSupervisor:
         on_event: EventSink | None = None,
         on_log: LogSink | None = None,
         policy: SupervisorPolicy | None = None,
+        gpu_memory_probe: GPUMemoryProbe | None = None,
     ) -> None:
         self.model_id = model_id
         self._command_factory = command_factory
@@ -71,6 +75,8 @@ class EngineSupervisor:
         self._on_event = on_event
         self._on_log = on_log
         self.policy = policy or SupervisorPolicy()
+        self._gpu_memory_probe = gpu_memory_probe
+        self.gpu_release: GPURelease | None = None  # how the last stop's wait for GPU memory ended
         self.log = EngineLog(log_path)
         self.state = EngineState.STOPPED
         self.message = ""
@@ -112,6 +118,8 @@ class EngineSupervisor:
             return
         if self.state in ACTIVE_STATES:
             self._set_state(EngineState.STOPPING, "stopping")
+        # The engine's processes, taken now: once stopped, their children can no longer be found.
+        pids = process_tree(self._process.pid) if self._process and self._process.returncode is None else set()
         lifecycle, self._lifecycle = self._lifecycle, None
         if lifecycle is not None:
             lifecycle.cancel()
@@ -119,6 +127,10 @@ class EngineSupervisor:
                 await lifecycle
         await self._reap(self._process)
         self._process = None
+        # A stop is done when the next engine can have the memory: the driver frees it after the processes exit.
+        self.gpu_release = await wait_gpu_released(
+            pids, self._gpu_memory_probe, self.policy.gpu_release_timeout_s, self.policy.gpu_release_poll_s
+        )
         self._settled.set()
         self.log.close()
         if self.state == EngineState.STOPPING:

@@ -13,6 +13,7 @@ from typing import Any
 
 import psutil
 
+from app.hardware.nvidia import process_vram
 from app.hub.library import ModelSpec
 from app.paths import AppPaths
 from app.planner.calibration import CalibrationStore
@@ -233,6 +234,7 @@ class EngineManager:
             on_event=self._on_engine_event,
             on_log=self._on_engine_log,
             policy=self._policy,
+            gpu_memory_probe=process_vram,  # a stop returns once the GPU memory is free (at once without NVIDIA)
         )
         self._supervisors[model_id] = supervisor
         self._startups.pop(model_id, None)
