@@ -15,6 +15,7 @@ import psutil
 
 from app.hardware.nvidia import process_vram
 from app.hub.library import ModelSpec
+from app.installs.vllm_env import configured_engines
 from app.paths import AppPaths
 from app.planner.calibration import CalibrationStore
 from app.planner.defaults import DEFAULT_CONTEXT, default_plan
@@ -91,6 +92,7 @@ class EngineManager:
         self._last_used: dict[str, float] = {}
         self._start_locks: dict[str, asyncio.Lock] = {}
         self._startups: dict[str, VLLMStartup] = {}  # model id -> what its vLLM said while starting
+        self._engines = {**ENGINES, **configured_engines(paths)}  # vLLM from its own environment when installed
         self.memory_check = MemoryCheck(CalibrationStore(paths.calibration_db))
         # Engines accept only this key; it never leaves the service.
         self.internal_key = secrets.token_urlsafe(32)
@@ -99,7 +101,7 @@ class EngineManager:
         return self._supervisors.get(model_id)
 
     def engine(self, model_id: str) -> Engine:
-        return ENGINES[self.models[model_id].engine]
+        return self._engines[self.models[model_id].engine]
 
     def queue(self, model_id: str) -> EngineQueue:
         queue = self._queues.get(model_id)
