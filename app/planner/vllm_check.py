@@ -35,7 +35,8 @@ class StartupCheck:
             return "?" if value is None else f"{value:,}"
 
         return [
-            f"KV cache tokens  predicted {tokens(self.predicted_kv_tokens):>12}  vLLM {tokens(self.measured_kv_tokens)}",
+            f"KV cache tokens  predicted {tokens(self.predicted_kv_tokens):>12}  "
+            f"vLLM {tokens(self.measured_kv_tokens)}",
             f"weights per GPU  predicted {mib(self.predicted_weights):>12}  vLLM {mib(self.measured_weights)}",
             f"non-KV per GPU   predicted {mib(self.predicted_non_kv):>12}  vLLM {mib(self.measured_non_kv)}",
         ]
