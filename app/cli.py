@@ -224,7 +224,13 @@ def _recommend(args: argparse.Namespace, paths: AppPaths) -> int:
     except (NoVariants, GGUFError, OSError, ValueError, KeyError, TypeError) as exc:
         print(f"modeldeck: {exc}", file=sys.stderr)
         return 2
-    result = plan_model(hardware, model_id, variants, args.use, args.users, CalibrationStore(paths.calibration_db))
+    from app.installs.vllm_env import configured_engines
+    from engines.registry import ENGINES
+
+    engines = {**ENGINES, **configured_engines(paths)}
+    result = plan_model(
+        hardware, model_id, variants, args.use, args.users, CalibrationStore(paths.calibration_db), engines
+    )
     print(
         json.dumps({"model": model_id, **result.to_dict()}, indent=2)
         if args.json
