@@ -37,6 +37,9 @@ def schema_errors(schema: dict[str, Any], args: list[str]) -> list[str]:
         if name in seen:
             errors.append(f"{name} given twice")
         seen.add(name)
+        if spec["takes_value"] is None:  # a bare flag or a value
+            i += 2 if not has_inline and i + 1 < len(args) and not args[i + 1].startswith("-") else 1
+            continue
         if not spec["takes_value"]:
             if has_inline:
                 errors.append(f"{name} takes no value")

@@ -1,5 +1,6 @@
-"""SGLang, TGI and TensorRT-LLM command lines for many plans, checked against each engine's own flags:
-SGLang 0.5.23's declarations extracted from its wheel (tests/fixtures/engine_flags/extract_sglang_flags.py), TGI's
+"""vLLM, SGLang, TGI and TensorRT-LLM command lines for many plans, checked against each engine's own flags:
+vLLM 0.34.0's and SGLang 0.5.23's declarations extracted from their wheels (tests/fixtures/engine_flags/extract_*.py),
+TGI's
 documented launcher arguments and TensorRT-LLM's `serve` click options, transcribed with their provenance (both
 are out of reach as packages here). No engine runs: only the commands are checked."""
 
@@ -14,6 +15,7 @@ from engines.base import EngineCommand, LaunchPlan
 from engines.sglang import SGLangEngine
 from engines.tgi import TGIEngine
 from engines.trtllm import TRTLLMEngine
+from engines.vllm import VLLMEngine
 from tests.engines.flag_schema import load_schema, schema_errors
 
 KEY = "internal-key-123"
@@ -41,15 +43,15 @@ PLANS = [
         (None, "awq", "fp8"),
     )
 ]
-PROGRAM_LENGTH = {"sglang": 3, "tgi": 1, "trtllm": 1}  # python -m sglang.launch_server / the executable
+PROGRAM_LENGTH = {"vllm": 2, "sglang": 3, "tgi": 1, "trtllm": 1}  # vllm serve / python -m sglang.launch_server
 
 
 def commands(engine: str) -> list[tuple[LaunchPlan, EngineCommand]]:
-    adapter = {"sglang": SGLangEngine(), "tgi": TGIEngine(), "trtllm": TRTLLMEngine()}[engine]
+    adapter = {"vllm": VLLMEngine(), "sglang": SGLangEngine(), "tgi": TGIEngine(), "trtllm": TRTLLMEngine()}[engine]
     return [(plan, adapter.build_command(plan, 41234, KEY)) for plan in PLANS]
 
 
-@pytest.mark.parametrize("engine", ["sglang", "tgi", "trtllm"])
+@pytest.mark.parametrize("engine", ["vllm", "sglang", "tgi", "trtllm"])
 def test_every_plan_gives_a_command_the_engine_accepts(engine: str) -> None:
     schema = load_schema(engine)
     for plan, command in commands(engine):
@@ -102,3 +104,19 @@ def test_the_schema_check_can_fail() -> None:
     assert "not one of" in schema_errors(schema, ["--dtype", "fp16"])[0]
     assert schema_errors(schema, ["--enable-metrics=true"]) == ["--enable-metrics takes no value"]
     assert schema_errors(load_schema("trtllm"), ["--port", "1"]) == ["expected positionals ['MODEL'], got []"]
+
+
+def test_vllm_serve_carries_the_plan_and_keeps_the_key_in_its_environment() -> None:
+    for plan, command in commands("vllm"):
+        assert command.argv[1] == "serve" and command.argv[2] == (plan.model_ref or str(plan.model_path))
+        assert KEY not in command.argv and command.env == {"VLLM_API_KEY": KEY}
+        assert value(command.argv, "--tensor-parallel-size") == str(plan.tensor_parallel_size)
+        assert value(command.argv, "--max-model-len") == str(plan.context_length)
+        assert "--enable-prefix-caching" in command.argv
+
+
+def test_the_vllm_schema_knows_negatable_and_optional_flags() -> None:
+    schema = load_schema("vllm")
+    assert schema_errors(schema, ["m", "--no-enable-prefix-caching", "--enforce-eager"]) == []
+    assert schema_errors(schema, ["m", "--dtype", "fp16"])[0].startswith("--dtype 'fp16' is not one of")
+    assert schema_errors(schema, ["m", "--tensor-parallel", "2"])[0] == "unknown flag --tensor-parallel"
