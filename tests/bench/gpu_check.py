@@ -10,7 +10,8 @@ A maintainer with an NVIDIA GPU runs it in one go from the repository root (pyte
 3. Launches, each where its engine is installed and a supported GPU exists, printing predicted against measured
    memory (NVML per-process GPU memory, resident memory of the process tree):
    - vLLM (registered with `modeldeck vllm-env`, or `vllm` on PATH) on `--vllm-model`, a local model folder in
-     Hugging Face layout: its start-up log's KV cache size and weights beside the planner's figures;
+     Hugging Face layout: its start-up log's KV cache size and weights beside the planner's figures, recorded in
+     the calibration store (engine "vllm");
    - llama-server (on PATH, or $LLAMA_SERVER) and llama-cpp-python when built with CUDA, on `--gguf` (the bundled
      SmolLM2 by default) with every layer on the GPU.
    Each engine is stopped with the supervisor's graceful stop, which waits until its GPU memory is released.
@@ -42,12 +43,13 @@ from app.hub.library import bundled_model
 from app.installs.vllm_env import InstallError, registered
 from app.installs.vllm_gpu import vllm_gpu_problem
 from app.paths import app_paths
+from app.planner.calibration import CalibrationStore
 from app.planner.facts import ModelFacts, facts_from_gguf
 from app.planner.memory import MemoryEstimate, llama_cpp_memory, vllm_memory
 from app.planner.plans import safetensors_variant
 from app.planner.recommend import Variant, recommend
 from app.planner.summary import summary_lines
-from app.planner.vllm_check import check_startup
+from app.planner.vllm_check import check_startup, startup_measurement
 from app.service.memory_check import tree_pids, tree_rss
 from engines.base import EngineCommand, LaunchPlan
 from engines.gguf import read_gguf_info
@@ -178,7 +180,14 @@ async def check_vllm(gpu: GPUInfo, model: Path, context: int, workdir: Path) -> 
         predicted = vllm_memory(facts, gpu.memory_total, max_model_len=context, gpu_memory_utilization=utilization)
         startup = launched.startup
         print("\n".join(startup.summary()))
-        print("\n".join(check_startup(predicted, startup, gpu.memory_total, utilization).lines()))
+        check = check_startup(predicted, startup, gpu.memory_total, utilization)
+        print("\n".join(check.lines()))
+        architecture = facts.architecture or "unknown"
+        measurement = startup_measurement(check, predicted, architecture=architecture, model_id=model.name,
+                                          context=context)  # fmt: skip
+        if measurement is not None:  # what later vLLM predictions for this architecture are corrected by
+            CalibrationStore(app_paths().calibration_db).record(measurement)
+            print(f"recorded for calibration: non-KV GPU memory error {measurement.error:+.1%}")
         assert launched.supervisor.pid is not None
         compare(predicted, launched.supervisor.pid)
     finally:
