@@ -343,7 +343,9 @@ class EngineManager:
             "memory": self.memory_check.describe(model_id),
             "plan": plan_summary(plan) if (plan := self._plans.get(model_id)) else None,
             "idle_ttl_s": None if spec.url is not None else self.lifecycle.ttl_for(model_id),
-            "startup": startup.to_dict() if (startup := self._startups.get(model_id)) else None,
+            "startup": {**startup.to_dict(), "summary": startup.summary()}
+            if (startup := self._startups.get(model_id))
+            else None,
         }
 
     def logs(self, model_id: str, count: int | None = None) -> list[str]:
