@@ -225,11 +225,12 @@ def _recommend(args: argparse.Namespace, paths: AppPaths) -> int:
         print(f"modeldeck: {exc}", file=sys.stderr)
         return 2
     from app.installs.vllm_env import configured_engines
+    from app.planner.plans import detect_engines
     from engines.registry import ENGINES
 
-    engines = {**ENGINES, **configured_engines(paths)}
+    installations = detect_engines({**ENGINES, **configured_engines(paths)})
     result = plan_model(
-        hardware, model_id, variants, args.use, args.users, CalibrationStore(paths.calibration_db), engines
+        hardware, model_id, variants, args.use, args.users, CalibrationStore(paths.calibration_db), installations
     )
     print(
         json.dumps({"model": model_id, **result.to_dict()}, indent=2)

@@ -15,7 +15,7 @@ from app.planner.calibration import CalibrationStore, Correction
 from app.planner.engine_choice import engine_fits
 from app.planner.facts import facts_from_gguf, facts_from_hf_config
 from app.planner.recommend import SERVE_USERS, Option, Recommendation, Variant, recommend
-from engines.base import Engine, LaunchPlan
+from engines.base import Engine, Installation, LaunchPlan
 from engines.gguf import read_gguf_info
 from engines.registry import ENGINES
 
@@ -99,11 +99,10 @@ def plan_model(
     use: str,
     users: int | None,
     calibration: CalibrationStore,
-    engines: Mapping[str, Engine] | None = None,
+    installations: Mapping[str, Installation] | None = None,
 ) -> Recommendation:
     """The ranked options for a model on this hardware, corrected by earlier launches, each with its command line,
-    and every known engine scored for it (`engines`: the adapters whose installations are checked; the registry's
-    by default)."""
+    and every known engine scored for it (`installations`: each engine's detection, from `detect_engines`)."""
     # The planner applies one correction to its llama.cpp options: that engine's, for this architecture.
     gguf = next((v for v in variants if v.engine_family == "llama.cpp"), variants[0] if variants else None)
     correction = (
@@ -112,13 +111,18 @@ def plan_model(
         else Correction.none()
     )
     result = recommend(hardware, variants, use, users=users, correction=correction)
-    installations = {name: engine.detect() for name, engine in (engines or ENGINES).items()}
+    installations = detect_engines(ENGINES) if installations is None else installations
     return replace(
         result,
         best=with_command(model_id, result.best) if result.best else None,
         alternatives=tuple(with_command(model_id, option) for option in result.alternatives),
         engines=engine_fits(hardware, {v.facts.format for v in variants}, result_users(use, users), installations),
     )
+
+
+def detect_engines(engines: Mapping[str, Engine]) -> dict[str, Installation]:
+    """Whether each engine is installed. Slow where one is (`vllm --version` imports torch): callers keep it."""
+    return {name: engine.detect() for name, engine in engines.items()}
 
 
 def result_users(use: str, users: int | None) -> int:
