@@ -24,6 +24,7 @@ from engines.processes import (
     free_loopback_port,
     spawn_engine,
     stop_process_tree,
+    wait_for_exit,
     write_record,
 )
 from engines.states import ACTIVE_STATES, EngineEvent, EngineState
@@ -166,8 +167,13 @@ class EngineSupervisor:
                 ever_ready = True
                 self._set_state(EngineState.READY, "ready")
                 self._settled.set()
-                code = await process.wait()
+                pids = process_tree(process.pid)  # its workers, while they can still be found
+                code = await wait_for_exit(process)
                 await self._reap(process)
+                # A crashed engine's memory is freed after its processes exit; the restart waits for it.
+                self.gpu_release = await wait_gpu_released(
+                    pids, self._gpu_memory_probe, self.policy.gpu_release_timeout_s, self.policy.gpu_release_poll_s
+                )
                 reason = self._exit_report(f"exited unexpectedly with code {code}", code)
             now = time.monotonic()
             failures.append(now)

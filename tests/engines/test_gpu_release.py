@@ -4,6 +4,7 @@ shows until it has torn the process's context down). The engine processes themse
 
 from __future__ import annotations
 
+import asyncio
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -75,4 +76,38 @@ async def test_supervisor_stop_waits_for_every_process_of_the_engine(tmp_path: P
     await supervisor.stop()
     assert supervisor.gpu_release is not None and supervisor.gpu_release.released
     assert seen and seen[0] == family  # the grandchild's memory counts too
+    assert not any(psutil.pid_exists(pid) and psutil.Process(pid).status() != "zombie" for pid in family)
+
+
+async def test_a_restart_waits_until_the_crashed_engine_released_its_memory(tmp_path: Path) -> None:
+    """A ready engine that exits while a child of its own still runs (vLLM's API server and its workers)."""
+    seen: list[set[int]] = []
+
+    def driver(pids: set[int]) -> int | None:
+        seen.append(set(pids))
+        return GIB * sum(1 for pid in pids if psutil.pid_exists(pid) and psutil.Process(pid).status() != "zombie")
+
+    def command(port: int) -> EngineCommand:
+        argv = (sys.executable, str(FAULT_ENGINE), "--port", str(port), "--grandchild", "--exit-after", "0.3")
+        return EngineCommand(argv)
+
+    policy = SupervisorPolicy(
+        ready_timeout_s=10, stop_grace_s=2, backoff_initial_s=0.05, gpu_release_timeout_s=10, gpu_release_poll_s=0.05
+    )
+    supervisor = EngineSupervisor(
+        "gpu-model", command, tmp_path / "engine.log", tmp_path / "records", policy=policy, gpu_memory_probe=driver
+    )
+    await supervisor.start()
+    first = supervisor.pid
+    assert first is not None
+    family = {first, *(child.pid for child in psutil.Process(first).children(recursive=True))}
+    for _ in range(200):  # until it has crashed and been started again
+        if supervisor.restarts and supervisor.pid not in (None, first):
+            break
+        await asyncio.sleep(0.05)
+    restarted = supervisor.restarts >= 1
+    await supervisor.stop()
+    # Noticed although its grandchild kept the output pipe open, and the grandchild was stopped with it.
+    assert restarted
+    assert family in seen  # the crashed engine and its grandchild were watched before the restart
     assert not any(psutil.pid_exists(pid) and psutil.Process(pid).status() != "zombie" for pid in family)
