@@ -143,7 +143,7 @@ class EngineSupervisor:
         process = self._process
         if process is not None and process.returncode is None:
             try:
-                await asyncio.wait_for(asyncio.shield(process.wait()), timeout_s)
+                await asyncio.wait_for(wait_for_exit(process), timeout_s)
             except TimeoutError:
                 return False
         if self._process is process and self.state == EngineState.READY:
