@@ -15,6 +15,8 @@ from pathlib import Path
 
 from app.cli_export import add_export_command, run_export
 from app.cli_hub import HUB_COMMANDS, add_hub_commands, run_hub_command
+from app.cli_vllm import COMMAND as VLLM_COMMAND
+from app.cli_vllm import add_vllm_commands, run_vllm_command
 from app.client import ControlError, ServiceUnavailable, connect, default_port
 from app.hub.library import known_models
 from app.keys import load_api_key
@@ -111,6 +113,7 @@ def _parser() -> argparse.ArgumentParser:
     recommend.add_argument("--json", action="store_true", help="print the recommendation as JSON")
     add_hub_commands(commands)
     add_export_command(commands)
+    add_vllm_commands(commands)
     bench = commands.add_parser("bench", help="measure a model's throughput and latency at rising concurrency")
     bench.add_argument("model", nargs="?", metavar="MODEL", help="a model id from `modeldeck models`")
     bench.add_argument("--concurrency", default="1,4,16,64", metavar="N,N,...", help="levels to sweep (1,4,16,64)")
@@ -239,7 +242,14 @@ def _recommend(args: argparse.Namespace, paths: AppPaths) -> int:
     except (NoVariants, GGUFError, OSError, ValueError, KeyError, TypeError) as exc:
         print(f"modeldeck: {exc}", file=sys.stderr)
         return 2
-    result = plan_model(hardware, model_id, variants, args.use, args.users, CalibrationStore(paths.calibration_db))
+    from app.installs.vllm_env import configured_engines
+    from app.planner.plans import detect_engines
+    from engines.registry import ENGINES
+
+    installations = detect_engines({**ENGINES, **configured_engines(paths)})
+    result = plan_model(
+        hardware, model_id, variants, args.use, args.users, CalibrationStore(paths.calibration_db), installations
+    )
     print(
         json.dumps({"model": model_id, **result.to_dict()}, indent=2)
         if args.json
@@ -306,6 +316,8 @@ def main(argv: Sequence[str] | None = None) -> None:
             code = _bench(args, paths)
         elif args.command == "export":
             code = run_export(args, paths)
+        elif args.command == VLLM_COMMAND:
+            code = run_vllm_command(args, paths)
         else:
             code = {"models": _models, "ps": _ps, "key": _key}[args.command](paths)
     except (ServiceUnavailable, ControlError) as exc:

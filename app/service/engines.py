@@ -13,7 +13,9 @@ from typing import Any
 
 import psutil
 
+from app.hardware.nvidia import process_vram
 from app.hub.library import ModelSpec
+from app.installs.vllm_env import configured_engines
 from app.paths import AppPaths
 from app.planner.calibration import CalibrationStore
 from app.planner.defaults import DEFAULT_CONTEXT, default_plan
@@ -28,6 +30,7 @@ from engines.gguf import GGUFError, GGUFInfo, read_gguf_info
 from engines.registry import ENGINES
 from engines.states import ACTIVE_STATES, EngineEvent, EngineState
 from engines.supervisor import EngineSupervisor, SupervisorPolicy
+from engines.vllm_log import VLLMStartup, parse_line
 
 
 def _rss(pid: int) -> int | None:
@@ -98,6 +101,8 @@ class EngineManager:
         self._queues: dict[str, EngineQueue] = {}
         self._last_used: dict[str, float] = {}
         self._start_locks: dict[str, asyncio.Lock] = {}
+        self._startups: dict[str, VLLMStartup] = {}  # model id -> what its vLLM said while starting
+        self._engines = {**ENGINES, **configured_engines(paths)}  # vLLM from its own environment when installed
         self.memory_check = MemoryCheck(CalibrationStore(paths.calibration_db))
         # Engines accept only this key; it never leaves the service.
         self.internal_key = secrets.token_urlsafe(32)
@@ -134,7 +139,7 @@ class EngineManager:
         return self._supervisors.get(model_id)
 
     def engine(self, model_id: str) -> Engine:
-        return ENGINES[self.models[model_id].engine]
+        return self._engines[self.models[model_id].engine]
 
     def queue(self, model_id: str) -> EngineQueue:
         queue = self._queues.get(model_id)
@@ -273,8 +278,10 @@ class EngineManager:
             on_event=self._on_engine_event,
             on_log=self._on_engine_log,
             policy=self._policy,
+            gpu_memory_probe=process_vram,  # a stop returns once the GPU memory is free (at once without NVIDIA)
         )
         self._supervisors[model_id] = supervisor
+        self._startups.pop(model_id, None)
         return supervisor
 
     def _refuse(self, model_id: str, message: str) -> None:
@@ -378,6 +385,9 @@ class EngineManager:
             "memory": self.memory_check.describe(model_id),
             "plan": plan_summary(plan) if (plan := self._plans.get(model_id)) else None,
             "idle_ttl_s": None if spec.url is not None else self.lifecycle.ttl_for(model_id),
+            "startup": {**startup.to_dict(), "summary": startup.summary()}
+            if (startup := self._startups.get(model_id))
+            else None,
         }
 
     def logs(self, model_id: str, count: int | None = None) -> list[str]:
@@ -397,6 +407,12 @@ class EngineManager:
         self._bus.publish({"type": "engine", **asdict(event)})
 
     def _on_engine_log(self, model_id: str, line: str) -> None:
+        if self.models[model_id].engine == "vllm":
+            before = self._startups.get(model_id, VLLMStartup())
+            after = parse_line(before, line)
+            if after is not before:
+                self._startups[model_id] = after
+                self._bus.publish({"type": "startup", "model_id": model_id, **after.to_dict()})
         self._bus.publish({"type": "log", "model_id": model_id, "line": line})
 
 
