@@ -18,7 +18,7 @@ RUN_KEY = r"Software\Microsoft\Windows\CurrentVersion\Run"
 RUN_VALUE = "ModelDeck"
 
 
-class AutostartError(Exception):
+class AutostartError(OSError):
     """The login entry could not be written or removed; the message says why."""
 
 

@@ -11,10 +11,11 @@ from types import FrameType
 from PySide6.QtCore import QTimer
 from PySide6.QtWidgets import QApplication
 
-from app.client import default_port
 from app.gui.main_window import MainWindow
 from app.gui.service_connection import ServiceConnection
+from app.gui.theme import apply_theme
 from app.paths import AppPaths
+from app.settings import load_settings
 
 NO_DISPLAY_EXIT_CODE = 2
 HEADLESS_HINT = (
@@ -46,8 +47,11 @@ def run_gui(paths: AppPaths) -> int:
     existing = QApplication.instance()
     app = existing if isinstance(existing, QApplication) else QApplication(sys.argv[:1])
     app.setApplicationName("ModelDeck")
-    connection = ServiceConnection(paths, default_port())
+    apply_theme(app, load_settings(paths).settings.theme)  # the service reports a bad settings file
+    app.setQuitOnLastWindowClosed(False)  # the window may close to the tray; quitting is explicit
+    connection = ServiceConnection(paths)  # the port: $MODELDECK_PORT, else the settings (`serve` decides)
     window = MainWindow(connection)
+    window.sig_window_closed.connect(app.quit)
 
     def close_window(_signum: int, _frame: FrameType | None) -> None:
         window.close()
