@@ -5,18 +5,21 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import openai
 import pytest
 
 from app.client import ControlClient, ControlError, find_service
 from app.hub.library import BUNDLED_ID
 from app.paths import AppPaths
+from app.service.lan import allowed_hosts, lan_addresses
 from app.settings import Settings, SettingsError, load_settings, save_settings, settings_file, with_models_dir
 from tests.conftest import REPO, RunningService, free_port, start_service_process, stop_service_process
 from tests.memory_keyring import BACKEND_NAME
@@ -111,6 +114,8 @@ def _stop(process: subprocess.Popen[bytes]) -> None:
 
 def test_serve_takes_unset_flags_from_the_settings(paths: AppPaths, tmp_path: Path) -> None:
     port, models_dir = free_port(), tmp_path / "my-models"
+    models_dir.mkdir()
+    (models_dir / "tiny-model.gguf").write_bytes(b"GGUF" + bytes(60))  # listed by name; never started here
     save_settings(paths, Settings(gateway_port=port, idle_ttl_s=120.0, models_dir=str(models_dir)))
     process, _ = _serve_without_flags(paths, tmp_path, {})
     address = find_service(paths)
@@ -118,7 +123,9 @@ def test_serve_takes_unset_flags_from_the_settings(paths: AppPaths, tmp_path: Pa
     client = ControlClient(address)
     try:
         assert address.url == f"http://127.0.0.1:{port}/v1"
-        assert next(m for m in client.models() if m["id"] == BUNDLED_ID)["idle_ttl_s"] == 120.0
+        models = {m["id"]: m for m in client.models()}
+        assert models[BUNDLED_ID]["idle_ttl_s"] == 120.0
+        assert models["tiny-model"]["path"] == str(models_dir / "tiny-model.gguf")
         described = client.settings()
         assert described["running"]["models_dir"] == str(models_dir)
         assert described["restart_required"] == [] and described["problem"] is None
@@ -247,3 +254,24 @@ def test_hf_token_is_kept_in_the_keyring_and_never_returned(keyring_service: Run
     assert client.settings()["hf_token"]["set"] is False
     stop_service_process(keyring_service)
     assert secret not in keyring_service.output(), "the token reached the service's log"
+
+
+def test_all_addresses_accept_this_machines_names_and_nothing_else(paths: AppPaths, tmp_path: Path) -> None:
+    """Bound to 0.0.0.0 the endpoint answers requests addressed to this machine's LAN addresses and name, and
+    still refuses any other Host header (DNS rebinding)."""
+    addresses = lan_addresses()
+    hosts = allowed_hosts("0.0.0.0")
+    assert {"127.0.0.1", "localhost", socket.gethostname().lower()} <= hosts
+    assert all((f"[{a}]" if ":" in a else a) in hosts for a in addresses)
+    running = start_service_process(paths, tmp_path, "--host", "0.0.0.0")
+    try:
+        port = running.url.split(":")[2].split("/")[0]
+        key = {"Authorization": f"Bearer {running.api_key}"}
+        with httpx.Client(trust_env=False) as http:
+            for address in [*addresses[:1], socket.gethostname()]:
+                answer = http.get(f"http://127.0.0.1:{port}/v1/models", headers={**key, "Host": f"{address}:{port}"})
+                assert answer.status_code == 200, (address, answer.text)
+            evil = http.get(f"http://127.0.0.1:{port}/v1/models", headers={**key, "Host": f"evil.example:{port}"})
+            assert evil.status_code == 403
+    finally:
+        stop_service_process(running)

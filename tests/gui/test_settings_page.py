@@ -24,6 +24,7 @@ from app.paths import AppPaths
 from app.settings import Settings, load_settings, save_settings
 from tests.conftest import free_port, start_service_process, stop_service_process
 from tests.gui.conftest import API_KEY, CLOSE_TIMEOUT_MS, CONNECT_TIMEOUT_MS, QuitAnswers
+from tests.memory_keyring import BACKEND_NAME
 
 RESTART_TIMEOUT_MS = 60_000
 READY_TIMEOUT_MS = 60_000
@@ -225,3 +226,33 @@ def test_closing_the_window_can_leave_it_in_the_tray(
     window.quit()  # quitting never goes to the tray
     qtbot.waitUntil(lambda: window.connection.is_closed, timeout=CLOSE_TIMEOUT_MS)
     assert quit_answers.asked == ["close_to_tray", "stop_engines"]
+
+
+def test_hf_token_is_set_and_cleared_never_shown(
+    qtbot: QtBot, paths: AppPaths, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The service's keyring is the in-memory test backend (no OS keyring exists on the test machines)."""
+    monkeypatch.setenv("PYTHON_KEYRING_BACKEND", BACKEND_NAME)
+    monkeypatch.delenv("HF_TOKEN", raising=False)
+    service = start_service_process(paths, tmp_path)
+    secret = "hf_PanelSecret0123456789"
+    try:
+        window = _open_window(qtbot, ServiceConnection(paths))
+        panel = window.settings_page.secrets_panel
+        qtbot.waitUntil(lambda: panel.state_label.text() == "No token is saved.")
+        assert not panel.clear_button.isEnabled()
+        panel.token_edit.setText(secret)
+        with qtbot.waitSignal(window.connection.sig_hf_token_changed) as changed:
+            panel.save_button.click()
+        assert changed.args == [True] and panel.token_edit.text() == ""
+        assert panel.state_label.text() == "A token is saved in the OS keyring." and panel.clear_button.isEnabled()
+        with qtbot.waitSignal(window.connection.sig_settings_received) as received:
+            window.settings_page.refresh()
+        assert received.args[0]["hf_token"]["set"] is True and secret not in str(received.args[0])
+        with qtbot.waitSignal(window.connection.sig_hf_token_changed) as changed:
+            panel.clear_button.click()
+        assert changed.args == [False] and panel.state_label.text() == "No token is saved."
+        _close(qtbot, window)
+    finally:
+        stop_service_process(service)
+    assert secret not in service.output()
