@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import enum
 import functools
+import socket
 import subprocess
 import time
 from collections.abc import Callable
@@ -265,7 +266,12 @@ class ServiceConnection(QObject):
 
     def restart(self) -> None:
         """Stop the service (and its engines) and start it again, so saved ports and address take effect.
-        The connection goes CONNECTING, then CONNECTED with `sig_service_restarted`, or LOST with an error."""
+
+        New ports are tried first: one that is taken is reported and the service keeps running as it is.
+        Otherwise the connection goes CONNECTING, then CONNECTED with `sig_service_restarted`, or LOST."""
+        self.call(_check_new_ports, lambda _none: self._restart_now(), self._on_call_failed("restart the service"))
+
+    def _restart_now(self) -> None:
         client = self._client
         if client is None or not self.is_connected:
             self.sig_error_occurred.emit(NOT_CONNECTED)
@@ -420,3 +426,26 @@ def _shut_down_other_service(client: ControlClient, paths: AppPaths) -> None:
             return
         time.sleep(0.1)
     raise ServiceUnavailable(f"The service (pid {pid}) did not stop within {SHUTDOWN_WAIT_S:.0f} s.")
+
+
+def _check_new_ports(client: ControlClient) -> None:
+    """Raise ControlError when a port the restart would listen on is taken by another program."""
+    answer = client.settings()
+    settings, pending = answer["settings"], set(answer["restart_required"])
+    wanted = []
+    if pending & {"gateway_port", "bind_address"}:
+        wanted.append(("endpoint", str(settings["bind_address"]), int(settings["gateway_port"])))
+    if "control_port" in pending and settings["control_port"]:
+        wanted.append(("control API", "127.0.0.1", int(settings["control_port"])))
+    for what, host, port in wanted:
+        if port == answer["running"]["gateway_port"] or port == answer["running"]["control_port"]:
+            continue  # the service's own port: free once it stops
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        with socket.socket(family, socket.SOCK_STREAM) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                probe.bind((host, port))
+            except OSError as exc:
+                raise ControlError(
+                    f"port {port} for the {what} is not free ({exc.strerror or exc}); choose another and save"
+                ) from exc

@@ -99,6 +99,7 @@ class SettingsPage(QWidget):
         self._ask = ask_confirmation  # None: quit_dialogs' question, looked up when asked (tests answer it)
         self._answer: dict[str, Any] = {}
         self.lan_dialog: LanExposureDialog | None = None
+        self._restarting = False
         self._build_widgets()
         self._build_layout()
         self._connect_signals()
@@ -206,6 +207,7 @@ class SettingsPage(QWidget):
         connection.sig_endpoint_received.connect(self._on_connection_endpoint_received)
         connection.sig_service_restarted.connect(self._on_connection_service_restarted)
         connection.sig_status_changed.connect(self._on_connection_status_changed)
+        connection.sig_error_occurred.connect(self._on_connection_error_occurred)
         self.reveal_button.toggled.connect(self._on_reveal_button_toggled)
         self.copy_button.clicked.connect(self._on_copy_button_clicked)
         self.regenerate_button.clicked.connect(self._on_regenerate_button_clicked)
@@ -280,8 +282,16 @@ class SettingsPage(QWidget):
         if self._connection.is_connected and not self._answer:
             self.refresh()
 
+    @Slot(str)
+    def _on_connection_error_occurred(self, message: str) -> None:
+        if self._restarting:
+            self._restarting = False
+            self.message_label.setText(message)
+            self.restart_button.setEnabled(self._connection.is_connected)
+
     @Slot()
     def _on_connection_service_restarted(self) -> None:
+        self._restarting = False
         self.message_label.setText("The service restarted with the saved settings.")
         self.refresh()
 
@@ -305,6 +315,7 @@ class SettingsPage(QWidget):
 
     @Slot()
     def _on_restart_button_clicked(self) -> None:
+        self._restarting = True
         self.restart_button.setEnabled(False)
         self.message_label.setText("Restarting the service\N{HORIZONTAL ELLIPSIS}")
         self._connection.restart()

@@ -4,6 +4,7 @@ and File > Quit / the tray's Quit asking whether the engines keep serving."""
 
 from __future__ import annotations
 
+import socket
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -256,3 +257,23 @@ def test_hf_token_is_set_and_cleared_never_shown(
     finally:
         stop_service_process(service)
     assert secret not in service.output()
+
+
+def test_a_taken_port_is_reported_and_the_service_keeps_running(
+    qtbot: QtBot, settings_window: MainWindow, paths: AppPaths
+) -> None:
+    page, connection = settings_window.settings_page, settings_window.connection
+    qtbot.waitUntil(lambda: page.gateway_port_spin.value() == load_settings(paths).settings.gateway_port)
+    process = connection.service_process
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        page.gateway_port_spin.setValue(taken.getsockname()[1])
+        with qtbot.waitSignal(connection.sig_settings_saved):
+            page.save_button.click()
+        with qtbot.waitSignal(connection.sig_error_occurred) as error:
+            page.restart_button.click()
+    assert "is not free" in error.args[0] and "choose another" in error.args[0]
+    assert connection.is_connected and connection.service_process is process and process is not None
+    assert process.poll() is None
+    assert "is not free" in page.message_label.text() and page.restart_button.isEnabled()
