@@ -47,14 +47,17 @@ def run_gui(paths: AppPaths) -> int:
     existing = QApplication.instance()
     app = existing if isinstance(existing, QApplication) else QApplication(sys.argv[:1])
     app.setApplicationName("ModelDeck")
-    apply_theme(app, load_settings(paths).settings.theme)  # the service reports a bad settings file
+    loaded = load_settings(paths)
+    apply_theme(app, loaded.settings.theme)
     app.setQuitOnLastWindowClosed(False)  # the window may close to the tray; quitting is explicit
     connection = ServiceConnection(paths)  # the port: $MODELDECK_PORT, else the settings (`serve` decides)
     window = MainWindow(connection)
     window.sig_window_closed.connect(app.quit)
+    if loaded.problem:  # the file is set aside now: the service will not see it to report it
+        window.statusBar().showMessage(f"Settings: {loaded.problem}")
 
     def close_window(_signum: int, _frame: FrameType | None) -> None:
-        window.close()
+        window.quit_without_asking()  # Ctrl+C: no dialog; the service stops if this window started it
 
     previous_handler = signal.signal(signal.SIGINT, close_window)
     signal_timer = QTimer()

@@ -29,6 +29,7 @@ from app.gui.tray import TrayController, show_window
 from app.gui.wizard_dialog import SetupWizardDialog
 from app.settings import load_settings
 
+_ASK = "ask"  # no answer given beforehand: ask whether to stop the engines
 MEMORY_HISTORY = 600  # samples: ten minutes at one poll a second
 
 
@@ -53,6 +54,7 @@ class MainWindow(QMainWindow):
         self._close_requested = False
         self._quitting = False  # File > Quit or the tray's Quit: close for real, never to the tray
         self._stop_service_on_close: bool | None = None
+        self._preset_stop_service: bool | str | None = _ASK  # set by quit_without_asking
         # Read once here (a small local file); the Settings page keeps it current afterwards.
         self._close_to_tray: bool | None = load_settings(connection.paths).settings.close_to_tray
         self._logs: defaultdict[str, deque[str]] = defaultdict(lambda: deque(maxlen=MAX_LINES))
@@ -334,6 +336,12 @@ class MainWindow(QMainWindow):
         self._quitting = True
         self.close()
 
+    def quit_without_asking(self, stop_service: bool | None = None) -> None:
+        """Quit with no question (Ctrl+C in the terminal): `stop_service` as ServiceConnection.close takes it."""
+        self._quitting = True
+        self._preset_stop_service = stop_service
+        self.close()
+
     def _closes_to_tray(self) -> bool:
         """Closing the window (not quitting) hides it to the tray when the user chose so; asked the first time."""
         if self._quitting or self.tray.icon is None:
@@ -360,16 +368,21 @@ class MainWindow(QMainWindow):
             event.ignore()
             self.hide()
             return
-        choice = quit_dialogs.ask_stop_engines(self, self._running_engines())
-        self._quitting = False
-        if choice is quit_dialogs.QuitChoice.CANCEL:
-            event.ignore()
-            return
+        preset, self._preset_stop_service = self._preset_stop_service, _ASK
+        if preset == _ASK:
+            choice = quit_dialogs.ask_stop_engines(self, self._running_engines())
+            self._quitting = False
+            if choice is quit_dialogs.QuitChoice.CANCEL:
+                event.ignore()
+                return
+            stop_service: bool | None = choice is quit_dialogs.QuitChoice.STOP
+        else:
+            stop_service = preset if isinstance(preset, bool) else None
         # Stopping the service (and its engines) takes seconds: the window stays up, disabled, until the
         # connection reports it is done, then closes itself.
         event.ignore()
         self._close_requested = True
-        self._stop_service_on_close = choice is quit_dialogs.QuitChoice.STOP
+        self._stop_service_on_close = stop_service
         self.chat_page.wait_stopped()
         self.snippets_panel.wait_stopped()
         if self.setup_dialog is not None:

@@ -277,3 +277,11 @@ def test_a_taken_port_is_reported_and_the_service_keeps_running(
     assert connection.is_connected and connection.service_process is process and process is not None
     assert process.poll() is None
     assert "is not free" in page.message_label.text() and page.restart_button.isEnabled()
+
+
+def test_ctrl_c_quits_without_a_question(qtbot: QtBot, main_window: MainWindow, quit_answers: QuitAnswers) -> None:
+    process = main_window.connection.service_process
+    assert process is not None
+    main_window.quit_without_asking()
+    qtbot.waitUntil(lambda: main_window.connection.is_closed, timeout=CLOSE_TIMEOUT_MS)
+    assert quit_answers.asked == [] and process.poll() is not None  # ours: stopped
