@@ -300,13 +300,16 @@ class SettingsPage(QWidget):
     def changes(self) -> dict[str, Any]:
         """The page's values, as PUT /api/settings takes them (the bind address has its own guided step)."""
         origins = [o.strip() for o in self.cors_edit.text().split(",") if o.strip()]
-        return {
+        changes: dict[str, Any] = {
             "gateway_port": self.gateway_port_spin.value(), "control_port": self.control_port_spin.value(),
             "cors_origins": origins, "idle_ttl_s": self.ttl_spin.value() or None,
             "models_dir": self.models_dir_edit.text().strip() or None, "theme": self.theme_combo.currentData(),
             "start_at_login": self.start_at_login_check.isChecked(),
-            "close_to_tray": self.close_to_tray_check.isChecked(),
         }  # fmt: skip
+        saved = self._answer.get("settings", {}).get("close_to_tray")
+        if saved is not None or self.close_to_tray_check.isChecked():  # unchecked and never asked: still ask once
+            changes["close_to_tray"] = self.close_to_tray_check.isChecked()
+        return changes
 
     @Slot()
     def save(self) -> None:

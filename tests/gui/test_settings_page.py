@@ -75,7 +75,7 @@ def test_new_port_and_ttl_apply_after_a_restart(qtbot: QtBot, settings_window: M
     page.ttl_spin.setValue(300)
     with qtbot.waitSignal(connection.sig_settings_saved):
         page.save_button.click()
-    assert load_settings(paths).settings == Settings(gateway_port=second, idle_ttl_s=300.0, close_to_tray=False)
+    assert load_settings(paths).settings == Settings(gateway_port=second, idle_ttl_s=300.0)  # close_to_tray: ask
     assert "endpoint port" in page.restart_label.text() and "idle TTL" in page.restart_label.text()
     assert page.restart_button.isEnabled()
 
@@ -99,7 +99,9 @@ def test_new_port_and_ttl_apply_after_a_restart(qtbot: QtBot, settings_window: M
     assert next(m for m in connection.client.models() if m["id"] == BUNDLED_ID)["idle_ttl_s"] == 300.0
 
 
-def test_lan_exposure_is_a_guided_step(qtbot: QtBot, settings_window: MainWindow, paths: AppPaths) -> None:
+def test_lan_exposure_is_a_guided_step(
+    qtbot: QtBot, settings_window: MainWindow, paths: AppPaths, tmp_path: Path
+) -> None:
     page, connection = settings_window.settings_page, settings_window.connection
     qtbot.waitUntil(lambda: bool(page.lan_label.text()))
     assert "this computer only" in page.lan_label.text()
@@ -112,6 +114,11 @@ def test_lan_exposure_is_a_guided_step(qtbot: QtBot, settings_window: MainWindow
         dialog.expose_button.click()
     assert load_settings(paths).settings.bind_address == "0.0.0.0"
     assert "0.0.0.0" in page.lan_label.text() and "network exposure" in page.restart_label.text()
+    # Screenshots for a reviewer, under the test's temporary directory.
+    page.grab().save(str(tmp_path / "settings-page.png"))
+    page.open_lan_dialog().grab().save(str(tmp_path / "lan-exposure-dialog.png"))
+    assert page.lan_dialog is not None
+    page.lan_dialog.reject()
     with qtbot.waitSignal(connection.sig_settings_saved):
         page.local_only_button.click()
     assert load_settings(paths).settings.bind_address == "127.0.0.1"
