@@ -48,7 +48,8 @@ def run_gui(paths: AppPaths) -> int:
     app = existing if isinstance(existing, QApplication) else QApplication(sys.argv[:1])
     app.setApplicationName("ModelDeck")
     loaded = load_settings(paths)
-    apply_theme(app, loaded.settings.theme)
+    if loaded.settings.theme != "system":  # "system" is what Qt does by itself
+        apply_theme(app, loaded.settings.theme)
     app.setQuitOnLastWindowClosed(False)  # the window may close to the tray; quitting is explicit
     connection = ServiceConnection(paths)  # the port: $MODELDECK_PORT, else the settings (`serve` decides)
     window = MainWindow(connection)

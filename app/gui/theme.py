@@ -53,7 +53,7 @@ def apply_theme(app: QApplication, theme: str) -> None:
     hints = app.styleHints()
     if theme == "system":
         hints.unsetColorScheme()
-        app.setPalette(app.style().standardPalette())  # the style's own, which follows the platform
+        app.setPalette(QPalette())  # nothing set: every role resolves to the platform's palette again
     elif theme == "dark":
         hints.setColorScheme(Qt.ColorScheme.Dark)
         app.setPalette(dark_palette())

@@ -186,6 +186,9 @@ def test_theme_switch_applies_a_dark_palette(qtbot: QtBot, paths: AppPaths) -> N
         page.theme_combo.setCurrentIndex(THEMES.index("light"))
         assert not is_dark(app.palette())
         assert page.changes()["theme"] == "light"
+        page.theme_combo.setCurrentIndex(THEMES.index("dark"))
+        page.theme_combo.setCurrentIndex(THEMES.index("system"))
+        assert not is_dark(app.palette())  # back to the platform's palette (light offscreen)
     finally:
         apply_theme(app, "system")
 
