@@ -134,6 +134,19 @@ def test_serve_takes_unset_flags_from_the_settings(paths: AppPaths, tmp_path: Pa
         _stop(process)
 
 
+def test_flags_given_override_the_settings(paths: AppPaths, tmp_path: Path) -> None:
+    saved_port = free_port()
+    save_settings(paths, Settings(gateway_port=saved_port, idle_ttl_s=120.0))
+    running = start_service_process(paths, tmp_path, "--idle-ttl", "30")  # and --port: a free port of its own
+    try:
+        assert f":{saved_port}/" not in running.url
+        assert next(m for m in running.client.models() if m["id"] == BUNDLED_ID)["idle_ttl_s"] == 30.0
+        # The saved values differ from what runs: they would apply at the next start without these flags.
+        assert running.client.settings()["restart_required"] == ["gateway_port", "idle_ttl_s"]
+    finally:
+        stop_service_process(running)
+
+
 def test_serve_with_a_bad_settings_file_starts_on_the_defaults(paths: AppPaths, tmp_path: Path) -> None:
     settings_file(paths).parent.mkdir(parents=True)
     settings_file(paths).write_text("{not json", encoding="utf-8")
