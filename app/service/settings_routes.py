@@ -101,7 +101,10 @@ class SettingsRoutes:
         return True
 
     def _load(self) -> Settings:
-        return load_settings(self._paths).settings
+        loaded = load_settings(self._paths)
+        if loaded.problem:  # the file went bad while the service ran: it is set aside now, say so
+            self._load_problem = loaded.problem
+        return loaded.settings
 
     def lan_info(self) -> dict[str, Any]:
         return {"addresses": lan_addresses(), "warning": LAN_WARNING, "port": self._running.gateway_port}

@@ -201,6 +201,10 @@ def test_settings_api_validates_and_saves(keyring_service: RunningService, paths
     assert answer["restart_required"] == ["gateway_port", "idle_ttl_s"]  # the theme is the window's: no restart
     assert load_settings(paths).settings == Settings(gateway_port=port, idle_ttl_s=600.0, theme="dark")
 
+    settings_file(paths).write_text('{"theme": ', encoding="utf-8")  # spoilt by hand while the service runs
+    described = client.settings()
+    assert described["settings"] == Settings().to_dict() and "settings.json.bad" in described["problem"]
+
 
 def test_lan_exposure_needs_a_confirmation(keyring_service: RunningService, paths: AppPaths) -> None:
     client = keyring_service.client
