@@ -17,11 +17,12 @@ from app.cli_export import add_export_command, run_export
 from app.cli_hub import HUB_COMMANDS, add_hub_commands, run_hub_command
 from app.cli_vllm import COMMAND as VLLM_COMMAND
 from app.cli_vllm import add_vllm_commands, run_vllm_command
-from app.client import ControlError, ServiceUnavailable, connect, default_port
+from app.client import ControlError, ServiceUnavailable, connect, port_from_env
 from app.hub.library import known_models
 from app.keys import load_api_key
 from app.paths import AppPaths, app_paths
 from app.planner.recommend import USES
+from app.settings import LoadedSettings, load_settings, with_models_dir
 
 
 def _size(text: str) -> int:
@@ -69,8 +70,10 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="modeldeck", description="Serve language models locally.")
     commands = parser.add_subparsers(dest="command")
     serve = commands.add_parser("serve", help="run the service in the foreground (headless)")
-    serve.add_argument("--host", default="127.0.0.1", help="address of the OpenAI endpoint (default 127.0.0.1)")
-    serve.add_argument("--port", type=int, default=default_port(), help="port of the OpenAI endpoint (8642)")
+    # Unset flags take the saved settings (app.settings); a flag given overrides them for this run.
+    serve.add_argument("--host", help="address of the OpenAI endpoint (settings; default 127.0.0.1)")
+    serve.add_argument("--port", type=int, help="port of the OpenAI endpoint ($MODELDECK_PORT, settings; 8642)")
+    serve.add_argument("--control-port", type=int, help="loopback port of the control API (settings; any free)")
     serve.add_argument("--model", action="append", default=[], metavar="ID", help="start this model (repeatable)")
     serve.add_argument(
         "--no-api-key", action="store_true", help="accept requests without a key (only on a loopback address)"
@@ -95,7 +98,7 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument(
         "--max-queue", type=int, default=32, metavar="N", help="requests waiting per engine before 429 (32)"
     )
-    serve.add_argument("--cors-origin", action="append", default=[], metavar="ORIGIN", help="allow this web origin")
+    serve.add_argument("--cors-origin", action="append", metavar="ORIGIN", help="allow this web origin (settings)")
     serve.add_argument(
         "--log-request-text", action="store_true",
         help="keep each request's prompt and completion text in the request log (off: measurements only)",
@@ -138,23 +141,26 @@ def _setup_service_logging(paths: AppPaths) -> None:
     root.addHandler(to_stderr)
 
 
-def _serve(args: argparse.Namespace, paths: AppPaths) -> int:
+def _serve(args: argparse.Namespace, paths: AppPaths, loaded: LoadedSettings) -> int:
     from app.service.server import ServeOptions, Service, ServiceError
 
     _setup_service_logging(paths)
+    settings = loaded.settings
     options = ServeOptions(
-        args.host,
-        args.port,
+        args.host if args.host is not None else settings.bind_address,
+        args.port if args.port is not None else port_from_env() or settings.gateway_port,
+        control_port=args.control_port if args.control_port is not None else settings.control_port,
         models=tuple(dict.fromkeys(args.model)),
         require_api_key=not args.no_api_key,
-        idle_ttl_s=args.idle_ttl,
+        idle_ttl_s=args.idle_ttl if args.idle_ttl is not None else settings.idle_ttl_s,
         max_loaded_bytes=args.max_memory,
-        cors_origins=tuple(args.cors_origin),
+        cors_origins=tuple(args.cors_origin) if args.cors_origin else settings.cors_origins,
         upstreams=tuple(args.upstream),
         max_waiting=args.max_queue,
         model_ttls=tuple(dict(args.model_ttl).items()),
         log_request_text=args.log_request_text,
         remotes=tuple(dict(args.remote).items()),
+        settings_problem=loaded.problem,
     )
     loop_factory: Callable[[], asyncio.AbstractEventLoop]
     try:
@@ -298,14 +304,17 @@ def _bench(args: argparse.Namespace, paths: AppPaths) -> int:
 
 def main(argv: Sequence[str] | None = None) -> None:
     args = _parser().parse_args(argv)
-    paths = app_paths()
+    loaded = load_settings(app_paths())
+    if loaded.problem:
+        print(f"modeldeck: settings: {loaded.problem}", file=sys.stderr)
+    paths = with_models_dir(app_paths(), loaded.settings)
     try:
         if args.command is None:
             from app.gui.launch import run_gui
 
             code = run_gui(paths)
         elif args.command == "serve":
-            code = _serve(args, paths)
+            code = _serve(args, paths, loaded)
         elif args.command == "hw":
             code = _hw(args, paths)
         elif args.command == "recommend":

@@ -15,7 +15,7 @@ import struct
 import time
 import uuid
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from app.service.admission import QueueFull
@@ -86,6 +86,10 @@ class Gateway:
         self._pool = pool
         self._log = log
         self._endpoints: dict[tuple[str, str], Endpoint] = {}  # (URL, bearer) -> prepared request head
+
+    def set_api_key(self, api_key: str) -> None:
+        """Check requests against this key from now on: the old one stops working at once."""
+        self._config = replace(self._config, api_key=api_key)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
