@@ -1,6 +1,6 @@
 """SGLang's OpenAI-compatible server (`python -m sglang.launch_server`), run from the environment it is installed in.
 
-Flags checked against SGLang 0.5.23's own declarations (tests/fixtures/engine_flags/sglang.json). SGLang reads its
+Flags checked against SGLang 0.5.23's own declarations (tests/fixtures/engine_cli/sglang-0.5.23.json). SGLang reads its
 API key only from `--api-key`, so the internal key is on its command line (visible to local users through the
 process list); it is redacted from logs and only ever accepted on the loopback port.
 """

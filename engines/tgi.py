@@ -1,7 +1,7 @@
 """Hugging Face Text Generation Inference (`text-generation-launcher`), with its Messages API (/v1/chat/completions).
 
-Flags from the launcher's documented arguments (tests/fixtures/engine_flags/tgi.json: the launcher is Rust and not
-on PyPI). The key travels in the API_KEY environment variable the launcher reads, never on its command line.
+Flags from the launcher's documented arguments (tests/fixtures/engine_cli/tgi-launcher.json: the launcher is Rust
+and not on PyPI). The key travels in the API_KEY environment variable the launcher reads, never on its command line.
 Anonymous usage statistics, on by default, are turned off: ModelDeck sends nothing anywhere.
 """
 

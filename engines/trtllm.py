@@ -1,6 +1,6 @@
 """TensorRT-LLM's OpenAI-compatible server (`trtllm-serve MODEL`), PyTorch backend, from its own environment.
 
-Flags from the `serve` command's click options (tests/fixtures/engine_flags/trtllm.json). trtllm-serve has no API
+Flags from the `serve` command's click options (tests/fixtures/engine_cli/trtllm-serve.json). trtllm-serve has no API
 key option: it is bound to 127.0.0.1 and reached only through ModelDeck's gateway, which checks the key, but any
 local user could reach its port. Its Prometheus metrics are at /prometheus/metrics.
 """

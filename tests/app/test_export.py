@@ -15,8 +15,6 @@ import json
 import shlex
 import socket
 import struct
-import subprocess
-import sys
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -115,57 +113,6 @@ def deployments() -> list[tuple[str, Deployment]]:
 
 
 DEPLOYMENTS = deployments()
-
-
-# -- the schema and its checker --------------------------------------------------------------------------------
-
-
-def test_schema_has_provenance_and_the_flags_vllm_serve_takes() -> None:
-    provenance = VLLM["provenance"]
-    assert VLLM["version"] == "0.34.0" and provenance["wheel"].startswith("vllm-0.34.0-")
-    assert len(provenance["wheel_sha256"]) == 64 and "vllm/engine/arg_utils.py" in provenance["source_files"]
-    options = VLLM["options"]
-    assert len(options) > 250
-    assert options["--dtype"]["choices"] == ["auto", "bfloat16", "float", "float16", "float32", "half"]
-    assert options["--tensor-parallel-size"]["aliases"] == ["-tp"]
-    assert options["--gpu-memory-utilization"]["bounds"] == {"gt": 0, "le": 1}
-    assert options["--enable-prefix-caching"]["kind"] == "boolean_optional"
-    assert "ray" in options["--distributed-executor-backend"]["metavar_choices"]
-    assert VLLM["positionals"][0]["name"] == "model_tag"
-
-
-@pytest.mark.parametrize(
-    ("args", "problem"),
-    [
-        (["m", "--tensor-parallel-sise", "2"], "unknown flag --tensor-parallel-sise"),
-        (["m", "--dtype", "bf16"], "not one of"),
-        (["m", "--max-num-seqs", "many"], "not a valid int"),
-        (["m", "--gpu-memory-utilization", "1.5"], "must be le 1"),
-        (["m", "--tensor-parallel-size", "0"], "must be ge 1"),
-        (["m", "--max-model-len"], "needs a value"),
-        (["m", "--enable-prefix-caching=yes"], "takes no value"),
-        (["m", "--quantization", "awq4"], "not one of"),
-        (["m", "extra"], "unexpected argument"),
-    ],
-)
-def test_the_checker_finds_each_kind_of_mistake(args: list[str], problem: str) -> None:
-    found = check_command(VLLM, args)
-    assert any(problem in p for p in found), found
-
-
-@pytest.mark.parametrize(
-    ("wheels", "script", "schema"),
-    [("/tmp/vllm-wheel/vllm-0.34.0-*.whl", "extract_vllm.py", "vllm-0.34.0.json"),
-     ("/tmp/ray-wheel/ray-2.60.0-*.whl", "extract_ray.py", "ray-2.60.0-start.json")],
-)  # fmt: skip
-def test_the_schema_file_is_what_the_extractor_makes_of_the_wheel(wheels: str, script: str, schema: str) -> None:
-    """Run the extractor again where the pinned wheel is at hand (240 and 80 MB downloads, so only then)."""
-    found = sorted(Path(wheels).parent.glob(Path(wheels).name))
-    if not found:
-        pytest.skip(f"no {wheels} (see the extractor's docstring for the pip download)")
-    extractor = Path(__file__).parent.parent / "fixtures" / "engine_cli" / script
-    made = subprocess.run([sys.executable, str(extractor), str(found[0])], capture_output=True, text=True, check=True)
-    assert json.loads(made.stdout) == load_schema(schema)
 
 
 # -- the planner ----------------------------------------------------------------------------------------------

@@ -1,6 +1,8 @@
 """Checks an engine command line against a command-line schema extracted from the engine's own source
 (tests/fixtures/engine_cli/*.json): every flag exists, takes a value or not as the engine's parser says, and every
-value has the right type, lies within the declared bounds and is one of the declared choices."""
+value has the right type, lies within the declared bounds and is one of the declared choices; no option is given
+twice (argparse would keep the last silently: `--x` then `--no-x` is a contradiction, not a choice) and every
+required positional is there."""
 
 from __future__ import annotations
 
@@ -68,6 +70,7 @@ def check_command(schema: dict[str, Any], args: list[str]) -> list[str]:
     """Problems with `args` (what follows the command, e.g. after `vllm serve`); empty when all is well."""
     problems: list[str] = []
     positionals = list(schema.get("positionals", []))
+    seen: set[str] = set()
     i = 0
     while i < len(args):
         arg = args[i]
@@ -84,6 +87,9 @@ def check_command(schema: dict[str, Any], args: list[str]) -> list[str]:
             problems.append(f"unknown flag {flag}")
             i += 1
             continue
+        if option["dest"] in seen and option["kind"] != "append":
+            problems.append(f"{flag} given twice (or with another flag for {option['dest']})")
+        seen.add(option["dest"])
         if option["kind"] in ("flag", "boolean_optional"):
             if has_inline:
                 problems.append(f"{flag} takes no value")
@@ -94,13 +100,16 @@ def check_command(schema: dict[str, Any], args: list[str]) -> list[str]:
             i += 1
         else:
             nargs = option.get("nargs")
-            taken = []
+            taken: list[str] = []
             i += 1
-            while i < len(args) and (not args[i].startswith("--")) and (nargs == "+" or not taken):
+            while i < len(args) and (not args[i].startswith("--")) and (nargs in ("+", "*") or not taken):
                 taken.append(args[i])
                 i += 1
             values = taken
-            if not values and option["kind"] != "optional_value":
+            if not values and option["kind"] != "optional_value" and nargs != "*":
                 problems.append(f"{flag} needs a value")
         problems += [p for value in values if (p := _value_problem(flag, option, value))]
+    missing = [p["name"] for p in positionals if p.get("nargs") not in ("?", "*")]
+    if missing:
+        problems.append(f"missing positional {', '.join(missing)}")
     return problems
