@@ -14,8 +14,11 @@ from pathlib import Path
 VERSION_TIMEOUT_S = 60.0
 
 
-def find_executable(name: str, path: str | None = None) -> Path | None:
-    """`name` on PATH (or on `path`, a PATH-like string), as an absolute path."""
+def find_executable(name: str, path: str | None = None, given: Path | None = None) -> Path | None:
+    """`given` when the user chose an executable (None if it is not a file), else `name` on PATH (or on `path`, a
+    PATH-like string), as an absolute path."""
+    if given is not None:
+        return given if given.is_file() else None
     found = shutil.which(name, path=path)
     return Path(found).absolute() if found else None
 

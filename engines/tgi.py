@@ -28,13 +28,8 @@ class TGIEngine:
         self.executable = executable
         self._path = path
 
-    def _executable(self) -> Path | None:
-        if self.executable is not None:
-            return self.executable if self.executable.is_file() else None
-        return find_executable(EXECUTABLE, self._path)
-
     def detect(self) -> Installation:
-        executable = self._executable()
+        executable = find_executable(EXECUTABLE, self._path, self.executable)
         if executable is None:
             return Installation(False, None, f"TGI is not installed: {INSTALL_HINT}")
         line = command_output([str(executable), "--version"])  # "text-generation-launcher 3.3.4"
@@ -44,7 +39,7 @@ class TGIEngine:
         return Installation(True, version, f"TGI {version} at {executable}")
 
     def build_command(self, plan: LaunchPlan, port: int, api_key: str) -> EngineCommand:
-        executable = self._executable()
+        executable = find_executable(EXECUTABLE, self._path, self.executable)
         argv = [
             str(executable or EXECUTABLE),
             "--model-id", plan.model_ref or str(plan.model_path),

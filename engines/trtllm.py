@@ -27,13 +27,8 @@ class TRTLLMEngine:
         self.executable = executable
         self._path = path
 
-    def _executable(self) -> Path | None:
-        if self.executable is not None:
-            return self.executable if self.executable.is_file() else None
-        return find_executable(EXECUTABLE, self._path)
-
     def detect(self) -> Installation:
-        executable = self._executable()
+        executable = find_executable(EXECUTABLE, self._path, self.executable)
         if executable is None:
             return Installation(False, None, f"TensorRT-LLM is not installed: {INSTALL_HINT}")
         python = sibling_python(executable)
@@ -42,7 +37,7 @@ class TRTLLMEngine:
         return Installation(True, version, f"TensorRT-LLM {version or '(version unknown)'}: {where}")
 
     def build_command(self, plan: LaunchPlan, port: int, api_key: str) -> EngineCommand:
-        executable = self._executable()
+        executable = find_executable(EXECUTABLE, self._path, self.executable)
         argv = [
             str(executable or EXECUTABLE), plan.model_ref or str(plan.model_path),
             "--host", "127.0.0.1",

@@ -75,3 +75,16 @@ def test_trtllm_found_with_and_without_its_version(tmp_path: Path) -> None:
     found = TRTLLMEngine(path=str(bin_dir)).detect()
     assert (found.installed, found.version) == (True, "1.2.1")
     assert TRTLLMEngine(path=str(bin_dir)).build_command(PLAN, 1234, "key").argv[0] == str(serve)
+
+
+def test_a_chosen_executable_wins_over_path_and_a_missing_one_is_not_installed(tmp_path: Path) -> None:
+    on_path = script(tmp_path / "bin", "text-generation-launcher", 'echo "text-generation-launcher 3.3.4"')
+    chosen = script(tmp_path / "chosen", "my-launcher", 'echo "text-generation-launcher 3.4.0"')
+    found = TGIEngine(executable=chosen, path=str(on_path.parent)).detect()
+    assert (found.installed, found.version) == (True, "3.4.0")
+    serve = script(tmp_path / "bin", "trtllm-serve", "exit 0")
+    assert TRTLLMEngine(executable=serve).build_command(PLAN, 1234, "key").argv[0] == str(serve)
+    missing = tmp_path / "gone" / "trtllm-serve"
+    for engine in (TGIEngine(executable=missing, path=str(on_path.parent)), TRTLLMEngine(executable=missing)):
+        found = engine.detect()
+        assert not found.installed and "not installed" in found.detail  # PATH is not searched instead
