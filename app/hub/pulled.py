@@ -26,10 +26,13 @@ class PulledModel:
     commit: str
     files: tuple[str, ...]  # absolute snapshot paths
     size_bytes: int
+    format: str = "gguf"  # or "safetensors": a folder vLLM serves (older index entries have no format: GGUF)
 
     @property
     def path(self) -> Path:
-        return Path(self.files[0])
+        """What an engine is given: the GGUF file (the first part of a split one), or the safetensors folder."""
+        first = Path(self.files[0])
+        return first.parent if self.format == "safetensors" else first
 
     def present(self) -> bool:
         return all(Path(file).is_file() for file in self.files)
@@ -68,7 +71,15 @@ def _save(paths: AppPaths, models: list[PulledModel]) -> None:
 
 
 def record_pull(
-    paths: AppPaths, repo_id: str, variant: str, commit: str, files: list[Path], base_id: str, taken: set[str]
+    paths: AppPaths,
+    repo_id: str,
+    variant: str,
+    commit: str,
+    files: list[Path],
+    base_id: str,
+    taken: set[str],
+    *,
+    model_format: str = "gguf",
 ) -> PulledModel:
     """Add a pull to the index (or refresh it) and return it. A repeat pull of a variant keeps its id; a new one
     gets `base_id`, or `base_id-2`, `-3`... when another model already has it."""
@@ -83,7 +94,7 @@ def record_pull(
             n += 1
             model_id = f"{base_id}-{n}"
     size = sum(file.stat().st_size for file in files)
-    entry = PulledModel(model_id, repo_id, variant, commit, tuple(str(file) for file in files), size)
+    entry = PulledModel(model_id, repo_id, variant, commit, tuple(str(file) for file in files), size, model_format)
     _save(paths, [m for m in models if m.id != model_id] + [entry])
     return entry
 

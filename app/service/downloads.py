@@ -55,6 +55,9 @@ class DownloadJob:
     rate_bps: float | None = None
     eta_s: float | None = None
     current: str = ""
+    phase: str = "download"  # or "verify": hashing `current`, `checked` of `check_total` bytes
+    checked: int = 0
+    check_total: int = 0
     error: str | None = None
     model_id: str | None = None
     token: TaskState | None = field(default=None, repr=False)
@@ -66,6 +69,7 @@ class DownloadJob:
             "id": self.id, "repo": self.request.repo_id, "variant": self.variant.name, "state": self.state,
             "done": self.done, "total": total, "rate_bps": self.rate_bps, "eta_s": self.eta_s,
             "current": self.current, "error": self.error, "model_id": self.model_id,
+            "phase": self.phase, "checked": self.checked, "check_total": self.check_total,
         }  # fmt: skip
 
 
@@ -187,7 +191,7 @@ class Downloads:
             job.state, job.model_id, job.eta_s = "completed", model.id, 0.0
             job.done = job.total = model.size_bytes
             self._on_pulled(model)
-        job.rate_bps = None
+        job.rate_bps, job.phase = None, "download"
         self._publish(job)
 
     def _pull(self, request: PullRequest, token: TaskState, hub_token: str | None) -> PulledModel:
@@ -198,6 +202,7 @@ class Downloads:
             return  # a late report of a run already stopped
         job.done, job.total, job.current = progress.done, progress.total, progress.current
         job.rate_bps, job.eta_s = progress.rate_bps, progress.eta_s
+        job.phase, job.checked, job.check_total = progress.phase, progress.checked, progress.check_total
         self._publish(job)
 
     def _bytes_on_disk(self, job: DownloadJob) -> int:

@@ -16,8 +16,8 @@ from typing import Any
 from app.hub.cache import UnsafeName, check_repo_id
 from app.hub.errors import DEFAULT_ENDPOINT, HubError, OfflineError
 from app.hub.hub_api import ModelDetails, Sort, model_details, search_models
-from app.hub.library import ModelSpec
-from app.hub.pull import PullRequest, choose_variant
+from app.hub.library import ModelSpec, pulled_spec
+from app.hub.pull import PullRequest, all_variants, choose_variant
 from app.hub.pulled import PulledModel
 from app.hub.remote_header import HeaderCache, read_remote_header
 from app.hub.token import read_token
@@ -138,7 +138,7 @@ class HubRoutes:
             "variants": [{
                 "name": v.name, "quant": v.quant, "size": v.size, "complete": v.complete,
                 "files": [f.path for f in v.files],
-            } for v in details.variants],
+            } for v in all_variants(details)],
             "recommended": pick.variant, "recommendation_basis": pick.basis,
             "recommendation": {"source": pick.source, "plan": pick.plan},
         }  # fmt: skip
@@ -219,7 +219,7 @@ class HubRoutes:
 
     def add_pulled(self, model: PulledModel) -> None:
         """Serve a model a download just finished, without a restart."""
-        spec = ModelSpec(model.id, f"{model.repo_id} ({model.variant})", model.path, model.size_bytes, "hub")
+        spec = pulled_spec(model)
         self._manager.models[spec.id] = spec
         self.publish_models()
 
