@@ -1,7 +1,9 @@
 """Downloads the service runs for its clients: each a pull on a worker thread with a progress-and-cancel token,
 its progress published as `download` events, paused, resumed and cancelled through the control API.
 
-A job's state changes only on the event loop; the worker thread reports through `call_soon_threadsafe`.
+A job's state changes only on the event loop; the worker thread reports through `call_soon_threadsafe`. Jobs are
+kept in a file (app.service.download_store) whenever their state changes: after a restart, or a crash, a download
+that was running shows as paused and resumes from the bytes on disk.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from app.hub.pulled import PulledModel
 from app.hub.task import Progress, Stopped, TaskState
 from app.hub.variants import Variant
 from app.paths import AppPaths
+from app.service.download_store import from_record, load_records, save_records, to_record
 from app.service.events import EventBus
 
 log = logging.getLogger("modeldeck.downloads")
@@ -91,20 +94,59 @@ class Downloads:
         self._on_pulled = on_pulled
         self._jobs: dict[str, DownloadJob] = {}
         self._ids = itertools.count(1)
+        self._loaded = False
+        self._saved_states: dict[str, JobState] = {}
         # Their own threads: a download holds one for minutes, and asyncio's shared pool (a few threads on a
         # small machine) also serves hardware detection, model headers and the keyring.
         self._executor = ThreadPoolExecutor(MAX_PARALLEL, thread_name_prefix="download")
 
     def jobs(self) -> list[DownloadJob]:
+        self._restore()
         return list(self._jobs.values())
 
     def get(self, job_id: str) -> DownloadJob | None:
+        self._restore()
         return self._jobs.get(job_id)
 
+    def _restore(self) -> None:
+        """Bring back the jobs of earlier runs, once, on first use (not in the constructor: it reads the disk).
+        One that was running is paused now: nothing fetches it until someone resumes it."""
+        if self._loaded:
+            return
+        self._loaded = True
+        for raw in load_records(self._paths):
+            try:
+                job_id, request, variant, fields = from_record(raw)
+            except (KeyError, TypeError, ValueError, HubError, UnsafeName) as exc:
+                log.warning("a kept download could not be read (%s); skipped", exc)
+                continue
+            job = DownloadJob(job_id, request, variant, **fields)
+            if job.state in ACTIVE:
+                job.state, job.done = "paused", self._bytes_on_disk(job)
+            self._jobs[job.id] = job
+            self._saved_states[job.id] = job.state
+        numbers = [int(i.removeprefix("dl-")) for i in self._jobs if i.removeprefix("dl-").isdigit()]
+        self._ids = itertools.count(max(numbers, default=0) + 1)
+
+    def _save(self) -> None:
+        fields = ("state", "done", "total", "error", "model_id")
+        records = [
+            to_record(job.id, job.request, job.variant, {name: getattr(job, name) for name in fields})
+            for job in self._jobs.values()
+        ]
+        try:
+            save_records(self._paths, records)
+        except OSError as exc:  # a full disk must not stop the download itself; the job is lost only on restart
+            log.warning("the list of downloads could not be saved: %s", exc)
+
     def start(self, request: PullRequest, variant: Variant, hub_token: str | None) -> DownloadJob:
-        """Begin fetching `variant`; refused while another job is fetching the same one."""
+        """Begin fetching `variant`; refused while another job is fetching the same one. A paused job for it (one
+        kept from an earlier run, say) is resumed instead: the same download, not a second one."""
+        self._restore()
         for job in self._jobs.values():
             if job.state in ACTIVE and job.request.repo_id == request.repo_id and job.variant.name == variant.name:
+                if job.state == "paused" and (job.run is None or job.run.done()):
+                    return self.resume(job.id, hub_token)
                 raise DownloadConflict(f"{variant.name} of {request.repo_id} is already being downloaded ({job.id}).")
         job = DownloadJob(f"dl-{next(self._ids)}", request, variant, total=variant.size or 0)
         self._jobs[job.id] = job
@@ -159,6 +201,7 @@ class Downloads:
         self._executor.shutdown(wait=False, cancel_futures=True)
 
     def _job(self, job_id: str) -> DownloadJob:
+        self._restore()
         job = self._jobs.get(job_id)
         if job is None:
             raise KeyError(job_id)
@@ -223,4 +266,7 @@ class Downloads:
                 cache.incomplete(file.sha256).unlink(missing_ok=True)
 
     def _publish(self, job: DownloadJob) -> None:
+        if self._saved_states.get(job.id) != job.state:  # kept at each change of state, not at each progress event
+            self._saved_states[job.id] = job.state
+            self._save()
         self._bus.publish({"type": "download", "download": job.to_dict()})

@@ -91,6 +91,7 @@ def test_dropped_connection_is_resumed_with_a_range_request(hub: FakeHub, gguf_s
     hub.faults.drop_after, hub.faults.drop_times = MB, 2
     path = fetch(hub, "org/m", "m-Q4_0.gguf", cache_dir)
     assert [r.range for r in hub.downloads("m-Q4_0.gguf")] == [None, f"bytes={MB}-", f"bytes={2 * MB}-"]
+    assert hub.bytes_sent("m-Q4_0.gguf") == SLICE_BYTES
     assert sha256(path.read_bytes()) == sha256(gguf_slice)
     cache = RepoCache(cache_dir, "org/m")
     assert path.is_symlink() and path.resolve() == cache.blob(sha256(gguf_slice))

@@ -104,6 +104,7 @@ def test_a_pull_killed_again_and_again_never_fetches_a_byte_twice(
     assert last.returncode == 0, last.stderr
     # Every fetch starts where the one before was cut, and each was cut after exactly the bytes it wrote.
     assert [r.range for r in hub.downloads(FILE)] == [None] + [f"bytes={offset}-" for offset in offsets[1:]]
+    assert hub.bytes_sent(FILE) == len(gguf_bytes)  # counted by the server: no byte was sent twice
     [model] = load_pulled(paths)
     assert sha256(model.path.read_bytes()) == sha256(gguf_bytes)
 

@@ -232,8 +232,48 @@ def test_a_download_cut_by_a_service_stop_resumes_in_the_next_service(
     again = start_service_process(paths, tmp_path)
     try:
         second = again.client.start_download(REPO_ID, "Q4_1")
+        assert second["id"] == job["id"]  # the job kept from the first service is resumed, not started twice
         done = wait_state(again.client, second["id"], "completed", "failed")
         assert done["state"] == "completed", done["error"]
         assert hub.downloads(FILE)[fetched_before].range == f"bytes={kept}-"
     finally:
         stop_service_process(again)
+
+
+def test_a_download_cut_by_a_crash_comes_back_paused_and_resumes_from_the_bytes_on_disk(
+    hub: FakeHub, hub_service: RunningService, gguf_bytes: bytes, hf_home: Path, paths: AppPaths, tmp_path: Path
+) -> None:
+    """The service is SIGKILLed mid-download: the next one lists the job as paused with the bytes on disk, and
+    resuming it fetches only the rest (the stand-in Hub counts every byte it sends)."""
+    add_repo(hub, REPO_ID, {FILE: gguf_bytes})
+    cut = 5_000_000
+    hub.faults.stall_after = cut
+    job = hub_service.client.start_download(REPO_ID, "Q4_1")
+    partial = RepoCache(hf_home / "hub", REPO_ID).incomplete(sha256(gguf_bytes))
+    wait_for(lambda: partial.exists() and partial.stat().st_size == cut)
+    hub_service.process.kill()
+    hub_service.process.wait(timeout=30)
+    hub.faults.stall_after = None
+    again = start_service_process(paths, tmp_path)
+    try:
+        restored = download(again.client, job["id"])
+        assert restored["state"] == "paused" and restored["done"] == cut and restored["total"] == len(gguf_bytes)
+        assert restored["repo"] == REPO_ID and restored["variant"] == "Q4_1"
+        again.client.control_download(job["id"], "resume")
+        done = wait_state(again.client, job["id"], "completed", "failed")
+        assert done["state"] == "completed", done["error"]
+        assert done["model_id"] in model_ids(again.client)
+        assert hub.downloads(FILE)[-1].range == f"bytes={cut}-"
+        assert hub.bytes_sent(FILE) == len(gguf_bytes)  # not one byte fetched twice
+        # A new download gets a new id, never one of a kept job.
+        other = again.client.start_download(REPO_ID, "Q4_1")
+        assert other["id"] != job["id"]
+        assert wait_state(again.client, other["id"], "completed", "failed")["state"] == "completed"
+    finally:
+        stop_service_process(again)
+    third = start_service_process(paths, tmp_path)
+    try:
+        kept = {d["id"]: d["state"] for d in third.client.downloads()}
+        assert kept == {job["id"]: "completed", other["id"]: "completed"}
+    finally:
+        stop_service_process(third)
