@@ -8,12 +8,21 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from app.hub.cache import check_filename, check_repo_id
-from app.hub.download import DEFAULT_RETRY, FreeBytes, RetryPolicy, disk_free, download_files, resolve
+from app.hub.download import (
+    DEFAULT_RETRY,
+    FreeBytes,
+    RemoteFile,
+    RetryPolicy,
+    disk_free,
+    download_files,
+    resolve,
+)
 from app.hub.errors import HubError
 from app.hub.hub_api import ModelDetails, model_details
 from app.hub.library import bundled_model, local_models, model_id_from_filename
 from app.hub.pulled import PulledModel, record_pull
 from app.hub.safetensors_check import check_model_folder
+from app.hub.stores import FolderStore, Store, folder_for_repo
 from app.hub.task import TaskState
 from app.hub.variants import SAFETENSORS, Variant, pick_variant
 from app.paths import AppPaths
@@ -96,13 +105,33 @@ def pull(
     cache_dir: Path,
     retry: RetryPolicy = DEFAULT_RETRY,
     free_bytes: FreeBytes = disk_free,
+    models_dir: Path | None = None,
 ) -> PulledModel:
-    """Download a variant into the cache, check an engine may read it, and add it to the library."""
+    """Download a variant into the cache (or, given `models_dir`, as plain files in that folder), check an engine
+    may read it, and add it to the library."""
     details = model_details(request.repo_id, endpoint=endpoint, token=token)
     variant = choose_variant(request, details)
     remote = [resolve(request.repo_id, f.path, endpoint=endpoint, token=token) for f in variant.files]
-    files = download_files(remote, cache_dir, state, token=token, endpoint=endpoint, retry=retry, free_bytes=free_bytes)
-    taken = _taken_ids(paths)
+    store: Path | Store = cache_dir
+    existed: set[Path] = set()
+    if models_dir is not None:
+        store = FolderStore(models_dir, folder_for_repo(request.repo_id) if variant.name == SAFETENSORS else None)
+        existed = {path for path in map(store.final, remote) if path.exists()}
+    files = download_files(remote, store, state, token=token, endpoint=endpoint, retry=retry, free_bytes=free_bytes)
+    try:
+        return _register(request, variant, remote, files, paths)
+    except HubError:
+        if models_dir is not None:  # a folder the library scans must not keep files no engine can read
+            for file in set(files) - existed:  # what was there before is the user's
+                file.unlink(missing_ok=True)
+        raise
+
+
+def _register(
+    request: PullRequest, variant: Variant, remote: list[RemoteFile], files: list[Path], paths: AppPaths
+) -> PulledModel:
+    """Check the verified files are what an engine may read, then add them to the library."""
+    taken = _taken_ids(paths, files)
     if variant.name == SAFETENSORS:
         try:
             check_model_folder(files)
@@ -110,8 +139,9 @@ def pull(
             raise HubError(f"downloaded and verified, but not a model vLLM can serve, so not added: {exc}") from exc
         base_id = model_id_from_filename(request.repo_id.split("/")[1]) or "model"
         return record_pull(
-            paths, request.repo_id, variant.name, remote[0].commit, files, base_id, taken, model_format=SAFETENSORS
-        )
+            paths, request.repo_id, variant.name, remote[0].commit, files, base_id, taken,
+            model_format=SAFETENSORS, hashes=tuple(r.etag for r in remote),
+        )  # fmt: skip
     for file in files:
         try:
             read_gguf_info(file)
@@ -120,9 +150,15 @@ def pull(
                 f"downloaded and verified, but not a usable GGUF, so not added to the library: {exc}"
             ) from exc
     base_id = model_id_from_filename(_SPLIT_SUFFIX.sub("", variant.files[0].path.rsplit("/", 1)[-1])) or "model"
-    return record_pull(paths, request.repo_id, variant.name, remote[0].commit, files, base_id, taken)
+    return record_pull(
+        paths, request.repo_id, variant.name, remote[0].commit, files, base_id, taken,
+        hashes=tuple(r.etag for r in remote),
+    )  # fmt: skip
 
 
-def _taken_ids(paths: AppPaths) -> set[str]:
+def _taken_ids(paths: AppPaths, files: list[Path]) -> set[str]:
+    """Ids other models hold; a file just pulled into the models folder does not count against itself."""
     bundled = bundled_model()
-    return {spec.id for spec in local_models(paths.models_dir)} | ({bundled.id} if bundled else set())
+    ours = {file.resolve() for file in files} | {file.parent.resolve() for file in files}
+    local = {spec.id for spec in local_models(paths.models_dir) if spec.path is None or spec.path.resolve() not in ours}
+    return local | ({bundled.id} if bundled else set())

@@ -109,6 +109,9 @@ class HubRoutes:
     async def _search(self, query: Query) -> list[dict[str, Any]]:
         sort = query.get("sort", ["downloads"])[0]
         limit = query.get("limit", ["20"])[0]
+        library = query.get("format", ["gguf"])[0]
+        if library not in ("gguf", "safetensors"):
+            raise _BadRequest("`format` must be gguf or safetensors.")
         if sort not in SORTS:
             raise _BadRequest(f"`sort` must be one of {', '.join(SORTS)}.")
         if not limit.isdigit() or not 1 <= int(limit) <= MAX_LIMIT:
@@ -116,7 +119,7 @@ class HubRoutes:
         order = next(s for s in SORTS if s == sort)
         text, token = query.get("q", [""])[0], await asyncio.to_thread(_hub_token)
         found = await asyncio.to_thread(
-            search_models, text, endpoint=self._endpoint, token=token, sort=order, limit=int(limit)
+            search_models, text, endpoint=self._endpoint, token=token, sort=order, limit=int(limit), library=library
         )
         return [{
             "id": m.id, "downloads": m.downloads, "likes": m.likes, "gated": m.gated, "pipeline_tag": m.pipeline_tag,

@@ -48,8 +48,11 @@ def pulled_by_id(paths: AppPaths) -> dict[str, PulledModel]:
 
 
 def model_files(spec: ModelSpec, pulled: PulledModel | None) -> list[Path]:
+    """The files a model is made of: a pull's recorded files, a folder's files, or the one GGUF file."""
     if pulled is not None:
         return [Path(file) for file in pulled.files]
+    if spec.path is not None and spec.path.is_dir():
+        return sorted(file for file in spec.path.iterdir() if file.is_file())
     return [spec.path] if spec.path is not None else []
 
 
@@ -85,10 +88,10 @@ def verify(spec: ModelSpec, pulled: PulledModel | None) -> Verdict:
     checks: list[str] = []
     ok = True
     files = model_files(spec, pulled)
-    for file in files:
+    for index, file in enumerate(files):
         if not file.is_file():
             return Verdict(False, (*checks, f"{file.name} is missing: download the model again"))
-        expected = file.resolve().name if pulled is not None else None
+        expected = _expected_hash(file, index, pulled)
         if expected is not None and _HUB_HASH.fullmatch(expected):
             kind, actual = ("sha256", _sha256(file)) if len(expected) == 64 else ("git hash", _git_sha1(file))
             if actual == expected:
@@ -104,7 +107,7 @@ def verify(spec: ModelSpec, pulled: PulledModel | None) -> Verdict:
             except GGUFError as exc:
                 ok = False
                 checks.append(str(exc))
-    if pulled is not None and pulled.format == "safetensors":
+    if any(file.name.endswith(".safetensors") for file in files):
         try:
             check_model_folder(files)
             checks.append("config.json and every safetensors header are sound")
@@ -112,6 +115,15 @@ def verify(spec: ModelSpec, pulled: PulledModel | None) -> Verdict:
             ok = False
             checks.append(f"not a model vLLM can serve: {exc}")
     return Verdict(ok, tuple(checks))
+
+
+def _expected_hash(file: Path, index: int, pulled: PulledModel | None) -> str | None:
+    """The Hub's hash of a pulled file: recorded at the pull, else the name of the cache blob it links to."""
+    if pulled is None:
+        return None
+    if len(pulled.hashes) == len(pulled.files):
+        return pulled.hashes[index]
+    return file.resolve().name
 
 
 def _sha256(path: Path) -> str:
@@ -144,6 +156,8 @@ def delete_files(spec: ModelSpec, paths: AppPaths) -> None:
             if folder.is_dir() and not any(folder.iterdir()):
                 folder.rmdir()  # an emptied snapshot folder
     elif spec.source == "local" and spec.path is not None:
+        if spec.path.is_dir():
+            raise LibraryError(403, f"{spec.path} is a folder you placed there; delete it yourself if you mean to.")
         if spec.path.resolve().parent != paths.models_dir.resolve():
             raise LibraryError(403, f"{spec.path} is outside the models folder; ModelDeck deletes only its own files.")
         spec.path.unlink(missing_ok=True)

@@ -15,6 +15,7 @@ import socket
 import time
 from collections.abc import Callable, Generator
 from dataclasses import dataclass
+from pathlib import Path
 
 import aiohttp
 import uvicorn
@@ -59,6 +60,7 @@ class ServeOptions:
     max_waiting: int = 32
     model_ttls: tuple[tuple[str, float | None], ...] = ()  # (model id, idle TTL; None: never) over idle_ttl_s
     log_request_text: bool = False  # keep prompts and completions in the request log
+    models_dirs: tuple[Path, ...] = ()  # the user's models folders, scanned besides ModelDeck's own
 
 
 class _Server(uvicorn.Server):
@@ -123,7 +125,9 @@ class Service:
         options, paths = self.options, self.paths
         for directory in (paths.config, paths.data, paths.logs, paths.state):
             directory.mkdir(parents=True, exist_ok=True)
-        models = known_models(paths) | {model_id: external_model(model_id, url) for model_id, url in options.upstreams}
+        models = known_models(paths, options.models_dirs) | {
+            model_id: external_model(model_id, url) for model_id, url in options.upstreams
+        }
         unknown = [m for m in (*options.models, *(m for m, _ in options.model_ttls)) if m not in models]
         if unknown:
             raise ServiceError(f"Unknown model {', '.join(unknown)}. Known models: {', '.join(models) or 'none'}.")

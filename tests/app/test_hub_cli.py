@@ -215,3 +215,39 @@ def test_a_file_size_limit_mid_download_keeps_the_partial_and_registers_nothing(
     assert resumed.returncode == 0, resumed.stderr
     assert hub.downloads(FILE)[-1].range == f"bytes={limit}-"
     assert sha256(load_pulled(paths)[0].path.read_bytes()) == sha256(gguf_bytes)
+
+
+def test_pull_into_a_models_dir_is_killed_resumed_and_listed(
+    hub: FakeHub, gguf_bytes: bytes, hf_home: Path, tmp_path: Path, paths: AppPaths
+) -> None:
+    """`pull --models-dir`: the partial waits in the folder's hidden partial folder, a new process resumes it,
+    and the file ends up as DIR/FILE, listed by `modeldeck models`; the Hugging Face cache is not touched."""
+    add_repo(hub, REPO_ID, {FILE: gguf_bytes})
+    mine = tmp_path / "my models"
+    cut = 6_000_000
+    hub.faults.stall_after = cut
+    partial = mine / ".modeldeck-partial" / f"{sha256(gguf_bytes)}.incomplete"
+    with (tmp_path / "first.log").open("wb") as out:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "app", "pull", REPO_ID, "--models-dir", str(mine)], stdout=out,
+            stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=REPO, env=env_for(hub.url, hf_home),
+        )  # fmt: skip
+    try:
+        wait_for(lambda: partial.exists() and partial.stat().st_size == cut, timeout_s=60)
+    finally:
+        process.kill()
+        process.wait(timeout=30)
+    hub.faults.stall_after = None
+    resumed = modeldeck("pull", REPO_ID, "--models-dir", str(mine), env=env_for(hub.url, hf_home))
+    assert resumed.returncode == 0, resumed.stderr
+    assert hub.downloads(FILE)[-1].range == f"bytes={cut}-" and hub.bytes_sent(FILE) == len(gguf_bytes)
+    assert (mine / FILE).read_bytes() == gguf_bytes and not partial.exists()
+    assert not (hf_home / "hub").exists()
+    [model] = load_pulled(paths)
+    assert model.path == mine / FILE
+    listed = modeldeck("models", "--models-dir", str(mine), env=env_for(hub.url, hf_home)).stdout
+    assert listed.count(str(mine / FILE)) == 1 and model.id in listed
+    both = modeldeck(
+        "pull", REPO_ID, "--models-dir", str(mine), "--cache-dir", str(tmp_path), env=env_for(hub.url, hf_home)
+    )
+    assert both.returncode == 2 and "not allowed with argument" in both.stderr

@@ -277,3 +277,27 @@ def test_a_download_cut_by_a_crash_comes_back_paused_and_resumes_from_the_bytes_
         assert kept == {job["id"]: "completed", other["id"]: "completed"}
     finally:
         stop_service_process(third)
+
+
+def test_a_safetensors_model_is_found_shown_downloaded_and_listed_for_vllm(
+    hub: FakeHub, hub_service: RunningService, paths: AppPaths
+) -> None:
+    from tests.app.test_hub_safetensors import WANTED, model_files
+
+    add_repo(hub, "org/tiny-llama", model_files(), tags=("safetensors", "text-generation"))
+    add_repo(hub, "org/tiny-llama-GGUF", {"x.gguf": b"1"})
+    client = hub_service.client
+    assert [m["id"] for m in client.hub_search("tiny", model_format="safetensors")] == ["org/tiny-llama"]
+    assert [m["id"] for m in client.hub_search("tiny")] == ["org/tiny-llama-GGUF"]
+    assert error_of(client.hub_search, "tiny", "downloads", 20, "pickle").status == 400
+    page = client.hub_model("org/tiny-llama")
+    [variant] = page["variants"]
+    assert variant["name"] == "safetensors" and sorted(variant["files"]) == WANTED and variant["complete"]
+    job = client.start_download("org/tiny-llama", "safetensors")
+    done = wait_state(client, job["id"], "completed", "failed")
+    assert done["state"] == "completed", done["error"]
+    [entry] = [m for m in client.models() if m["id"] == done["model_id"]]
+    assert entry["engine"] == "vllm"
+    [pulled] = load_pulled(paths)
+    assert entry["path"] == str(pulled.path) and pulled.path.is_dir()
+    assert client.verify_model(done["model_id"])["ok"]
