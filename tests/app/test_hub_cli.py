@@ -251,3 +251,33 @@ def test_pull_into_a_models_dir_is_killed_resumed_and_listed(
         "pull", REPO_ID, "--models-dir", str(mine), "--cache-dir", str(tmp_path), env=env_for(hub.url, hf_home)
     )
     assert both.returncode == 2 and "not allowed with argument" in both.stderr
+
+
+def test_hf_hub_offline_is_said_plainly_and_the_rest_still_works(
+    hub: FakeHub, gguf_bytes: bytes, hf_home: Path, paths: AppPaths
+) -> None:
+    add_repo(hub, REPO_ID, {FILE: gguf_bytes})
+    env = env_for(hub.url, hf_home, HF_HUB_OFFLINE="1")
+    for command in (("search", "smol"), ("pull", REPO_ID), ("show", REPO_ID)):
+        result = modeldeck(*command, env=env)
+        assert result.returncode == 2, result.stdout
+        assert "offline: search and download need the network; everything else works" in result.stderr
+        assert "HF_HUB_OFFLINE is set" in result.stderr
+    assert hub.downloads(FILE) == [] and load_pulled(paths) == []
+    listed = modeldeck("models", env=env)
+    assert listed.returncode == 0 and "smollm2-135m-instruct" in listed.stdout
+
+
+def test_the_progress_bar_says_when_it_is_verifying() -> None:
+    import io
+
+    from app.hub.task import Progress
+    from app.hub_commands import ProgressBar
+
+    out = io.StringIO()
+    bar = ProgressBar(out)
+    bar(Progress(100, 100, None, 0.0, "dir/big.safetensors", phase="verify", checked=25, check_total=100))
+    bar(Progress(100, 100, 5e6, 0.0, "dir/big.safetensors", finished=True))
+    first, second = out.getvalue().splitlines()
+    assert "25.0% verifying big.safetensors" in first
+    assert "100.0%" in second and "MB/s" in second
