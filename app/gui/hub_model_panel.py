@@ -108,7 +108,7 @@ class HubModelPanel(QWidget):
             if mark:
                 self.variants_table.selectRow(row)
         if not page["variants"]:
-            self.basis_label.setText("This model has no GGUF files ModelDeck can serve.")
+            self.basis_label.setText("This model has no GGUF files and no safetensors model ModelDeck can serve.")
         else:
             self.basis_label.setText(f"Recommended by a {page['recommendation_basis']}.")
 
