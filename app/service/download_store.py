@@ -36,6 +36,7 @@ def to_record(job_id: str, request: PullRequest, variant: Variant, fields: dict[
             "files": [{"path": f.path, "size": f.size, "sha256": f.sha256} for f in variant.files],
         },
         **{key: fields[key] for key in ("state", "done", "total", "error", "model_id")},
+        "models_dir": str(fields["models_dir"]) if fields.get("models_dir") else None,
     }  # fmt: skip
 
 
@@ -53,6 +54,10 @@ def from_record(raw: dict[str, Any]) -> tuple[str, PullRequest, Variant, dict[st
     fields = {key: raw[key] for key in ("state", "done", "total", "error", "model_id")}
     if fields["state"] not in ("running", "paused", "cancelled", "failed", "completed"):
         raise ValueError(f"unknown state {fields['state']!r}")
+    folder = raw.get("models_dir")
+    if folder is not None and (not isinstance(folder, str) or not Path(folder).is_absolute()):
+        raise ValueError(f"a models folder must be a full path, not {folder!r}")
+    fields["models_dir"] = Path(folder) if folder else None
     return str(raw["id"]), request, variant, fields
 
 

@@ -17,12 +17,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from app.hub.cache import RepoCache, UnsafeName
+from app.hub.cache import UnsafeName
+from app.hub.download import RemoteFile
 from app.hub.errors import HubError
 from app.hub.pull import PullRequest, pull
 from app.hub.pulled import PulledModel
+from app.hub.stores import FolderStore, HubCacheStore, Store, folder_for_repo
 from app.hub.task import Progress, Stopped, TaskState
-from app.hub.variants import Variant
+from app.hub.variants import SAFETENSORS, Variant
 from app.paths import AppPaths
 from app.service.download_store import from_record, load_records, save_records, to_record
 from app.service.events import EventBus
@@ -63,6 +65,7 @@ class DownloadJob:
     check_total: int = 0
     error: str | None = None
     model_id: str | None = None
+    models_dir: Path | None = None  # where the files go as plain files; None: the Hugging Face cache
     token: TaskState | None = field(default=None, repr=False)
     run: asyncio.Task[None] | None = field(default=None, repr=False)
 
@@ -86,8 +89,10 @@ class Downloads:
         cache_dir: Path,
         endpoint: str,
         on_pulled: Callable[[PulledModel], None],
+        models_dir: Path | None = None,
     ) -> None:
         self._bus = bus
+        self._models_dir = models_dir
         self._paths = paths
         self._cache_dir = cache_dir
         self._endpoint = endpoint
@@ -129,7 +134,7 @@ class Downloads:
         self._ids = itertools.count(max(numbers, default=0) + 1)
 
     def _save(self) -> None:
-        fields = ("state", "done", "total", "error", "model_id")
+        fields = ("state", "done", "total", "error", "model_id", "models_dir")
         records = [
             to_record(job.id, job.request, job.variant, {name: getattr(job, name) for name in fields})
             for job in self._jobs.values()
@@ -148,7 +153,9 @@ class Downloads:
                 if job.state == "paused" and (job.run is None or job.run.done()):
                     return self.resume(job.id, hub_token)
                 raise DownloadConflict(f"{variant.name} of {request.repo_id} is already being downloaded ({job.id}).")
-        job = DownloadJob(f"dl-{next(self._ids)}", request, variant, total=variant.size or 0)
+        job = DownloadJob(
+            f"dl-{next(self._ids)}", request, variant, total=variant.size or 0, models_dir=self._models_dir
+        )
         self._jobs[job.id] = job
         self._launch(job, hub_token)
         return job
@@ -220,7 +227,7 @@ class Downloads:
     async def _run(self, job: DownloadJob, token: TaskState, hub_token: str | None) -> None:
         try:
             loop = asyncio.get_running_loop()
-            model = await loop.run_in_executor(self._executor, self._pull, job.request, token, hub_token)
+            model = await loop.run_in_executor(self._executor, self._pull, job, token, hub_token)
         except Stopped as stop:
             # Progress reports are throttled, so the last one may be behind what reached the disk.
             on_disk = await asyncio.to_thread(self._bytes_on_disk, job)
@@ -237,8 +244,11 @@ class Downloads:
         job.rate_bps, job.phase = None, "download"
         self._publish(job)
 
-    def _pull(self, request: PullRequest, token: TaskState, hub_token: str | None) -> PulledModel:
-        return pull(request, self._paths, token, endpoint=self._endpoint, token=hub_token, cache_dir=self._cache_dir)
+    def _pull(self, job: DownloadJob, token: TaskState, hub_token: str | None) -> PulledModel:
+        return pull(
+            job.request, self._paths, token, endpoint=self._endpoint, token=hub_token, cache_dir=self._cache_dir,
+            models_dir=job.models_dir,
+        )  # fmt: skip
 
     def _on_progress(self, job: DownloadJob, progress: Progress) -> None:
         if job.state != "running":
@@ -248,22 +258,30 @@ class Downloads:
         job.phase, job.checked, job.check_total = progress.phase, progress.checked, progress.check_total
         self._publish(job)
 
+    def _store(self, job: DownloadJob) -> Store:
+        if job.models_dir is None:
+            return HubCacheStore(self._cache_dir)
+        subfolder = folder_for_repo(job.request.repo_id) if job.variant.name == SAFETENSORS else None
+        return FolderStore(job.models_dir, subfolder)
+
+    def _lfs_files(self, job: DownloadJob) -> list[RemoteFile]:
+        """The job's large files as the store names them (small git files are a few kilobytes: not counted)."""
+        repo = job.request.repo_id
+        return [RemoteFile(repo, f.path, "main", "", f.sha256, f.size or 0, "") for f in job.variant.files if f.sha256]
+
     def _bytes_on_disk(self, job: DownloadJob) -> int:
-        cache, done = RepoCache(self._cache_dir, job.request.repo_id), 0
-        for file in job.variant.files:
-            if file.sha256 is None:
-                continue
-            for path in (cache.blob(file.sha256), cache.incomplete(file.sha256)):
+        store, done = self._store(job), 0
+        for file in self._lfs_files(job):
+            for path in (store.final(file), store.incomplete(file)):
                 if path.is_file():
                     done += path.stat().st_size
                     break
         return done
 
     def _drop_partials(self, job: DownloadJob) -> None:
-        cache = RepoCache(self._cache_dir, job.request.repo_id)
-        for file in job.variant.files:
-            if file.sha256 is not None:
-                cache.incomplete(file.sha256).unlink(missing_ok=True)
+        store = self._store(job)
+        for file in self._lfs_files(job):
+            store.incomplete(file).unlink(missing_ok=True)
 
     def _publish(self, job: DownloadJob) -> None:
         if self._saved_states.get(job.id) != job.state:  # kept at each change of state, not at each progress event

@@ -52,7 +52,14 @@ class HubRoutes:
     """Answers /api/hub/*, /api/downloads* and /api/library*; `handle` returns False for any other route."""
 
     def __init__(
-        self, manager: EngineManager, bus: EventBus, advisor: Advisor, paths: AppPaths, cache_dir: Path, endpoint: str
+        self,
+        manager: EngineManager,
+        bus: EventBus,
+        advisor: Advisor,
+        paths: AppPaths,
+        cache_dir: Path,
+        endpoint: str,
+        models_dir: Path | None = None,  # where downloads go as plain files; None: the Hugging Face cache
     ) -> None:
         self._manager = manager
         self._bus = bus
@@ -60,7 +67,8 @@ class HubRoutes:
         self._paths = paths
         self._cache_dir = cache_dir
         self._endpoint = endpoint
-        self.downloads = Downloads(bus, paths, cache_dir, endpoint, self.add_pulled)
+        self._models_dir = models_dir
+        self.downloads = Downloads(bus, paths, cache_dir, endpoint, self.add_pulled, models_dir)
         self._lock = asyncio.Lock()  # one library change at a time: delete and import touch the same registry
         self._headers = HeaderCache()
 
@@ -194,7 +202,7 @@ class HubRoutes:
 
     async def _library(self) -> dict[str, Any]:
         library: dict[str, Any] = await asyncio.to_thread(
-            describe_library, dict(self._manager.models), self._paths, self._cache_dir
+            describe_library, dict(self._manager.models), self._paths, self._cache_dir, self._models_dir
         )
         for entry in library["models"]:
             entry["state"] = self._manager.state(entry["id"]).value

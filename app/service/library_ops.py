@@ -60,7 +60,9 @@ def _size_on_disk(files: list[Path]) -> int:
     return sum(file.stat().st_size for file in files if file.is_file())
 
 
-def describe_library(models: dict[str, ModelSpec], paths: AppPaths, cache_dir: Path) -> dict[str, Any]:
+def describe_library(
+    models: dict[str, ModelSpec], paths: AppPaths, cache_dir: Path, downloads_dir: Path | None = None
+) -> dict[str, Any]:
     """Every model with a file, its size on disk and origin, and the free space where models are kept."""
     pulled = pulled_by_id(paths)
     entries = []
@@ -78,6 +80,11 @@ def describe_library(models: dict[str, ModelSpec], paths: AppPaths, cache_dir: P
         "disk": [
             {"what": "models folder", "path": str(paths.models_dir), "free": disk_free(paths.models_dir)},
             {"what": "Hugging Face cache", "path": str(cache_dir), "free": disk_free(cache_dir)},
+            *(
+                [{"what": "downloads folder", "path": str(downloads_dir), "free": disk_free(downloads_dir)}]
+                if downloads_dir is not None
+                else []
+            ),
         ],
     }
 

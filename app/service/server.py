@@ -178,7 +178,8 @@ class Service:
         )
         gateway = Gateway(manager, gateway_config, pool, request_log)
         advisor = Advisor(paths)
-        hub = HubRoutes(manager, bus, advisor, paths, default_cache_dir(), hub_endpoint())
+        downloads_dir = options.models_dirs[0] if options.models_dirs else None  # the first --models-dir
+        hub = HubRoutes(manager, bus, advisor, paths, default_cache_dir(), hub_endpoint(), downloads_dir)
         metrics = MetricsPipeline(manager, bus, request_log, scrape_session, SeriesHistory(paths.metrics_db))
         control = ControlApi(manager, bus, token, endpoint, self.request_stop, request_log, advisor, hub, metrics)
         servers = [_uvicorn_server(gateway, gateway_sock), _uvicorn_server(control, control_sock)]

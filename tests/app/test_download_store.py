@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -20,14 +21,16 @@ from app.service.download_store import (
 )
 
 VARIANT = Variant("Q4_0", "Q4_0", (RepoFile("m-Q4_0.gguf", 10, "a" * 64),), 1)
-FIELDS = {"state": "running", "done": 3, "total": 10, "error": None, "model_id": None}
+FIELDS = {"state": "running", "done": 3, "total": 10, "error": None, "model_id": None, "models_dir": None}
 
 
-def test_a_job_survives_the_round_trip(paths: AppPaths) -> None:
+def test_a_job_survives_the_round_trip(paths: AppPaths, tmp_path: Path) -> None:
     request = PullRequest.parse("org/m:Q4_0")
-    save_records(paths, [to_record("dl-4", request, VARIANT, FIELDS)])
-    [raw] = load_records(paths)
-    assert from_record(raw) == ("dl-4", request, VARIANT, FIELDS)
+    into_folder = FIELDS | {"models_dir": tmp_path / "mine"}
+    save_records(paths, [to_record("dl-4", request, VARIANT, FIELDS), to_record("dl-5", request, VARIANT, into_folder)])
+    first, second = load_records(paths)
+    assert from_record(first) == ("dl-4", request, VARIANT, FIELDS)
+    assert from_record(second) == ("dl-5", request, VARIANT, into_folder)
 
 
 def test_a_damaged_file_reads_as_no_jobs(paths: AppPaths) -> None:
@@ -45,6 +48,9 @@ def test_a_tampered_record_is_refused(paths: AppPaths) -> None:
         from_record(raw)
     raw = to_record("dl-1", PullRequest.parse("org/m"), VARIANT, FIELDS | {"state": "exploded"})
     with pytest.raises(ValueError, match="unknown state"):
+        from_record(raw)
+    raw = to_record("dl-1", PullRequest.parse("org/m"), VARIANT, FIELDS) | {"models_dir": "relative/dir"}
+    with pytest.raises(ValueError, match="must be a full path"):
         from_record(raw)
 
 

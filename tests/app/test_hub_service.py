@@ -301,3 +301,43 @@ def test_a_safetensors_model_is_found_shown_downloaded_and_listed_for_vllm(
     [pulled] = load_pulled(paths)
     assert entry["path"] == str(pulled.path) and pulled.path.is_dir()
     assert client.verify_model(done["model_id"])["ok"]
+
+
+def test_serve_models_dir_downloads_into_it_and_a_kept_job_resumes_there(
+    hub: FakeHub, gguf_bytes: bytes, hf_home: Path, paths: AppPaths, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Downloads of a service started with --models-dir land in that folder as plain files; a job cut by a crash
+    remembers its folder, so a service started without the option still finishes it there."""
+    for name in ("HF_TOKEN", "HF_HUB_OFFLINE", "HF_HUB_CACHE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("HF_ENDPOINT", hub.url)
+    monkeypatch.setenv("HF_HOME", str(hf_home))
+    add_repo(hub, REPO_ID, {FILE: gguf_bytes})
+    mine = tmp_path / "my-models"
+    cut = 4_000_000
+    hub.faults.stall_after = cut
+    first = start_service_process(paths, tmp_path, "--models-dir", str(mine))
+    try:
+        disk = {d["what"]: d["path"] for d in first.client.library()["disk"]}
+        assert disk["downloads folder"] == str(mine)
+        job = first.client.start_download(REPO_ID, "Q4_1")
+        partial = mine / ".modeldeck-partial" / f"{sha256(gguf_bytes)}.incomplete"
+        wait_for(lambda: partial.exists() and partial.stat().st_size == cut)
+        first.process.kill()
+        first.process.wait(timeout=30)
+    finally:
+        stop_service_process(first)
+    hub.faults.stall_after = None
+    again = start_service_process(paths, tmp_path)
+    try:
+        assert download(again.client, job["id"])["done"] == cut
+        again.client.control_download(job["id"], "resume")
+        done = wait_state(again.client, job["id"], "completed", "failed")
+        assert done["state"] == "completed", done["error"]
+        assert (mine / FILE).read_bytes() == gguf_bytes and not (hf_home / "hub").exists()
+        [entry] = [m for m in again.client.models() if m["id"] == done["model_id"]]
+        assert entry["path"] == str(mine / FILE)
+        assert hub.bytes_sent(FILE) == len(gguf_bytes)
+        assert "downloads folder" not in {d["what"] for d in again.client.library()["disk"]}  # no --models-dir now
+    finally:
+        stop_service_process(again)
