@@ -301,6 +301,9 @@ def test_a_safetensors_model_is_found_shown_downloaded_and_listed_for_vllm(
     [pulled] = load_pulled(paths)
     assert entry["path"] == str(pulled.path) and pulled.path.is_dir()
     assert client.verify_model(done["model_id"])["ok"]
+    # No vLLM here: starting it says so, rather than reading the folder as a GGUF.
+    started = client.start_model(done["model_id"], wait=True)
+    assert started["state"] == "failed" and "vllm cannot run here: vLLM is not installed" in started["message"]
 
 
 def test_serve_models_dir_downloads_into_it_and_a_kept_job_resumes_there(
