@@ -281,3 +281,20 @@ def test_the_progress_bar_says_when_it_is_verifying() -> None:
     first, second = out.getvalue().splitlines()
     assert "25.0% verifying big.safetensors" in first
     assert "100.0%" in second and "MB/s" in second
+
+
+def test_search_show_and_pull_a_safetensors_model_for_vllm(hub: FakeHub, hf_home: Path, paths: AppPaths) -> None:
+    from tests.app.test_hub_safetensors import WANTED, model_files
+
+    add_repo(hub, "org/tiny-llama", model_files(), tags=("safetensors", "text-generation"))
+    env = env_for(hub.url, hf_home)
+    assert "org/tiny-llama" not in modeldeck("search", "tiny", env=env).stdout
+    assert "org/tiny-llama" in modeldeck("search", "tiny", "--format", "safetensors", env=env).stdout
+    shown = modeldeck("show", "org/tiny-llama", env=env)
+    assert "safetensors" in shown.stdout and f"{len(WANTED)} files" in shown.stdout
+    pulled = modeldeck("pull", "org/tiny-llama", env=env)
+    assert pulled.returncode == 0, pulled.stderr
+    assert "tiny-llama: org/tiny-llama safetensors" in pulled.stdout and "for vLLM" in pulled.stdout
+    [model] = load_pulled(paths)
+    assert sorted(p.name for p in model.path.iterdir()) == WANTED
+    assert str(model.path) in modeldeck("models", env=env).stdout
