@@ -344,3 +344,31 @@ def test_serve_models_dir_downloads_into_it_and_a_kept_job_resumes_there(
         assert "downloads folder" not in {d["what"] for d in again.client.library()["disk"]}  # no --models-dir now
     finally:
         stop_service_process(again)
+
+
+@pytest.mark.skipif(not hasattr(__import__("resource"), "prlimit"), reason="resource.prlimit is Linux-only")
+def test_a_full_disk_fails_the_download_plainly_and_harms_nothing_else(
+    hub: FakeHub, hub_service: RunningService, gguf_bytes: bytes, hf_home: Path, paths: AppPaths
+) -> None:
+    """RLIMIT_FSIZE set on the running service stands in for a full disk: a write past it fails with EFBIG."""
+    import resource
+
+    add_repo(hub, REPO_ID, {FILE: gguf_bytes})
+    client = hub_service.client
+    before = model_ids(client)
+    limit = 10_000_000
+    # The soft limit only: lowering a hard limit could not be undone without privileges.
+    resource.prlimit(hub_service.process.pid, resource.RLIMIT_FSIZE, (limit, resource.RLIM_INFINITY))
+    job = client.start_download(REPO_ID, "Q4_1")
+    failed = wait_state(client, job["id"], "failed", "completed")
+    assert failed["state"] == "failed"
+    assert "File too large" in failed["error"] and "run the pull again to resume" in failed["error"]
+    assert model_ids(client) == before and load_pulled(paths) == []
+    partial = RepoCache(hf_home / "hub", REPO_ID).incomplete(sha256(gguf_bytes))
+    assert partial.stat().st_size == limit  # kept for a resume once there is room
+    assert client.library()["models"]  # the service goes on answering
+    resource.prlimit(hub_service.process.pid, resource.RLIMIT_FSIZE, (resource.RLIM_INFINITY,) * 2)
+    client.control_download(job["id"], "resume")
+    done = wait_state(client, job["id"], "completed", "failed")
+    assert done["state"] == "completed", done["error"]
+    assert hub.downloads(FILE)[-1].range == f"bytes={limit}-"
