@@ -228,6 +228,7 @@ def test_safetensors_models_are_searched_and_shown_as_one_variant(qtbot: QtBot, 
     panel = discover.model_panel
     qtbot.waitUntil(lambda: panel.variants_table.rowCount() == 1, timeout=WAIT_MS)
     assert row_key(panel.variants_table, 0) == "safetensors"
+    assert panel.basis_label.text() == "No variant is recommended: no GGUF variants to choose from."
     files = panel.variants_table.item(0, 2)
     assert files is not None and files.text() == str(len(WANTED))
 
