@@ -13,12 +13,16 @@ import urllib.parse
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from app.cli_export import add_export_command, run_export
 from app.cli_hub import HUB_COMMANDS, MODELS_DIR_HELP, add_hub_commands, run_hub_command
-from app.client import ControlError, ServiceUnavailable, connect, default_port
+from app.cli_vllm import COMMAND as VLLM_COMMAND
+from app.cli_vllm import add_vllm_commands, run_vllm_command
+from app.client import ControlError, ServiceUnavailable, connect, port_from_env
 from app.hub.library import known_models
 from app.keys import load_api_key
 from app.paths import AppPaths, app_paths
 from app.planner.recommend import USES
+from app.settings import LoadedSettings, load_settings, with_models_dir
 
 
 def _size(text: str) -> int:
@@ -39,6 +43,16 @@ def _upstream(text: str) -> tuple[str, str]:
     return model_id, url
 
 
+def _remote(text: str) -> tuple[str, str]:
+    from app.service.remotes import RemoteError, checked_name, checked_url
+
+    name, _, url = text.partition("=")
+    try:
+        return checked_name(name), checked_url(url)
+    except RemoteError as exc:
+        raise argparse.ArgumentTypeError(f"expected NAME=URL: {exc}") from None
+
+
 def _model_ttl(text: str) -> tuple[str, float | None]:
     model_id, _, seconds = text.partition("=")
     if model_id and seconds == "never":
@@ -56,8 +70,10 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="modeldeck", description="Serve language models locally.")
     commands = parser.add_subparsers(dest="command")
     serve = commands.add_parser("serve", help="run the service in the foreground (headless)")
-    serve.add_argument("--host", default="127.0.0.1", help="address of the OpenAI endpoint (default 127.0.0.1)")
-    serve.add_argument("--port", type=int, default=default_port(), help="port of the OpenAI endpoint (8642)")
+    # Unset flags take the saved settings (app.settings); a flag given overrides them for this run.
+    serve.add_argument("--host", help="address of the OpenAI endpoint (settings; default 127.0.0.1)")
+    serve.add_argument("--port", type=int, help="port of the OpenAI endpoint ($MODELDECK_PORT, settings; 8642)")
+    serve.add_argument("--control-port", type=int, help="loopback port of the control API (settings; any free)")
     serve.add_argument("--model", action="append", default=[], metavar="ID", help="start this model (repeatable)")
     serve.add_argument(
         "--no-api-key", action="store_true", help="accept requests without a key (only on a loopback address)"
@@ -75,9 +91,14 @@ def _parser() -> argparse.ArgumentParser:
         help="serve an OpenAI-compatible server already running on this machine as model ID",
     )  # fmt: skip
     serve.add_argument(
+        "--remote", action="append", default=[], type=_remote, metavar="NAME=URL",
+        help="serve the models of an OpenAI-compatible server elsewhere as NAME/MODEL; its key, if it needs one, "
+        "from $MODELDECK_REMOTE_KEY_<NAME> or the key store (repeatable)",
+    )  # fmt: skip
+    serve.add_argument(
         "--max-queue", type=int, default=32, metavar="N", help="requests waiting per engine before 429 (32)"
     )
-    serve.add_argument("--cors-origin", action="append", default=[], metavar="ORIGIN", help="allow this web origin")
+    serve.add_argument("--cors-origin", action="append", metavar="ORIGIN", help="allow this web origin (settings)")
     serve.add_argument(
         "--log-request-text", action="store_true",
         help="keep each request's prompt and completion text in the request log (off: measurements only)",
@@ -96,6 +117,8 @@ def _parser() -> argparse.ArgumentParser:
     recommend.add_argument("--hardware", type=Path, metavar="FILE", help="plan for a recorded `hw --json` profile")
     recommend.add_argument("--json", action="store_true", help="print the recommendation as JSON")
     add_hub_commands(commands)
+    add_export_command(commands)
+    add_vllm_commands(commands)
     bench = commands.add_parser("bench", help="measure a model's throughput and latency at rising concurrency")
     bench.add_argument("model", nargs="?", metavar="MODEL", help="a model id from `modeldeck models`")
     bench.add_argument("--concurrency", default="1,4,16,64", metavar="N,N,...", help="levels to sweep (1,4,16,64)")
@@ -120,23 +143,27 @@ def _setup_service_logging(paths: AppPaths) -> None:
     root.addHandler(to_stderr)
 
 
-def _serve(args: argparse.Namespace, paths: AppPaths) -> int:
+def _serve(args: argparse.Namespace, paths: AppPaths, loaded: LoadedSettings) -> int:
     from app.service.server import ServeOptions, Service, ServiceError
 
     _setup_service_logging(paths)
+    settings = loaded.settings
     options = ServeOptions(
-        args.host,
-        args.port,
+        args.host if args.host is not None else settings.bind_address,
+        args.port if args.port is not None else port_from_env() or settings.gateway_port,
+        control_port=args.control_port if args.control_port is not None else settings.control_port,
         models=tuple(dict.fromkeys(args.model)),
         require_api_key=not args.no_api_key,
-        idle_ttl_s=args.idle_ttl,
+        idle_ttl_s=args.idle_ttl if args.idle_ttl is not None else settings.idle_ttl_s,
         max_loaded_bytes=args.max_memory,
-        cors_origins=tuple(args.cors_origin),
+        cors_origins=tuple(args.cors_origin) if args.cors_origin else settings.cors_origins,
         upstreams=tuple(args.upstream),
         max_waiting=args.max_queue,
         model_ttls=tuple(dict(args.model_ttl).items()),
         log_request_text=args.log_request_text,
         models_dirs=tuple(folder.expanduser().resolve() for folder in args.models_dir),
+        remotes=tuple(dict(args.remote).items()),
+        settings_problem=loaded.problem,
     )
     loop_factory: Callable[[], asyncio.AbstractEventLoop]
     try:
@@ -225,7 +252,14 @@ def _recommend(args: argparse.Namespace, paths: AppPaths) -> int:
     except (NoVariants, GGUFError, OSError, ValueError, KeyError, TypeError) as exc:
         print(f"modeldeck: {exc}", file=sys.stderr)
         return 2
-    result = plan_model(hardware, model_id, variants, args.use, args.users, CalibrationStore(paths.calibration_db))
+    from app.installs.vllm_env import configured_engines
+    from app.planner.plans import detect_engines
+    from engines.registry import ENGINES
+
+    installations = detect_engines({**ENGINES, **configured_engines(paths)})
+    result = plan_model(
+        hardware, model_id, variants, args.use, args.users, CalibrationStore(paths.calibration_db), installations
+    )
     print(
         json.dumps({"model": model_id, **result.to_dict()}, indent=2)
         if args.json
@@ -274,14 +308,17 @@ def _bench(args: argparse.Namespace, paths: AppPaths) -> int:
 
 def main(argv: Sequence[str] | None = None) -> None:
     args = _parser().parse_args(argv)
-    paths = app_paths()
+    loaded = load_settings(app_paths())
+    if loaded.problem:
+        print(f"modeldeck: settings: {loaded.problem}", file=sys.stderr)
+    paths = with_models_dir(app_paths(), loaded.settings)
     try:
         if args.command is None:
             from app.gui.launch import run_gui
 
             code = run_gui(paths)
         elif args.command == "serve":
-            code = _serve(args, paths)
+            code = _serve(args, paths, loaded)
         elif args.command == "hw":
             code = _hw(args, paths)
         elif args.command == "recommend":
@@ -292,6 +329,10 @@ def main(argv: Sequence[str] | None = None) -> None:
             code = _bench(args, paths)
         elif args.command == "models":
             code = _models(paths, args.models_dir)
+        elif args.command == "export":
+            code = run_export(args, paths)
+        elif args.command == VLLM_COMMAND:
+            code = run_vllm_command(args, paths)
         else:
             code = {"models": _models, "ps": _ps, "key": _key}[args.command](paths)
     except (ServiceUnavailable, ControlError) as exc:

@@ -26,10 +26,15 @@ PORT_ENV = "MODELDECK_PORT"
 DEFAULT_PORT = 8642
 
 
-def default_port() -> int:
-    """The port of the OpenAI endpoint: $MODELDECK_PORT, else 8642."""
+def port_from_env() -> int | None:
+    """$MODELDECK_PORT, when it holds a port number."""
     value = os.environ.get(PORT_ENV, "")
-    return int(value) if value.isdigit() else DEFAULT_PORT
+    return int(value) if value.isdigit() and 0 < int(value) < 65536 else None
+
+
+def default_port() -> int:
+    """The port of the OpenAI endpoint: $MODELDECK_PORT, else 8642 (the service also reads the settings)."""
+    return port_from_env() or DEFAULT_PORT
 
 
 class ServiceUnavailable(Exception):
@@ -187,6 +192,21 @@ class ControlClient:
         result: dict[str, Any] = self._call("POST", "/api/library/import", json={"path": path}, timeout=None)
         return result
 
+    def remotes(self) -> list[dict[str, Any]]:
+        """The remote endpoints: name, URL, their models as served here, whether a key is kept (never the key)."""
+        result: list[dict[str, Any]] = self._call("GET", "/api/remotes")
+        return result
+
+    def add_remote(self, name: str, url: str, api_key: str | None = None) -> dict[str, Any]:
+        """Register an OpenAI-compatible server elsewhere; it must list its models now (ControlError 502 if not)."""
+        body = {"name": name, "url": url} | ({"api_key": api_key} if api_key else {})
+        result: dict[str, Any] = self._call("POST", "/api/remotes", json=body, timeout=30.0)
+        return result
+
+    def remove_remote(self, name: str) -> dict[str, Any]:
+        result: dict[str, Any] = self._call("DELETE", f"/api/remotes/{name}")
+        return result
+
     def series(
         self, window_s: int, names: list[str] | None = None, model: str | None = None, max_points: int | None = None
     ) -> dict[str, Any]:
@@ -208,6 +228,34 @@ class ControlClient:
         """The latest request records of the gateway, oldest first."""
         result: list[dict[str, Any]] = self._call("GET", "/api/requests", params={"limit": limit})
         return result
+
+    # Settings and secrets ---------------------------------------------------------------------------------
+
+    def settings(self) -> dict[str, Any]:
+        """{settings, running, restart_required, problem, api_key: {present, source}, hf_token: {set, source},
+        lan: {addresses, warning, port}}. Reads the keyring on the service's side, so allow it time."""
+        result: dict[str, Any] = self._call("GET", "/api/settings", timeout=30.0)
+        return result
+
+    def update_settings(self, changes: Mapping[str, Any], confirm_lan_exposure: bool = False) -> dict[str, Any]:
+        """Save some settings; the answer is `settings()`'s plus `changed`. A bad value is a ControlError (400);
+        a non-loopback bind address needs `confirm_lan_exposure` and an endpoint with a key (409 otherwise)."""
+        body = {**changes, "confirm_lan_exposure": True} if confirm_lan_exposure else dict(changes)
+        result: dict[str, Any] = self._call("PUT", "/api/settings", json=body, timeout=30.0)
+        return result
+
+    def regenerate_api_key(self) -> dict[str, Any]:
+        """A new API key for the endpoint, in use at once: the answer is `endpoint()`'s."""
+        result: dict[str, Any] = self._call("POST", "/api/key/regenerate", timeout=30.0)
+        return result
+
+    def set_hf_token(self, token: str) -> None:
+        """Keep the Hugging Face token in the service machine's OS keyring. It is never sent back."""
+        self._call("PUT", "/api/hf-token", json={"token": token}, timeout=30.0)
+
+    def clear_hf_token(self) -> bool:
+        """Remove the Hugging Face token; False when none was saved."""
+        return bool(self._call("DELETE", "/api/hf-token", timeout=30.0)["removed"])
 
     def shutdown(self) -> None:
         self._call("POST", "/api/shutdown")

@@ -80,3 +80,25 @@ def load_api_key(paths: AppPaths) -> ApiKey:
         value = new_secret()
         write_private(paths.api_key_file, value + "\n")
     return ApiKey(value, "file", f"{reason}; the key is kept in {paths.api_key_file}, readable only by you")
+
+
+class KeyNotReplaceable(Exception):
+    """The key cannot be replaced from here; the message says where it comes from instead."""
+
+
+def replace_api_key(paths: AppPaths, current: ApiKey) -> ApiKey:
+    """Store a new key where `current` is kept (keyring or file) and return it; the old one stops working once
+    the service uses the new one."""
+    if current.source == "environment":
+        raise KeyNotReplaceable(f"the key comes from ${API_KEY_ENV}: change it there and restart the service")
+    fresh = new_secret()
+    if current.source == "keyring":
+        try:
+            keyring.set_password(KEYRING_SERVICE, _keyring_username(paths), fresh)
+            if keyring.get_password(KEYRING_SERVICE, _keyring_username(paths)) == fresh:
+                return ApiKey(fresh, "keyring")
+        except keyring.errors.KeyringError as exc:
+            raise KeyNotReplaceable(f"the OS keyring did not keep the new key: {exc}") from exc
+        raise KeyNotReplaceable("the OS keyring did not keep the new key")
+    write_private(paths.api_key_file, fresh + "\n")
+    return ApiKey(fresh, "file", current.note)

@@ -21,10 +21,11 @@ class AppPaths:
     logs: Path
     cache: Path
     state: Path
+    models_override: Path | None = None  # the models directory the user chose (app.settings)
 
     @property
     def models_dir(self) -> Path:
-        return self.data / "models"
+        return self.models_override or self.data / "models"
 
     @property
     def requests_db(self) -> Path:

@@ -25,6 +25,8 @@ class LaunchPlan:
     # vLLM: a Hub repository or model directory instead of one file, and its parallelism and memory settings
     model_ref: str | None = None
     tensor_parallel_size: int = 1
+    pipeline_parallel_size: int = 1  # stages across nodes (multi-node deployments; one machine: 1)
+    distributed_executor_backend: str | None = None  # "ray" across nodes; None: vLLM's default
     gpu_memory_utilization: float | None = None
     max_num_seqs: int | None = None
     dtype: str | None = None

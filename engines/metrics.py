@@ -63,8 +63,51 @@ LLAMA_SERVER = MetricsConfig(
     ),
 )
 
+# SGLang (`--enable-metrics`): token_usage is the used share of its KV token pool, 0-1. Counters are split by
+# is_streaming, which the parser sums.
+SGLANG = MetricsConfig(
+    "/metrics",
+    (
+        MetricRule("sglang:token_usage", "kv_cache_usage"),
+        MetricRule("sglang:num_running_reqs", "requests_running"),
+        MetricRule("sglang:num_queue_reqs", "requests_waiting"),
+        MetricRule("sglang:prompt_tokens_total", "prompt_tokens_per_s", Kind.COUNTER),
+        MetricRule("sglang:generation_tokens_total", "generation_tokens_per_s", Kind.COUNTER),
+    ),
+)
+
+# TGI has no KV-cache gauge and no token counters: the sums of its per-request token histograms only grow, so
+# their rates are the token throughput (counted as each request finishes).
+TGI = MetricsConfig(
+    "/metrics",
+    (
+        MetricRule("tgi_batch_current_size", "requests_running"),
+        MetricRule("tgi_queue_size", "requests_waiting"),
+        MetricRule("tgi_request_input_length_sum", "prompt_tokens_per_s", Kind.COUNTER),
+        MetricRule("tgi_request_generated_tokens_sum", "generation_tokens_per_s", Kind.COUNTER),
+    ),
+)
+
+# trtllm-serve serves Prometheus text at /prometheus/metrics (its /metrics is JSON iteration stats).
+TRTLLM = MetricsConfig(
+    "/prometheus/metrics",
+    (
+        MetricRule("trtllm_kv_cache_utilization", "kv_cache_usage"),
+        MetricRule("trtllm_num_requests_running", "requests_running"),
+        MetricRule("trtllm_num_requests_waiting", "requests_waiting"),
+        MetricRule("trtllm_prompt_tokens_total", "prompt_tokens_per_s", Kind.COUNTER),
+        MetricRule("trtllm_generation_tokens_total", "generation_tokens_per_s", Kind.COUNTER),
+    ),
+)
+
 # By engine name (engines.registry). llama-cpp-python's server has no /metrics, so it has no table.
-METRICS_CONFIGS: dict[str, MetricsConfig] = {"vllm": VLLM, "llama-server": LLAMA_SERVER}
+METRICS_CONFIGS: dict[str, MetricsConfig] = {
+    "vllm": VLLM,
+    "llama-server": LLAMA_SERVER,
+    "sglang": SGLANG,
+    "tgi": TGI,
+    "trtllm": TRTLLM,
+}
 
 
 def parse_prometheus(text: str) -> dict[str, float]:

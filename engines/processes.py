@@ -77,9 +77,28 @@ def _descendants(pid: int) -> list[psutil.Process]:
         return []
 
 
+async def wait_for_exit(process: asyncio.subprocess.Process, poll_s: float = 0.2) -> int:
+    """The exit status of `process` once it has exited.
+
+    `Process.wait()` alone is not enough: asyncio resolves it only when the process has exited *and* every pipe
+    to it is closed, and a child the engine left behind (vLLM's workers) keeps its output pipe open. The exit
+    itself sets `returncode` at once, so that is watched too.
+    """
+    waiter = asyncio.ensure_future(process.wait())
+    try:
+        while process.returncode is None:
+            await asyncio.wait({waiter}, timeout=poll_s)
+    finally:
+        waiter.cancel()
+    return process.returncode
+
+
 async def stop_process_tree(process: asyncio.subprocess.Process, grace_s: float) -> int | None:
     """SIGTERM the engine's process group, wait `grace_s`, then SIGKILL the group and every descendant."""
     if process.returncode is not None:
+        # It exited by itself, maybe leaving children in its group (vLLM's workers): they go too. The group id
+        # cannot have been reused while any member of the group is alive.
+        _signal_group(process.pid, signal.SIGKILL)
         return process.returncode
     stragglers = _descendants(process.pid)  # children that left the group are still ours to stop
     _signal_group(process.pid, signal.SIGTERM)

@@ -5,10 +5,16 @@ from __future__ import annotations
 from engines.base import Engine
 from engines.external import ExternalEngine
 from engines.llama_cpp import LlamaCppPythonEngine
+from engines.sglang import SGLangEngine
+from engines.tgi import TGIEngine
+from engines.trtllm import TRTLLMEngine
 from engines.vllm import VLLMEngine
 
 ENGINES: dict[str, Engine] = {
     LlamaCppPythonEngine.name: LlamaCppPythonEngine(),
     ExternalEngine.name: ExternalEngine(),
     VLLMEngine.name: VLLMEngine(),
+    SGLangEngine.name: SGLangEngine(),
+    TGIEngine.name: TGIEngine(),
+    TRTLLMEngine.name: TRTLLMEngine(),
 }

@@ -18,11 +18,13 @@ import aiohttp
 
 from engines.base import EngineCommand
 from engines.diagnosis import Diagnosis, diagnose
+from engines.gpu_release import GPUMemoryProbe, GPURelease, process_tree, wait_gpu_released
 from engines.logs import EngineLog
 from engines.processes import (
     free_loopback_port,
     spawn_engine,
     stop_process_tree,
+    wait_for_exit,
     write_record,
 )
 from engines.states import ACTIVE_STATES, EngineEvent, EngineState
@@ -46,6 +48,8 @@ class SupervisorPolicy:
     backoff_initial_s: float = 0.5
     backoff_max_s: float = 30.0
     failure_log_lines: int = 15
+    gpu_release_timeout_s: float = 30.0  # after a stop, wait this long at most for the GPU memory to be freed
+    gpu_release_poll_s: float = 0.25
 
 
 class StartFailed(Exception):
@@ -64,6 +68,7 @@ class EngineSupervisor:
         on_event: EventSink | None = None,
         on_log: LogSink | None = None,
         policy: SupervisorPolicy | None = None,
+        gpu_memory_probe: GPUMemoryProbe | None = None,
     ) -> None:
         self.model_id = model_id
         self._command_factory = command_factory
@@ -71,6 +76,8 @@ class EngineSupervisor:
         self._on_event = on_event
         self._on_log = on_log
         self.policy = policy or SupervisorPolicy()
+        self._gpu_memory_probe = gpu_memory_probe
+        self.gpu_release: GPURelease | None = None  # how the last stop's wait for GPU memory ended
         self.log = EngineLog(log_path)
         self.state = EngineState.STOPPED
         self.message = ""
@@ -112,6 +119,8 @@ class EngineSupervisor:
             return
         if self.state in ACTIVE_STATES:
             self._set_state(EngineState.STOPPING, "stopping")
+        # The engine's processes, taken now: once stopped, their children can no longer be found.
+        pids = process_tree(self._process.pid) if self._process and self._process.returncode is None else set()
         lifecycle, self._lifecycle = self._lifecycle, None
         if lifecycle is not None:
             lifecycle.cancel()
@@ -119,6 +128,10 @@ class EngineSupervisor:
                 await lifecycle
         await self._reap(self._process)
         self._process = None
+        # A stop is done when the next engine can have the memory: the driver frees it after the processes exit.
+        self.gpu_release = await wait_gpu_released(
+            pids, self._gpu_memory_probe, self.policy.gpu_release_timeout_s, self.policy.gpu_release_poll_s
+        )
         self._settled.set()
         self.log.close()
         if self.state == EngineState.STOPPING:
@@ -130,7 +143,7 @@ class EngineSupervisor:
         process = self._process
         if process is not None and process.returncode is None:
             try:
-                await asyncio.wait_for(asyncio.shield(process.wait()), timeout_s)
+                await asyncio.wait_for(wait_for_exit(process), timeout_s)
             except TimeoutError:
                 return False
         if self._process is process and self.state == EngineState.READY:
@@ -154,8 +167,13 @@ class EngineSupervisor:
                 ever_ready = True
                 self._set_state(EngineState.READY, "ready")
                 self._settled.set()
-                code = await process.wait()
+                pids = process_tree(process.pid)  # its workers, while they can still be found
+                code = await wait_for_exit(process)
                 await self._reap(process)
+                # A crashed engine's memory is freed after its processes exit; the restart waits for it.
+                self.gpu_release = await wait_gpu_released(
+                    pids, self._gpu_memory_probe, self.policy.gpu_release_timeout_s, self.policy.gpu_release_poll_s
+                )
                 reason = self._exit_report(f"exited unexpectedly with code {code}", code)
             now = time.monotonic()
             failures.append(now)

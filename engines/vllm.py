@@ -46,6 +46,10 @@ class VLLMEngine:
             "--tensor-parallel-size", str(plan.tensor_parallel_size),
             "--enable-prefix-caching",
         ]  # fmt: skip
+        if plan.pipeline_parallel_size > 1:
+            argv += ["--pipeline-parallel-size", str(plan.pipeline_parallel_size)]
+        if plan.distributed_executor_backend:
+            argv += ["--distributed-executor-backend", plan.distributed_executor_backend]
         if plan.gpu_memory_utilization is not None:
             argv += ["--gpu-memory-utilization", str(plan.gpu_memory_utilization)]
         if plan.max_num_seqs is not None:

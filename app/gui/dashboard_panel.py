@@ -75,15 +75,22 @@ class DashboardPanel(QWidget):
         for text, seconds in WINDOWS:
             self.window_combo.addItem(text, seconds)
         self.window_combo.setCurrentIndex(1)
+        self.window_combo.setAccessibleName("Time window of the charts")
         self.model_combo = QComboBox()
         self.model_combo.addItem(ALL_MODELS)
+        self.model_combo.setAccessibleName("Model shown in the charts")
         self.pause_button = QPushButton("Pause")
         self.pause_button.setCheckable(True)
+        self.pause_button.setAccessibleName("Pause the charts")
         self.png_button = QPushButton("Export PNG\N{HORIZONTAL ELLIPSIS}")
         self.csv_button = QPushButton("Export CSV\N{HORIZONTAL ELLIPSIS}")
+        self.png_button.setAccessibleName("Export the charts as a PNG image")
+        self.csv_button.setAccessibleName("Export the charts' data as CSV")
         self.cursor_label = QLabel("Point at a chart to read its values.")
         self.cursor_label.setWordWrap(True)
+        self.cursor_label.setAccessibleName("Values under the cursor")
         self.plot_layout = pg.GraphicsLayoutWidget()
+        self.plot_layout.setAccessibleName("Charts")
         self.plots: dict[str, pg.PlotItem] = {}
         self._cursor_lines: dict[str, pg.InfiniteLine] = {}
         self._build()
@@ -103,7 +110,9 @@ class DashboardPanel(QWidget):
     def _build(self) -> None:
         controls = QHBoxLayout()
         for label, widget in (("Window", self.window_combo), ("Model", self.model_combo)):
-            controls.addWidget(QLabel(label))
+            buddy = QLabel(label)
+            buddy.setBuddy(widget)
+            controls.addWidget(buddy)
             controls.addWidget(widget)
         controls.addWidget(self.pause_button)
         controls.addStretch(1)

@@ -7,6 +7,7 @@ from PySide6.QtGui import QGuiApplication
 from PySide6.QtWidgets import QGridLayout, QLabel, QLineEdit, QPushButton, QWidget
 
 NO_KEY_TEXT = "none: the endpoint accepts requests without a key (loopback only)"
+WIDEST_URL = "http://127.0.0.1:65535/v1"  # the fields never get too narrow to show a whole local URL
 
 
 class EndpointPanel(QWidget):
@@ -20,18 +21,27 @@ class EndpointPanel(QWidget):
         self.url_edit = QLineEdit()
         self.url_edit.setReadOnly(True)
         self.url_edit.setPlaceholderText("not connected")
+        self.url_edit.setAccessibleName("Endpoint URL")
         self.copy_url_button = QPushButton("Copy")
         self.copy_url_button.setToolTip("Copy the endpoint URL")
+        self.copy_url_button.setAccessibleName("Copy the endpoint URL")
         self.key_edit = QLineEdit()
         self.key_edit.setReadOnly(True)
         self.key_edit.setEchoMode(QLineEdit.EchoMode.Password)
+        self.key_edit.setAccessibleName("API key")
+        room = self.url_edit.fontMetrics().horizontalAdvance(WIDEST_URL + "  ")
+        self.url_edit.setMinimumWidth(room)
+        self.key_edit.setMinimumWidth(room)
         self.reveal_button = QPushButton("Show")
         self.reveal_button.setCheckable(True)
         self.reveal_button.setToolTip("Show or hide the API key")
+        self.reveal_button.setAccessibleName("Show or hide the API key")
         self.copy_key_button = QPushButton("Copy")
         self.copy_key_button.setToolTip("Copy the API key")
+        self.copy_key_button.setAccessibleName("Copy the API key")
         self.note_label = QLabel()
         self.note_label.setWordWrap(True)
+        self.note_label.setAccessibleName("About the API key")
 
         layout = QGridLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)

@@ -43,6 +43,7 @@ def table(columns: tuple[str, ...], name: str) -> QTableWidget:
     widget.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
     widget.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
     widget.verticalHeader().hide()
+    widget.setTabKeyNavigation(False)  # Tab leaves the table for the next control; arrows move between rows
     header = widget.horizontalHeader()
     header.setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
     header.setSectionResizeMode(0, QHeaderView.ResizeMode.Stretch)

@@ -11,10 +11,11 @@ from types import FrameType
 from PySide6.QtCore import QTimer
 from PySide6.QtWidgets import QApplication
 
-from app.client import default_port
 from app.gui.main_window import MainWindow
 from app.gui.service_connection import ServiceConnection
+from app.gui.theme import apply_theme
 from app.paths import AppPaths
+from app.settings import load_settings
 
 NO_DISPLAY_EXIT_CODE = 2
 HEADLESS_HINT = (
@@ -46,11 +47,18 @@ def run_gui(paths: AppPaths) -> int:
     existing = QApplication.instance()
     app = existing if isinstance(existing, QApplication) else QApplication(sys.argv[:1])
     app.setApplicationName("ModelDeck")
-    connection = ServiceConnection(paths, default_port())
+    loaded = load_settings(paths)
+    if loaded.settings.theme != "system":  # "system" is what Qt does by itself
+        apply_theme(app, loaded.settings.theme)
+    app.setQuitOnLastWindowClosed(False)  # the window may close to the tray; quitting is explicit
+    connection = ServiceConnection(paths)  # the port: $MODELDECK_PORT, else the settings (`serve` decides)
     window = MainWindow(connection)
+    window.sig_window_closed.connect(app.quit)
+    if loaded.problem:  # the file is set aside now: the service will not see it to report it
+        window.statusBar().showMessage(f"Settings: {loaded.problem}")
 
     def close_window(_signum: int, _frame: FrameType | None) -> None:
-        window.close()
+        window.quit_without_asking()  # Ctrl+C: no dialog; the service stops if this window started it
 
     previous_handler = signal.signal(signal.SIGINT, close_window)
     signal_timer = QTimer()

@@ -25,6 +25,7 @@ class LogPanel(QWidget):
         self.title_label = QLabel("Engine log")
         self.text_edit = QPlainTextEdit()
         self.text_edit.setReadOnly(True)
+        self.text_edit.setAccessibleName("Engine log")
         self.text_edit.setMaximumBlockCount(MAX_LINES)
         self.text_edit.setLineWrapMode(QPlainTextEdit.LineWrapMode.NoWrap)
         self.text_edit.setFont(QFontDatabase.systemFont(QFontDatabase.SystemFont.FixedFont))

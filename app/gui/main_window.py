@@ -7,25 +7,41 @@ import time
 from collections import defaultdict, deque
 from typing import Any
 
-from PySide6.QtCore import Qt, QTimer, Slot
+from PySide6.QtCore import Qt, QTimer, Signal, Slot
 from PySide6.QtGui import QAction, QCloseEvent, QKeySequence, QShortcut
-from PySide6.QtWidgets import QLabel, QMainWindow, QSplitter, QTabWidget, QVBoxLayout, QWidget
+from PySide6.QtWidgets import (
+    QFrame,
+    QLabel,
+    QMainWindow,
+    QScrollArea,
+    QSplitter,
+    QTabWidget,
+    QVBoxLayout,
+    QWidget,
+)
 
+from app.gui import quit_dialogs
 from app.gui.chat_page import ChatPage
 from app.gui.dashboard_panel import DashboardPanel
 from app.gui.diagnosis_panel import DiagnosisPanel
 from app.gui.discover_page import DiscoverPage
 from app.gui.endpoint_panel import EndpointPanel
+from app.gui.gui_state import GuiState
+from app.gui.home_page import HomePage
 from app.gui.library_page import LibraryPage
 from app.gui.log_panel import MAX_LINES, LogPanel
 from app.gui.memory_chart import MemoryChartPanel
 from app.gui.model_item_model import ModelItemModel
 from app.gui.model_list_panel import ModelListPanel
+from app.gui.notifications import NotificationBanner, Notifier
 from app.gui.service_connection import ServiceConnection
+from app.gui.settings_page import SettingsPage
 from app.gui.snippets_panel import SnippetsPanel
 from app.gui.tray import TrayController, show_window
 from app.gui.wizard_dialog import SetupWizardDialog
+from app.settings import load_settings
 
+_ASK = "ask"  # no answer given beforehand: ask whether to stop the engines
 MEMORY_HISTORY = 600  # samples: ten minutes at one poll a second
 
 
@@ -40,12 +56,19 @@ def one_line(message: str) -> str:
 class MainWindow(QMainWindow):
     """The first window of ModelDeck. Everything it shows comes from a `ServiceConnection`."""
 
+    sig_window_closed = Signal()  # the window really closed (not hidden to the tray): the application may quit
+
     def __init__(self, connection: ServiceConnection, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.setWindowTitle("ModelDeck")
         self.resize(1100, 720)
         self._connection = connection
         self._close_requested = False
+        self._quitting = False  # File > Quit or the tray's Quit: close for real, never to the tray
+        self._stop_service_on_close: bool | None = None
+        self._preset_stop_service: bool | str | None = _ASK  # set by quit_without_asking
+        # Read once here (a small local file); the Settings page keeps it current afterwards.
+        self._close_to_tray: bool | None = load_settings(connection.paths).settings.close_to_tray
         self._logs: defaultdict[str, deque[str]] = defaultdict(lambda: deque(maxlen=MAX_LINES))
         self._logs_requested: set[str] = set()
         self._memory: defaultdict[str, deque[tuple[float, float]]] = defaultdict(lambda: deque(maxlen=MEMORY_HISTORY))
@@ -63,6 +86,11 @@ class MainWindow(QMainWindow):
         self.dashboard_action.setToolTip("Live throughput, latency, CPU, memory and GPU charts of every model")
         self.connection_label = QLabel("Not connected")
         self.tabs = QTabWidget()
+        self.gui_state = GuiState(connection.paths)
+        self.home_page = HomePage(connection, self.item_model, self.gui_state)
+        self.run_page = QSplitter(Qt.Orientation.Horizontal)
+        self.notification_banner = NotificationBanner()
+        self.notifier = Notifier(self.notification_banner, self.tray.icon, self)
         self.library_page = LibraryPage(connection)
         self.discover_page = DiscoverPage(connection)
         self.chat_page = ChatPage()
@@ -70,6 +98,11 @@ class MainWindow(QMainWindow):
         self.setup_action.setToolTip("See what this machine can run, and launch a model with the settings that fit")
         self.setup_action.setEnabled(False)
         self.setup_dialog: SetupWizardDialog | None = None  # created when first asked for, then reused
+        self.settings_page = SettingsPage(connection)
+        self.quit_action = QAction("&Quit", self)
+        self.quit_action.setShortcut(QKeySequence.StandardKey.Quit)
+        self.quit_action.setShortcutContext(Qt.ShortcutContext.ApplicationShortcut)
+        self.quit_action.setToolTip("Quit ModelDeck, choosing whether the engines keep serving")
         self._build_layout()
         self._connect_signals()
 
@@ -85,20 +118,33 @@ class MainWindow(QMainWindow):
         right_layout.addWidget(self.snippets_panel)
         right_layout.addWidget(self.diagnosis_panel)
         right_layout.addWidget(details, 1)
-        central = QSplitter(Qt.Orientation.Horizontal)
-        central.addWidget(self.model_list_panel)
-        central.addWidget(right)
-        central.setStretchFactor(1, 2)
-        central.setSizes([420, 680])  # room for the model list's four columns
-        self.tabs.addTab(central, "&Run")
+        # The right side scrolls rather than setting a minimum height that a 1080p screen at 200 % cannot show.
+        right_scroll = QScrollArea()
+        right_scroll.setWidgetResizable(True)
+        right_scroll.setFrameShape(QFrame.Shape.NoFrame)
+        right_scroll.setWidget(right)
+        run_page = self.run_page
+        run_page.addWidget(self.model_list_panel)
+        run_page.addWidget(right_scroll)
+        run_page.setStretchFactor(1, 2)
+        run_page.setSizes([420, 680])  # room for the model list's four columns
+        self.tabs.addTab(self.home_page, "H&ome")
         self.tabs.addTab(self.library_page, "&Models")
         self.tabs.addTab(self.discover_page, "&Discover")
-        self.tabs.setAccessibleName("Pages")
+        self.tabs.addTab(run_page, "&Run")
         self.tabs.addTab(self.dashboard_panel, "Da&shboard")
         self.tabs.addTab(self.chat_page, "C&hat")
-        self.setCentralWidget(self.tabs)
+        self.tabs.addTab(self.settings_page, "Se&ttings")
+        self.tabs.setAccessibleName("Pages")
+        central = QWidget()
+        central_layout = QVBoxLayout(central)
+        central_layout.setContentsMargins(0, 0, 0, 0)
+        central_layout.addWidget(self.notification_banner)
+        central_layout.addWidget(self.tabs, 1)
+        self.setCentralWidget(central)
         self._add_tab_shortcuts()
         self.statusBar().addPermanentWidget(self.connection_label)
+        self.menuBar().addMenu("&File").addAction(self.quit_action)
         self.menuBar().addMenu("&Models").addAction(self.setup_action)
         self.menuBar().addMenu("&View").addAction(self.dashboard_action)
         toolbar = self.addToolBar("Main")
@@ -106,12 +152,18 @@ class MainWindow(QMainWindow):
         toolbar.setMovable(False)
         toolbar.addAction(self.setup_action)
         toolbar.addAction(self.dashboard_action)
+        for action, name in ((self.setup_action, "Set up a model"), (self.dashboard_action, "Open the dashboard")):
+            button = toolbar.widgetForAction(action)
+            if button is not None:
+                button.setAccessibleName(name)
 
     def _add_tab_shortcuts(self) -> None:
         """Ctrl+1..N switch to the N-th page, whatever pages other branches add."""
         for index in range(min(self.tabs.count(), 9)):
             shortcut = QShortcut(QKeySequence(f"Ctrl+{index + 1}"), self)
             shortcut.activated.connect(functools.partial(self.tabs.setCurrentIndex, index))
+            name = self.tabs.tabText(index).replace("&", "")
+            self.tabs.setTabToolTip(index, f"{name} (Ctrl+{index + 1})")
 
     def _connect_signals(self) -> None:
         connection = self._connection
@@ -119,11 +171,17 @@ class MainWindow(QMainWindow):
         connection.sig_endpoint_received.connect(self.chat_page.set_endpoint)
         connection.sig_endpoint_received.connect(self.snippets_panel.set_endpoint)
         self.model_list_panel.sig_selection_changed.connect(self.snippets_panel.set_model)
+        self.home_page.sig_start_requested.connect(self._on_model_list_launch_requested)
+        self.home_page.sig_stop_requested.connect(self._on_model_list_stop_requested)
+        self.home_page.sig_snippets_requested.connect(self._on_home_page_snippets_requested)
+        connection.sig_engine_changed.connect(self.notifier.on_engine_changed)
         self.snippets_panel.sig_text_copied.connect(self._on_endpoint_text_copied)
         self.tray.sig_start_requested.connect(self._on_model_list_launch_requested)
         self.tray.sig_stop_requested.connect(self._on_model_list_stop_requested)
         self.tray.sig_open_requested.connect(functools.partial(show_window, self))
-        self.tray.sig_quit_requested.connect(self.close)
+        self.tray.sig_quit_requested.connect(self.quit)
+        self.quit_action.triggered.connect(self.quit)
+        self.settings_page.sig_settings_applied.connect(self._on_settings_page_settings_applied)
         self.item_model.dataChanged.connect(self._show_diagnosis)
         self.item_model.modelReset.connect(self._show_diagnosis)
         self.item_model.rowsInserted.connect(self._show_diagnosis)
@@ -145,6 +203,7 @@ class MainWindow(QMainWindow):
         self.endpoint_panel.sig_text_copied.connect(self._on_endpoint_text_copied)
         self.setup_action.triggered.connect(self._on_setup_action_triggered)
         self.discover_page.downloads_panel.sig_download_finished.connect(self._on_downloads_panel_download_finished)
+        self.discover_page.downloads_panel.sig_download_finished.connect(self.notifier.on_download_finished)
         self.dashboard_action.triggered.connect(self._on_dashboard_action_triggered)
         self.dashboard_panel.sig_exported.connect(self._on_dashboard_panel_exported)
 
@@ -191,6 +250,7 @@ class MainWindow(QMainWindow):
         if state == "failed":
             self.statusBar().showMessage(one_line(f"{model_id} failed: {event.get('message') or 'no reason given'}"))
         self.model_list_panel.settle(model_id)
+        self.home_page.settle(model_id)
 
     @Slot(str, str)
     def _on_connection_log_received(self, model_id: str, line: str) -> None:
@@ -268,6 +328,10 @@ class MainWindow(QMainWindow):
         dialog.show()
 
     @Slot()
+    def _on_home_page_snippets_requested(self) -> None:
+        self.tabs.setCurrentWidget(self.run_page)
+
+    @Slot()
     def _on_dashboard_action_triggered(self) -> None:
         self.tabs.setCurrentWidget(self.dashboard_panel)
 
@@ -304,16 +368,65 @@ class MainWindow(QMainWindow):
             f"Resident memory: {model_id}", [t for t, _ in samples], [rss for _, rss in samples]
         )
 
+    @Slot(object)
+    def _on_settings_page_settings_applied(self, settings: dict[str, Any]) -> None:
+        self._close_to_tray = settings.get("close_to_tray")
+
     # Closing -------------------------------------------------------------------------------------------
+
+    @Slot()
+    def quit(self) -> None:
+        """File > Quit and the tray's Quit: close for real, asking whether the engines keep serving."""
+        self._quitting = True
+        self.close()
+
+    def quit_without_asking(self, stop_service: bool | None = None) -> None:
+        """Quit with no question (Ctrl+C in the terminal): `stop_service` as ServiceConnection.close takes it."""
+        self._quitting = True
+        self._preset_stop_service = stop_service
+        self.close()
+
+    def _closes_to_tray(self) -> bool:
+        """Closing the window (not quitting) hides it to the tray when the user chose so; asked the first time."""
+        if self._quitting or self.tray.icon is None:
+            return False
+        if self._close_to_tray is None:
+            self._close_to_tray = quit_dialogs.ask_close_to_tray(self)
+            if self._connection.is_connected:
+                self._connection.save_settings({"close_to_tray": self._close_to_tray})
+        return self._close_to_tray
+
+    def _running_engines(self) -> int:
+        states = (self.item_model.state_of(model_id) for model_id in self.item_model.model_ids())
+        return sum(1 for state in states if state in ("starting", "loading", "ready", "restarting"))
 
     def closeEvent(self, event: QCloseEvent) -> None:
         if self._connection.is_closed:
             event.accept()
+            self.sig_window_closed.emit()
             return
+        if self._close_requested:  # already closing: wait for the connection
+            event.ignore()
+            return
+        if self._closes_to_tray():
+            event.ignore()
+            self.hide()
+            return
+        preset, self._preset_stop_service = self._preset_stop_service, _ASK
+        if preset == _ASK:
+            choice = quit_dialogs.ask_stop_engines(self, self._running_engines())
+            self._quitting = False
+            if choice is quit_dialogs.QuitChoice.CANCEL:
+                event.ignore()
+                return
+            stop_service: bool | None = choice is quit_dialogs.QuitChoice.STOP
+        else:
+            stop_service = preset if isinstance(preset, bool) else None
         # Stopping the service (and its engines) takes seconds: the window stays up, disabled, until the
         # connection reports it is done, then closes itself.
         event.ignore()
         self._close_requested = True
+        self._stop_service_on_close = stop_service
         self.chat_page.wait_stopped()
         self.snippets_panel.wait_stopped()
         if self.setup_dialog is not None:
@@ -321,4 +434,4 @@ class MainWindow(QMainWindow):
         central = self.centralWidget()
         if central is not None:
             central.setEnabled(False)
-        self._connection.close()
+        self._connection.close(stop_service=self._stop_service_on_close)

@@ -49,6 +49,12 @@ def memory_check_text(memory: dict[str, Any] | None) -> str | None:
     return "\n".join(lines)
 
 
+def startup_text(startup: dict[str, Any] | None) -> str | None:
+    """What the engine said about itself while starting (vLLM: KV cache tokens, concurrency, load time)."""
+    lines = [str(line) for line in (startup or {}).get("summary", [])]
+    return "Engine start-up: " + "; ".join(lines) + "." if lines else None
+
+
 class ModelItemModel(QAbstractTableModel):
     """One row per model: id, engine state (its message as tooltip), file size and resident memory."""
 
@@ -78,7 +84,8 @@ class ModelItemModel(QAbstractTableModel):
             if column == STATE_COLUMN:
                 return record.get("message") or record["state"]
             if column == MEMORY_COLUMN:
-                return memory_check_text(record.get("memory")) or "Resident memory of the engine process"
+                texts = (memory_check_text(record.get("memory")), startup_text(record.get("startup")))
+                return "\n".join(t for t in texts if t) or "Resident memory of the engine process"
             return f"{record['name']}\n{record['path']}"
         if role == Qt.ItemDataRole.ForegroundRole and column == STATE_COLUMN and record["state"] == "failed":
             return _FAILED_COLOUR

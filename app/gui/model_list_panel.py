@@ -46,12 +46,20 @@ class ModelListPanel(QWidget):
         self.table_view.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
         self.table_view.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
         self.table_view.verticalHeader().hide()
+        self.table_view.setTabKeyNavigation(False)  # Tab goes on to Launch; arrows move between models
+        self.table_view.setAccessibleName("Models")
         header = self.table_view.horizontalHeader()
-        header.setSectionResizeMode(MODEL_COLUMN, QHeaderView.ResizeMode.Stretch)
+        # The id takes what is left; state, size and memory are short and never cut ("336.9 MiB (prediction …").
+        for column in range(item_model.columnCount()):
+            mode = QHeaderView.ResizeMode.Stretch if column == MODEL_COLUMN else QHeaderView.ResizeMode.ResizeToContents
+            header.setSectionResizeMode(column, mode)
         self.launch_button = QPushButton("Launch")
         self.stop_button = QPushButton("Stop")
+        self.launch_button.setAccessibleName("Launch the selected model")
+        self.stop_button.setAccessibleName("Stop the selected model")
         self.state_label = QLabel()
         self.state_label.setWordWrap(True)
+        self.state_label.setAccessibleName("State of the selected model")
 
         buttons = QHBoxLayout()
         buttons.addWidget(self.launch_button)

@@ -112,3 +112,34 @@ def plan_rows(option: dict[str, Any]) -> list[tuple[str, str]]:
 
 def reasons_html(reasons: list[str]) -> str:
     return "<ul style='margin-left:-20px'>" + "".join(f"<li>{escape(r)}</li>" for r in reasons) + "</ul>"
+
+
+# Short headers keep the scores narrow beside the "Here" text; each header's tooltip names the dimension in full.
+ENGINE_COLUMNS = ("Engine", "Total", "Speed", "Fit", "Feat.", "Ops", "Eco.", "Here")
+ENGINE_COLUMN_TIPS = (
+    "",
+    "Weighted score for this use",
+    "Throughput for this use",
+    "Hardware fit on this machine",
+    "Features: quantization, continuous batching, tensor parallelism, OpenAI API",
+    "Operational complexity (5: simplest to run)",
+    "Ecosystem",
+    "What it lacks here, or that it is ready",
+)
+
+
+def engine_cells(fit: dict[str, Any]) -> tuple[str, ...]:
+    """One scored engine (the recommendation's `engines`) as the cells of ENGINE_COLUMNS: its 0-5 scores and what
+    it lacks on this machine for this model, or that it is ready."""
+    scores = fit["scores"]
+    here = [str(item) for item in (*fit.get("lacks", ()), *fit.get("notes", ()))]
+    if fit.get("launched") and fit.get("installed") is None:
+        here.append("installation not checked")
+    if fit.get("usable"):
+        here.insert(0, "installed" + (f" ({fit['version']})" if fit.get("version") else ""))
+    return (
+        str(fit["label"]),
+        f"{float(fit['total']):.1f}",
+        *(str(scores[name]) for name in ("throughput", "hardware_fit", "features", "operations", "ecosystem")),
+        "; ".join(here),
+    )

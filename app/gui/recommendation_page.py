@@ -24,7 +24,18 @@ from PySide6.QtWidgets import (
 from app.client import ControlClient
 from app.gui.hub_format import error_label, show_error
 from app.gui.memory_bar import MemoryBarPanel, memory_bars
-from app.gui.plan_text import ENGINE_WORDS, USE_WORDS, headline, memory_text, plan_rows, reasons_html, rows_html
+from app.gui.plan_text import (
+    ENGINE_COLUMN_TIPS,
+    ENGINE_COLUMNS,
+    ENGINE_WORDS,
+    USE_WORDS,
+    engine_cells,
+    headline,
+    memory_text,
+    plan_rows,
+    reasons_html,
+    rows_html,
+)
 from app.gui.service_connection import LatestCall, ServiceConnection
 from app.gui.wizard_pages import WizardChoices
 
@@ -86,10 +97,22 @@ class RecommendationPage(QWizardPage):
         self.alternatives_table = QTableWidget(0, len(ALTERNATIVE_COLUMNS))
         self.alternatives_table.setHorizontalHeaderLabels(list(ALTERNATIVE_COLUMNS))
         self.alternatives_table.setAccessibleName("Alternatives")
+        self.alternatives_table.setTabKeyNavigation(False)
         self.alternatives_table.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
         self.alternatives_table.verticalHeader().hide()
         self.alternatives_table.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
         self.alternatives_label = QLabel("Alternatives")
+        self.engines_label = QLabel("Engines, scored 0-5 for this model on this machine (operations: 5 is simplest)")
+        self.engines_table = QTableWidget(0, len(ENGINE_COLUMNS))
+        self.engines_table.setHorizontalHeaderLabels(list(ENGINE_COLUMNS))
+        for column, tip in enumerate(ENGINE_COLUMN_TIPS):
+            header_item = self.engines_table.horizontalHeaderItem(column)
+            if header_item is not None:
+                header_item.setToolTip(tip)
+        self.engines_table.setAccessibleName("Engines")
+        self.engines_table.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
+        self.engines_table.verticalHeader().hide()
+        self.engines_table.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
         self.launch_button = QPushButton("Launch")
         self.launch_button.setAccessibleName("Launch the model with these settings")
         self.launch_status_label = QLabel()
@@ -111,6 +134,8 @@ class RecommendationPage(QWizardPage):
         layout.addWidget(self.problems_label)
         layout.addWidget(self.alternatives_label)
         layout.addWidget(self.alternatives_table, 1)
+        layout.addWidget(self.engines_label)
+        layout.addWidget(self.engines_table, 1)
         layout.addStretch(0)
         launch_row = QHBoxLayout()
         launch_row.addWidget(self.launch_button)
@@ -140,6 +165,7 @@ class RecommendationPage(QWizardPage):
         for widget in (self.plan_label, self.reasons_label, self.problems_label, *self.memory_bar_panels):
             widget.hide()
         self.alternatives_table.setRowCount(0)
+        self.engines_table.setRowCount(0)
         self.launch_button.setEnabled(False)
         self.launch_button.setText("Launch")
         self.launch_status_label.setText("")
@@ -155,6 +181,7 @@ class RecommendationPage(QWizardPage):
         self.problems_label.setText("\n".join(problems))
         self.problems_label.setVisible(bool(problems))
         self._show_alternatives(result.get("alternatives", []))
+        self._show_engines(result.get("engines", []))
         if best is None:
             self.headline_label.setText("<b>Nothing fits in this machine's free memory.</b>")
             return
@@ -203,6 +230,16 @@ class RecommendationPage(QWizardPage):
                 item = QTableWidgetItem(text)
                 item.setToolTip("\n".join(str(r) for r in option.get("reasons", [])))
                 self.alternatives_table.setItem(row, column, item)
+
+    def _show_engines(self, fits: list[dict[str, Any]]) -> None:
+        self.engines_label.setVisible(bool(fits))
+        self.engines_table.setVisible(bool(fits))
+        self.engines_table.setRowCount(len(fits))
+        for row, fit in enumerate(fits):
+            for column, text in enumerate(engine_cells(fit)):
+                item = QTableWidgetItem(text)
+                item.setToolTip(text if column == len(ENGINE_COLUMNS) - 1 else ", ".join(fit.get("features", ())))
+                self.engines_table.setItem(row, column, item)
 
     # Launch ------------------------------------------------------------------------------------------
 

@@ -1,18 +1,21 @@
 """The window's link to the service: connects or starts it, runs every blocking call off the GUI thread,
-relays live events as signals, and on close shuts down the service it started."""
+relays live events as signals, restarts the service (new ports or address), and on close shuts down the service
+it started, or leaves it running when asked to."""
 
 from __future__ import annotations
 
 import enum
 import functools
+import socket
 import subprocess
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from PySide6.QtCore import QObject, QThreadPool, QTimer, Signal, Slot
 
-from app.client import ControlClient, ControlError, ServiceUnavailable, connect, start_service
+from app.client import ControlClient, ControlError, ServiceUnavailable, connect, find_service, start_service
 from app.gui.event_stream import EventStreamThread
 from app.paths import AppPaths
 
@@ -57,10 +60,16 @@ class ServiceConnection(QObject):
     sig_download_changed = Signal(object)  # a download's record, as GET /api/downloads lists them
     sig_endpoint_received = Signal(object)  # {url, api_key, key_source, key_note}
     sig_connection_closed = Signal()
+    sig_settings_received = Signal(object)  # GET /api/settings: {settings, running, restart_required, ...}
+    sig_settings_saved = Signal(object)  # the same, after a save, with `changed`
+    sig_settings_refused = Signal(str)  # why a save was refused (a bad value, LAN exposure without a key)
+    sig_hf_token_changed = Signal(bool)  # whether a Hugging Face token is now saved
+    sig_service_restarted = Signal()
     # Internal: a worker's result, as a callable to run on the GUI thread (queued across threads).
     sig_call_done = Signal(object)
 
-    def __init__(self, paths: AppPaths, port: int, parent: QObject | None = None) -> None:
+    def __init__(self, paths: AppPaths, port: int | None = None, parent: QObject | None = None) -> None:
+        """`port`: the endpoint port of a service this connection starts (None: the saved settings decide)."""
         super().__init__(parent)
         self._paths = paths
         self._port = port
@@ -70,10 +79,16 @@ class ServiceConnection(QObject):
         self._stream: EventStreamThread | None = None
         self._pool = QThreadPool(self)
         self._poll_in_flight = False
+        self._stop_service: bool | None = None
         self._poll_timer = QTimer(self)
         self._poll_timer.setInterval(POLL_INTERVAL_MS)
         self._poll_timer.timeout.connect(self._on_poll_timer_timeout)
         self.sig_call_done.connect(self._on_call_done)
+
+    @property
+    def paths(self) -> AppPaths:
+        """Where this ModelDeck keeps its files (the window keeps a little state there too)."""
+        return self._paths
 
     @property
     def phase(self) -> Phase:
@@ -88,6 +103,10 @@ class ServiceConnection(QObject):
         return self._phase is Phase.CLOSED
 
     @property
+    def _closing_or_closed(self) -> bool:
+        return self._phase in (Phase.CLOSING, Phase.CLOSED)
+
+    @property
     def started_service(self) -> bool:
         """True when this connection started the service (and so stops it on close)."""
         return self._process is not None
@@ -95,6 +114,10 @@ class ServiceConnection(QObject):
     @property
     def service_process(self) -> subprocess.Popen[bytes] | None:
         return self._process
+
+    @property
+    def client(self) -> ControlClient | None:
+        return self._client
 
     # Off-thread calls ------------------------------------------------------------------------------------
 
@@ -117,6 +140,12 @@ class ServiceConnection(QObject):
     def _on_call_done(self, deliver: Callable[[], None]) -> None:
         deliver()
 
+    def run_in_background(
+        self, job: Callable[[], T], on_done: Callable[[T], None], on_failed: Callable[[str], None]
+    ) -> None:
+        """Run local blocking work (files, the OS) on a pool thread; the outcome arrives on the GUI thread."""
+        self._submit(job, on_done, on_failed)
+
     def call(
         self, job: Callable[[ControlClient], T], on_done: Callable[[T], None], on_failed: Callable[[str], None]
     ) -> None:
@@ -126,13 +155,14 @@ class ServiceConnection(QObject):
             on_failed(NOT_CONNECTED)
             return
 
-        # An answer that arrives once the connection is closed is dropped: the view that asked may be gone.
+        # An answer that arrives once the connection is closing or closed is dropped: the window is going away,
+        # and the view that asked may already be deleted (a closed window can be deleted before its service stops).
         def done(result: T) -> None:
-            if not self.is_closed:
+            if not self._closing_or_closed:
                 on_done(result)
 
         def failed(message: str) -> None:
-            if not self.is_closed:
+            if not self._closing_or_closed:
                 on_failed(message)
 
         self._submit(functools.partial(job, self._client), done, failed)
@@ -173,6 +203,11 @@ class ServiceConnection(QObject):
         self._submit(opened.client.endpoint, self.sig_endpoint_received.emit, self._on_call_failed("read the endpoint"))
         self._poll_timer.start()
 
+    def _on_restart_done(self, opened: _Opened) -> None:
+        self._on_open_done(opened)
+        if self.is_connected:
+            self.sig_service_restarted.emit()
+
     def _on_open_failed(self, message: str) -> None:
         if self._phase is Phase.CLOSING:
             self._finish_close()
@@ -207,6 +242,64 @@ class ServiceConnection(QObject):
             done: Callable[[list[str]], None] = functools.partial(self.sig_logs_loaded.emit, model_id)
             self._submit(job, done, self._on_call_failed(f"read the log of {model_id}"))
 
+    # Settings and secrets ---------------------------------------------------------------------------------
+
+    def load_settings(self) -> None:
+        self.call(lambda client: client.settings(), self.sig_settings_received.emit,
+                  self._on_call_failed("read the settings"))  # fmt: skip
+
+    def save_settings(self, changes: dict[str, Any], confirm_lan_exposure: bool = False) -> None:
+        """Save settings; `sig_settings_saved` or `sig_settings_refused` (with the service's reason) follows."""
+        self.call(
+            lambda client: client.update_settings(changes, confirm_lan_exposure),
+            self.sig_settings_saved.emit,
+            self.sig_settings_refused.emit,
+        )
+
+    def regenerate_api_key(self) -> None:
+        """A new endpoint key, in use at once; the new endpoint info arrives as `sig_endpoint_received`."""
+        self.call(lambda client: client.regenerate_api_key(), self.sig_endpoint_received.emit,
+                  self._on_call_failed("regenerate the API key"))  # fmt: skip
+
+    def set_hf_token(self, token: str) -> None:
+        # The token goes straight to the service's keyring; no signal carries it.
+        self.call(lambda client: client.set_hf_token(token), lambda _none: self.sig_hf_token_changed.emit(True),
+                  self._on_call_failed("save the Hugging Face token"))  # fmt: skip
+
+    def clear_hf_token(self) -> None:
+        self.call(lambda client: client.clear_hf_token(), lambda _removed: self.sig_hf_token_changed.emit(False),
+                  self._on_call_failed("remove the Hugging Face token"))  # fmt: skip
+
+    def restart(self) -> None:
+        """Stop the service (and its engines) and start it again, so saved ports and address take effect.
+
+        New ports are tried first: one that is taken is reported and the service keeps running as it is.
+        Otherwise the connection goes CONNECTING, then CONNECTED with `sig_service_restarted`, or LOST."""
+        self.call(_check_new_ports, lambda _none: self._restart_now(), self._on_call_failed("restart the service"))
+
+    def _restart_now(self) -> None:
+        client = self._client
+        if client is None or not self.is_connected:
+            self.sig_error_occurred.emit(NOT_CONNECTED)
+            return
+        process = self._process
+        self._poll_timer.stop()
+        if self._stream is not None:
+            self._stream.stop()
+            self._stream = None
+        self._set_phase(Phase.CONNECTING, "Restarting the ModelDeck service\N{HORIZONTAL ELLIPSIS}")
+        self._submit(functools.partial(self._restart_service, client, process), self._on_restart_done,
+                     self._on_open_failed)  # fmt: skip
+
+    def _restart_service(self, client: ControlClient, process: subprocess.Popen[bytes] | None) -> _Opened:
+        if process is not None:
+            _shut_down_service(client, process)
+        else:
+            _shut_down_other_service(client, self._paths)
+        client.close()
+        started = start_service(self._paths, self._port)
+        return _Opened(started.client, started.process)
+
     def _on_call_failed(self, action: str) -> Callable[[str], None]:
         def report(message: str) -> None:
             if self._phase is Phase.CONNECTED:
@@ -232,11 +325,13 @@ class ServiceConnection(QObject):
 
     # Closing ---------------------------------------------------------------------------------------------
 
-    def close(self) -> None:
-        """Stop the event stream; shut down the service if this connection started it. Ends with
-        `sig_connection_closed` (at once when there is nothing to wait for)."""
+    def close(self, stop_service: bool | None = None) -> None:
+        """Stop the event stream, and the service: always when `stop_service` is True, never when False, and when
+        None only if this connection started it. Ends with `sig_connection_closed` (at once when there is nothing
+        to wait for)."""
         if self._phase in (Phase.CLOSING, Phase.CLOSED):
             return
+        self._stop_service = stop_service
         connecting = self._phase is Phase.CONNECTING
         self._set_phase(Phase.CLOSING, "Closing\N{HORIZONTAL ELLIPSIS}")
         self._poll_timer.stop()
@@ -246,12 +341,17 @@ class ServiceConnection(QObject):
             self._begin_shutdown()
 
     def _begin_shutdown(self) -> None:
-        client, process = self._client, self._process
-        if client is None or process is None:
-            self._finish_close()  # not ours to stop: the service keeps serving
+        client, process, stop = self._client, self._process, self._stop_service
+        if stop is None:
+            stop = process is not None
+        if client is None or not stop:
+            self._finish_close()  # the service keeps serving
             return
-        self.sig_status_changed.emit("Stopping the service ModelDeck started\N{HORIZONTAL ELLIPSIS}")
-        job = functools.partial(_shut_down_service, client, process)
+        self.sig_status_changed.emit("Stopping the service and its engines\N{HORIZONTAL ELLIPSIS}")
+        if process is not None:
+            job = functools.partial(_shut_down_service, client, process)
+        else:
+            job = functools.partial(_shut_down_other_service, client, self._paths)
         self._submit(job, lambda _none: self._finish_close(), self._on_shutdown_failed)
 
     def _on_shutdown_failed(self, message: str) -> None:
@@ -315,3 +415,43 @@ def _shut_down_service(client: ControlClient, process: subprocess.Popen[bytes]) 
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait()
+
+
+def _shut_down_other_service(client: ControlClient, paths: AppPaths) -> None:
+    """Ask a service this window did not start to stop, and wait until it has withdrawn its discovery file
+    (it does that last, once its engines are stopped and its ports closed)."""
+    pid = client.address.pid
+    try:
+        client.shutdown()
+    except (ServiceUnavailable, ControlError):
+        return  # already gone
+    deadline = time.monotonic() + SHUTDOWN_WAIT_S
+    while time.monotonic() < deadline:
+        address = find_service(paths)
+        if address is None or address.pid != pid:
+            return
+        time.sleep(0.1)
+    raise ServiceUnavailable(f"The service (pid {pid}) did not stop within {SHUTDOWN_WAIT_S:.0f} s.")
+
+
+def _check_new_ports(client: ControlClient) -> None:
+    """Raise ControlError when a port the restart would listen on is taken by another program."""
+    answer = client.settings()
+    settings, pending = answer["settings"], set(answer["restart_required"])
+    wanted = []
+    if pending & {"gateway_port", "bind_address"}:
+        wanted.append(("endpoint", str(settings["bind_address"]), int(settings["gateway_port"])))
+    if "control_port" in pending and settings["control_port"]:
+        wanted.append(("control API", "127.0.0.1", int(settings["control_port"])))
+    for what, host, port in wanted:
+        if port == answer["running"]["gateway_port"] or port == answer["running"]["control_port"]:
+            continue  # the service's own port: free once it stops
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        with socket.socket(family, socket.SOCK_STREAM) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                probe.bind((host, port))
+            except OSError as exc:
+                raise ControlError(
+                    f"port {port} for the {what} is not free ({exc.strerror or exc}); choose another and save"
+                ) from exc

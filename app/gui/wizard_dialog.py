@@ -13,6 +13,8 @@ from app.gui.recommendation_page import RecommendationPage
 from app.gui.service_connection import ServiceConnection
 from app.gui.wizard_pages import HardwarePage, ModelPage, UsePage, WizardChoices
 
+MINIMUM_WIDTH, MINIMUM_HEIGHT = 680, 500
+
 
 class SetupWizardDialog(QWizard):
     """Four steps to a launched model. Reusable: `restart()` before showing it again starts from step one."""
@@ -23,11 +25,22 @@ class SetupWizardDialog(QWizard):
         super().__init__(parent)
         self.setWindowTitle("Set up a model")
         self.setObjectName("setup_wizard")
-        self.setMinimumSize(760, 620)
+        # Opens roomy, and still fits a 1920x1080 screen at 200 % scaling (960x540 logical pixels).
+        self.setMinimumSize(MINIMUM_WIDTH, MINIMUM_HEIGHT)
+        self.resize(760, 620)
         self.setWizardStyle(QWizard.WizardStyle.ModernStyle)
         self.setTitleFormat(Qt.TextFormat.RichText)
         self.setSubTitleFormat(Qt.TextFormat.RichText)
         self.setButtonText(QWizard.WizardButton.FinishButton, "Done")
+        for button, name in (
+            (QWizard.WizardButton.BackButton, "Previous step"),
+            (QWizard.WizardButton.NextButton, "Next step"),
+            (QWizard.WizardButton.FinishButton, "Done: close the wizard"),
+            (QWizard.WizardButton.CancelButton, "Cancel the wizard"),
+            (QWizard.WizardButton.HelpButton, "Help"),
+            (QWizard.WizardButton.CommitButton, "Commit"),
+        ):
+            self.button(button).setAccessibleName(name)
         self.choices = WizardChoices()
         self.hardware_page = HardwarePage(connection, self.choices)
         self.use_page = UsePage(self.choices)

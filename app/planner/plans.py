@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import struct
+from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
 
@@ -11,9 +12,10 @@ from app.hardware.profile import HardwareProfile
 from app.hub.library import ModelSpec, known_models, model_id_from_filename
 from app.paths import AppPaths
 from app.planner.calibration import CalibrationStore, Correction
+from app.planner.engine_choice import engine_fits
 from app.planner.facts import facts_from_gguf, facts_from_hf_config
-from app.planner.recommend import Option, Recommendation, Variant, recommend
-from engines.base import LaunchPlan
+from app.planner.recommend import SERVE_USERS, Option, Recommendation, Variant, recommend
+from engines.base import Engine, Installation, LaunchPlan
 from engines.gguf import read_gguf_info
 from engines.registry import ENGINES
 
@@ -97,8 +99,10 @@ def plan_model(
     use: str,
     users: int | None,
     calibration: CalibrationStore,
+    installations: Mapping[str, Installation] | None = None,
 ) -> Recommendation:
-    """The ranked options for a model on this hardware, corrected by earlier launches, each with its command line."""
+    """The ranked options for a model on this hardware, corrected by earlier launches, each with its command line,
+    and every known engine scored for it (`installations`: each engine's detection, from `detect_engines`)."""
     # The planner applies one correction to its llama.cpp options: that engine's, for this architecture.
     gguf = next((v for v in variants if v.engine_family == "llama.cpp"), variants[0] if variants else None)
     correction = (
@@ -107,11 +111,23 @@ def plan_model(
         else Correction.none()
     )
     result = recommend(hardware, variants, use, users=users, correction=correction)
+    installations = detect_engines(ENGINES) if installations is None else installations
     return replace(
         result,
         best=with_command(model_id, result.best) if result.best else None,
         alternatives=tuple(with_command(model_id, option) for option in result.alternatives),
+        engines=engine_fits(hardware, {v.facts.format for v in variants}, result_users(use, users), installations),
     )
+
+
+def detect_engines(engines: Mapping[str, Engine]) -> dict[str, Installation]:
+    """Whether each engine is installed. Slow where one is (`vllm --version` imports torch): callers keep it."""
+    return {name: engine.detect() for name, engine in engines.items()}
+
+
+def result_users(use: str, users: int | None) -> int:
+    """The concurrent users the planner assumed for a use (app.planner.recommend.need_for)."""
+    return (users or SERVE_USERS) if use == "serve" else 1
 
 
 def launch_plan(model_id: str, option: Option) -> LaunchPlan:

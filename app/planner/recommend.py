@@ -13,6 +13,7 @@ from typing import Any
 
 from app.hardware.profile import GPUInfo, HardwareProfile
 from app.planner.calibration import Correction
+from app.planner.engine_choice import EngineFit
 from app.planner.facts import ModelFacts
 from app.planner.memory import CUDA_CONTEXT, GIB, MIB, MemoryEstimate, MissingFacts, llama_cpp_memory, vllm_memory
 
@@ -80,9 +81,11 @@ class Recommendation:
     alternatives: tuple[Option, ...]
     problems: tuple[str, ...] = ()
     budgets: dict[str, int] = field(default_factory=dict)
+    engines: tuple[EngineFit, ...] = ()  # every known engine scored for this model here (app.planner.engine_choice)
 
     def to_dict(self) -> dict[str, Any]:
         return {
+            "engines": [fit.to_dict() for fit in self.engines],
             "use": self.use,
             "best": self.best.to_dict() if self.best else None,
             "alternatives": [option.to_dict() for option in self.alternatives],

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from app.planner.engine_choice import fit_line
 from app.planner.recommend import Option, Recommendation
 
 MIB = 2**20
@@ -48,4 +49,7 @@ def summary_lines(model_id: str, recommendation: Recommendation) -> list[str]:
                 f"  {option.engine:17} {option.variant:8} {option.tier:7} {verdict:12} max context "
                 f"{option.max_context:>6}  {_memory(option)}  {_speed(option)}"
             )
+    if recommendation.engines:
+        lines.append("Engines  scored 0-5 for this model here (operations: 5 is the simplest to run)")
+        lines += [f"  {fit_line(fit)}" for fit in recommendation.engines]
     return [line for line in lines if line]

@@ -5,6 +5,7 @@ corrected by what earlier launches measured."""
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -12,14 +13,18 @@ from pathlib import Path
 from app.hardware.detect import detect_hardware
 from app.hardware.profile import HardwareProfile
 from app.hub.library import ModelSpec
+from app.installs.vllm_env import configured_engines
 from app.paths import AppPaths
 from app.planner.calibration import CalibrationStore
-from app.planner.plans import plan_model, variants_of
+from app.planner.plans import detect_engines, plan_model, variants_of
 from app.planner.recommend import Recommendation, Variant
+from engines.base import Installation
+from engines.registry import ENGINES
 
 # NVML and /proc answer in milliseconds, but a wizard asks on every page: a few seconds of reuse keeps free
 # memory current while sparing the detection.
 HARDWARE_TTL_S = 5.0
+INSTALLATIONS_TTL_S = 300.0  # an engine installed meanwhile shows up within five minutes
 
 Detector = Callable[[Path], HardwareProfile]
 
@@ -35,6 +40,9 @@ class Advisor:
         self._profile: HardwareProfile | None = None
         self._detected_at = 0.0
         self._lock = asyncio.Lock()
+        self._installed: dict[str, Installation] | None = None
+        self._installed_at = 0.0
+        self._installations_lock = threading.Lock()  # recommendations run on worker threads
 
     async def hardware(self) -> HardwareProfile:
         """This machine's profile; requests within the TTL share one detection."""
@@ -51,9 +59,21 @@ class Advisor:
         return await asyncio.to_thread(self._recommend, hardware, spec, use, users)
 
     def _recommend(self, hardware: HardwareProfile, spec: ModelSpec, use: str, users: int | None) -> Recommendation:
-        return plan_model(hardware, spec.id, variants_of(spec), use, users, self._calibration)
+        installations = self._installations()
+        return plan_model(hardware, spec.id, variants_of(spec), use, users, self._calibration, installations)
+
+    def _installations(self) -> dict[str, Installation]:
+        """Each engine's detection, kept for a while: `vllm --version` alone takes seconds (it imports torch)."""
+        with self._installations_lock:
+            if self._installed is None or time.monotonic() - self._installed_at > INSTALLATIONS_TTL_S:
+                # vLLM from its own environment when one is registered (`modeldeck vllm-env`)
+                self._installed = detect_engines({**ENGINES, **configured_engines(self._paths)})
+                self._installed_at = time.monotonic()
+            return self._installed
 
     async def plan(self, model_id: str, variants: list[Variant], use: str = "chat") -> Recommendation:
         """The ranked options for variants not in the library (a Hub model's, costed from a header read remotely)."""
         hardware = await self.hardware()
-        return await asyncio.to_thread(plan_model, hardware, model_id, variants, use, None, self._calibration)
+        return await asyncio.to_thread(
+            lambda: plan_model(hardware, model_id, variants, use, None, self._calibration, self._installations())
+        )

@@ -34,7 +34,9 @@ from app.service.events import EventBus
 from app.service.hub_routes import HubRoutes
 from app.service.metrics_pipeline import DEFAULT_MAX_POINTS, MetricsPipeline
 from app.service.overrides import MAX_BODY, BadOverrides, PlanOverrides
+from app.service.remote_routes import RemoteRoutes
 from app.service.request_log import RequestLog
+from app.service.settings_routes import SettingsRoutes
 from engines.gguf import GGUFError
 
 log = logging.getLogger("modeldeck.control")
@@ -68,8 +70,12 @@ class ControlApi:
         advisor: Advisor,
         hub: HubRoutes | None = None,
         metrics: MetricsPipeline | None = None,
+        remotes: RemoteRoutes | None = None,
+        settings: SettingsRoutes | None = None,
     ) -> None:
         self._manager = manager
+        self._remotes = remotes
+        self._settings = settings
         self._hub = hub
         self._metrics = metrics
         self._advisor = advisor
@@ -151,8 +157,16 @@ class ControlApi:
                 self._request_shutdown()
             case _ if self._hub is not None and await self._hub.handle(method, parts, query, receive, send):
                 pass
+            case _ if self._remotes is not None and await self._remotes.handle(method, parts, receive, send):
+                pass
+            case _ if self._settings is not None and await self._settings.handle(method, parts, receive, send):
+                pass
             case _:
                 await send_error(send, 404, f"Unknown route {method} /{'/'.join(parts)}.", "invalid_request_error")
+
+    def set_endpoint(self, endpoint: EndpointInfo) -> None:
+        """What /api/endpoint answers from now on (a new API key)."""
+        self._endpoint = endpoint
 
     async def _start(self, model_id: str, wait: bool, receive: Receive, send: Send) -> None:
         self._manager.describe(model_id)  # raises UnknownModel before anything starts

@@ -13,7 +13,9 @@ from typing import Any
 
 import psutil
 
+from app.hardware.nvidia import process_vram
 from app.hub.library import ModelSpec
+from app.installs.vllm_env import configured_engines
 from app.paths import AppPaths
 from app.planner.calibration import CalibrationStore
 from app.planner.defaults import DEFAULT_CONTEXT, default_plan
@@ -28,6 +30,7 @@ from engines.gguf import GGUFError, GGUFInfo, read_gguf_info
 from engines.registry import ENGINES
 from engines.states import ACTIVE_STATES, EngineEvent, EngineState
 from engines.supervisor import EngineSupervisor, SupervisorPolicy
+from engines.vllm_log import VLLMStartup, parse_line
 
 
 def _rss(pid: int) -> int | None:
@@ -64,6 +67,16 @@ class LifecyclePolicy:
         return min(ttls) if ttls else None
 
 
+@dataclass(frozen=True)
+class RemoteEndpoint:
+    """An OpenAI-compatible server elsewhere whose models are served as `name/<model>` (app.service.remotes)."""
+
+    name: str
+    url: str  # base URL, without /v1
+    api_key: str | None
+    models: tuple[str, ...]  # their ids at the remote
+
+
 class EngineManager:
     """Owns every engine supervisor of the service, by model id."""
 
@@ -88,15 +101,45 @@ class EngineManager:
         self._queues: dict[str, EngineQueue] = {}
         self._last_used: dict[str, float] = {}
         self._start_locks: dict[str, asyncio.Lock] = {}
+        self._startups: dict[str, VLLMStartup] = {}  # model id -> what its vLLM said while starting
+        self._engines = {**ENGINES, **configured_engines(paths)}  # vLLM from its own environment when installed
         self.memory_check = MemoryCheck(CalibrationStore(paths.calibration_db))
         # Engines accept only this key; it never leaves the service.
         self.internal_key = secrets.token_urlsafe(32)
+        self.remotes: dict[str, RemoteEndpoint] = {}
+        self._remote_models: dict[str, tuple[str, str]] = {}  # model id -> (remote name, its id at the remote)
+
+    def add_remote(self, remote: RemoteEndpoint, specs: dict[str, ModelSpec]) -> None:
+        """Serve a remote's models (replacing what it listed before)."""
+        self.remove_remote(remote.name)
+        self.remotes[remote.name] = remote
+        for (model_id, spec), upstream in zip(specs.items(), remote.models, strict=True):
+            self.models[model_id] = spec
+            self._remote_models[model_id] = (remote.name, upstream)
+
+    def remove_remote(self, name: str) -> None:
+        self.remotes.pop(name, None)
+        for model_id in [m for m, (remote, _) in self._remote_models.items() if remote == name]:
+            del self._remote_models[model_id]
+            self.models.pop(model_id, None)
+
+    def remote_of(self, model_id: str) -> tuple[RemoteEndpoint, str] | None:
+        """The remote serving `model_id` and the model's id there, or None for a model served here."""
+        found = self._remote_models.get(model_id)
+        return (self.remotes[found[0]], found[1]) if found else None
+
+    def upstream_bearer(self, model_id: str) -> str:
+        """The key the gateway sends upstream: the remote's own (possibly none), else the engines' internal key."""
+        remote = self.remote_of(model_id)
+        if remote is None:
+            return self.internal_key
+        return remote[0].api_key or ""
 
     def supervisor(self, model_id: str) -> EngineSupervisor | None:
         return self._supervisors.get(model_id)
 
     def engine(self, model_id: str) -> Engine:
-        return ENGINES[self.models[model_id].engine]
+        return self._engines[self.models[model_id].engine]
 
     def queue(self, model_id: str) -> EngineQueue:
         queue = self._queues.get(model_id)
@@ -108,7 +151,10 @@ class EngineManager:
     def queue_depths(self) -> dict[str, tuple[int, int]]:
         return {model_id: (queue.running, queue.waiting) for model_id, queue in self._queues.items()}
 
-    def context_length(self, model_id: str) -> int:
+    def context_length(self, model_id: str) -> int | None:
+        """The context max_tokens is bounded by; None for a remote, which judges its own requests."""
+        if model_id in self._remote_models:
+            return None
         plan = self._plans.get(model_id)
         return plan.context_length if plan else DEFAULT_CONTEXT  # the default plan never uses more
 
@@ -141,7 +187,8 @@ class EngineManager:
     def _state_and_message(self, model_id: str) -> tuple[EngineState, str]:
         url = self.models[model_id].url
         if url is not None:
-            return EngineState.READY, f"external server at {url}"
+            remote = self.remote_of(model_id)
+            return EngineState.READY, f"remote {remote[0].name} at {url}" if remote else f"external server at {url}"
         if model_id in self._preflight_errors:
             return EngineState.FAILED, self._preflight_errors[model_id]
         supervisor = self._supervisors.get(model_id)
@@ -234,8 +281,10 @@ class EngineManager:
             on_event=self._on_engine_event,
             on_log=self._on_engine_log,
             policy=self._policy,
+            gpu_memory_probe=process_vram,  # a stop returns once the GPU memory is free (at once without NVIDIA)
         )
         self._supervisors[model_id] = supervisor
+        self._startups.pop(model_id, None)
         return supervisor
 
     def _folder_refusal(self, spec: ModelSpec) -> str:
@@ -348,6 +397,9 @@ class EngineManager:
             "memory": self.memory_check.describe(model_id),
             "plan": plan_summary(plan) if (plan := self._plans.get(model_id)) else None,
             "idle_ttl_s": None if spec.url is not None else self.lifecycle.ttl_for(model_id),
+            "startup": {**startup.to_dict(), "summary": startup.summary()}
+            if (startup := self._startups.get(model_id))
+            else None,
         }
 
     def logs(self, model_id: str, count: int | None = None) -> list[str]:
@@ -367,7 +419,13 @@ class EngineManager:
         self._bus.publish({"type": "engine", **asdict(event)})
 
     def _on_engine_log(self, model_id: str, line: str) -> None:
+        if self.models[model_id].engine == "vllm":
+            before = self._startups.get(model_id, VLLMStartup())
+            after = parse_line(before, line)
+            if after is not before:
+                self._startups[model_id] = after
+                self._bus.publish({"type": "startup", "model_id": model_id, **after.to_dict()})
         self._bus.publish({"type": "log", "model_id": model_id, "line": line})
 
 
-__all__ = ["EngineManager", "LifecyclePolicy", "PlanConflict", "UnknownModel"]
+__all__ = ["EngineManager", "LifecyclePolicy", "PlanConflict", "RemoteEndpoint", "UnknownModel"]

@@ -15,7 +15,7 @@ import struct
 import time
 import uuid
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from app.service.admission import QueueFull
@@ -85,7 +85,11 @@ class Gateway:
         self._config = config
         self._pool = pool
         self._log = log
-        self._endpoints: dict[str, Endpoint] = {}  # engine URL -> prepared request head
+        self._endpoints: dict[tuple[str, str], Endpoint] = {}  # (URL, bearer) -> prepared request head
+
+    def set_api_key(self, api_key: str) -> None:
+        """Check requests against this key from now on: the old one stops working at once."""
+        self._config = replace(self._config, api_key=api_key)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -135,7 +139,9 @@ class Gateway:
         data = []
         for model_id in self._manager.models:
             described = self._manager.describe(model_id)
-            data.append({"id": model_id, "object": "model", "created": 0, "owned_by": "modeldeck",
+            remote = self._manager.remote_of(model_id)
+            owner = remote[0].name if remote else "modeldeck"
+            data.append({"id": model_id, "object": "model", "created": 0, "owned_by": owner,
                          "state": described["state"]})  # fmt: skip
         return {"object": "list", "data": data}
 
@@ -241,12 +247,13 @@ class Gateway:
                 return None
         return url
 
-    def _endpoint(self, url: str) -> Endpoint:
-        endpoint = self._endpoints.get(url)
+    def _endpoint(self, url: str, model: str) -> Endpoint:
+        bearer = self._manager.upstream_bearer(model)  # the engines' internal key, or a remote's own
+        endpoint = self._endpoints.get((url, bearer))
         if endpoint is None:
             if len(self._endpoints) > 256:  # engines restarted on new ports many times over
                 self._endpoints.clear()
-            endpoint = self._endpoints[url] = Endpoint.post(url, self._manager.internal_key)
+            endpoint = self._endpoints[(url, bearer)] = Endpoint.post(url, bearer)
         return endpoint
 
     async def _forward(
@@ -261,7 +268,10 @@ class Gateway:
     ) -> None:
         capabilities = self._manager.engine(checked.model).capabilities
         encoding = payload.pop("encoding_format", None) if path == "/v1/embeddings" else None
-        if encoding is not None:  # engines answer floats; the gateway encodes
+        remote = self._manager.remote_of(checked.model)
+        if remote is not None:  # `NAME/model` here is `model` there
+            payload["model"] = remote[1]
+        if encoding is not None or remote is not None:  # engines answer floats; the gateway encodes
             body = json.dumps(payload).encode()
         upstream = await self._post(checked.model, base_url, path, body, send, outcome)
         if upstream is None:
@@ -281,7 +291,8 @@ class Gateway:
                 await send({"type": "http.response.body", "body": answer})
                 return
             await send({"type": "http.response.start", "status": 200, "headers": headers})
-            add_usage = checked.include_usage and not capabilities.stream_usage
+            # A remote may not honour include_usage either: add it when its stream ends without one.
+            add_usage = checked.include_usage and (not capabilities.stream_usage or remote is not None)
             await self._stream(upstream, base_url, path, payload, checked, send, outcome, add_usage)
         except UpstreamError as exc:
             message = f"The engine stopped answering: {exc}."
@@ -299,7 +310,7 @@ class Gateway:
     ) -> Response | None:
         """Send the request; None when it could not be sent, the client then answered."""
         try:
-            return await self._pool.post(self._endpoint(base_url + path), body)
+            return await self._pool.post(self._endpoint(base_url + path, model), body)
         except Unreachable as exc:
             # An engine that died a moment ago may still be reported ready: wait for its restart, as a request
             # that came a little later would have done.
@@ -310,12 +321,16 @@ class Gateway:
                 if restarted is None:
                     return None
                 try:
-                    return await self._pool.post(self._endpoint(restarted + path), body)
+                    return await self._pool.post(self._endpoint(restarted + path, model), body)
                 except UpstreamError as again:
                     error = again
         except UpstreamError as exc:
             error = exc
-        outcome.status, outcome.error = 502, f"The engine stopped answering: {error}."
+        remote = self._manager.remote_of(model)
+        if remote is not None:
+            outcome.status, outcome.error = 502, f"The remote `{remote[0].name}` at {base_url} did not answer: {error}."
+        else:
+            outcome.status, outcome.error = 502, f"The engine stopped answering: {error}."
         await send_error(send, 502, outcome.error, "server_error", "engine_unavailable")
         return None
 
@@ -367,7 +382,9 @@ class Gateway:
         count_path = self._manager.engine(checked.model).capabilities.tokenize_count_path
         text = prompt_text(path, payload, self._manager.chat_template(checked.model))
         if count_path is not None and text is not None:
-            outcome.prompt_tokens = await count_tokens(self._pool, self._endpoint(base_url + count_path), text)
+            outcome.prompt_tokens = await count_tokens(
+                self._pool, self._endpoint(base_url + count_path, checked.model), text
+            )
         return before + usage_event(meter.first_event, outcome.prompt_tokens, meter.completion_tokens) + done
 
 

@@ -16,6 +16,7 @@ import aiohttp
 from app.hardware.gpu_sampling import NvmlSampler
 from app.service.engines import EngineManager
 from app.service.events import EventBus
+from app.service.remote_metrics import RemoteScraper
 from app.service.request_log import RequestLog
 from app.service.sampling import EngineScraper, GatewaySampler, ProcessSampler, gpu_points
 from app.service.series import DEFAULT_MAX_POINTS, Point, SeriesStore
@@ -55,6 +56,7 @@ class MetricsPipeline:
         self._gateway = GatewaySampler(manager)
         self._processes = ProcessSampler(manager)
         self._engines = EngineScraper(manager, session)
+        self._remotes = RemoteScraper(manager, session)
         self._gpus = NvmlSampler()
         self._has_gpus = False
         self._task: asyncio.Task[None] | None = None
@@ -115,7 +117,8 @@ class MetricsPipeline:
         engine_pids = self._processes.engine_pids()
         points = self._gateway.sample(elapsed_s) + self._processes.sample(engine_pids)
         cpu = time.thread_time() - started
-        points += await self._engines.sample(engine_pids)
+        engines, remotes = await asyncio.gather(self._engines.sample(engine_pids), self._remotes.sample())
+        points += engines + remotes
         if self._has_gpus:
             readings, gpu_cpu = await asyncio.to_thread(_timed_read, self._gpus)
             self.stats.gpu_cpu_s += gpu_cpu

@@ -16,6 +16,7 @@ import time
 from collections.abc import Callable, Generator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 import uvicorn
@@ -31,9 +32,13 @@ from app.service.engines import EngineManager, LifecyclePolicy
 from app.service.events import EventBus
 from app.service.gateway import Gateway, GatewayConfig
 from app.service.hub_routes import HubRoutes, hub_endpoint
+from app.service.lan import allowed_hosts
 from app.service.metrics_pipeline import MetricsPipeline
+from app.service.remote_routes import RemoteRoutes
+from app.service.remotes import RemoteRegistry
 from app.service.request_log import RequestLog
 from app.service.series_history import SeriesHistory
+from app.service.settings_routes import RunningValues, SettingsRoutes
 from app.service.upstream import UpstreamPool
 from engines.processes import reap_leftover_engines
 from engines.states import EngineState
@@ -61,6 +66,8 @@ class ServeOptions:
     model_ttls: tuple[tuple[str, float | None], ...] = ()  # (model id, idle TTL; None: never) over idle_ttl_s
     log_request_text: bool = False  # keep prompts and completions in the request log
     models_dirs: tuple[Path, ...] = ()  # the user's models folders, scanned besides ModelDeck's own
+    remotes: tuple[tuple[str, str], ...] = ()  # (name, base URL) of remote OpenAI-compatible servers
+    settings_problem: str | None = None  # why the settings file could not be used, when it could not
 
 
 class _Server(uvicorn.Server):
@@ -169,7 +176,7 @@ class Service:
         endpoint = EndpointInfo(url, key_value, api_key.source if api_key else "none", api_key.note if api_key else "")
         token = secrets.token_urlsafe(32)
         write_private(paths.control_token_file, token + "\n")
-        allowed = LOOPBACK_HOSTS if is_loopback(options.host) else LOOPBACK_HOSTS | {options.host}
+        allowed = LOOPBACK_HOSTS if is_loopback(options.host) else allowed_hosts(options.host)
         pool = UpstreamPool()
         # Engines' own /metrics are scraped once a second: off the hot path, so aiohttp is fine there.
         scrape_session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=5))
@@ -181,13 +188,43 @@ class Service:
         downloads_dir = options.models_dirs[0] if options.models_dirs else None  # the first --models-dir
         hub = HubRoutes(manager, bus, advisor, paths, default_cache_dir(), hub_endpoint(), downloads_dir)
         metrics = MetricsPipeline(manager, bus, request_log, scrape_session, SeriesHistory(paths.metrics_db))
-        control = ControlApi(manager, bus, token, endpoint, self.request_stop, request_log, advisor, hub, metrics)
+        remotes = RemoteRegistry(manager, paths, scrape_session)
+        await remotes.start(options.remotes)
+        running = RunningValues(
+            gateway_port, control_port, options.control_port, options.host, options.cors_origins, options.idle_ttl_s,
+            str(paths.models_dir),
+        )  # fmt: skip
+
+        def use_key(fresh: ApiKey) -> dict[str, Any]:
+            gateway.set_api_key(fresh.value)
+            info = EndpointInfo(url, fresh.value, fresh.source, fresh.note)
+            control.set_endpoint(info)
+            log.info("the API key was replaced (kept in: %s)", fresh.source)
+            return dict(info.__dict__)
+
+        settings = SettingsRoutes(paths, running, api_key, use_key, options.settings_problem)
+        control = ControlApi(
+            manager,
+            bus,
+            token,
+            endpoint,
+            self.request_stop,
+            request_log,
+            advisor,
+            hub,
+            metrics,
+            RemoteRoutes(remotes),
+            settings,
+        )
         servers = [_uvicorn_server(gateway, gateway_sock), _uvicorn_server(control, control_sock)]
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, self.request_stop)
         tasks = [asyncio.create_task(server.serve(sockets=[sock])) for server, sock in servers]
-        preloads: list[asyncio.Task[None]] = [asyncio.create_task(manager.stop_idle_engines())]
+        preloads: list[asyncio.Task[None]] = [
+            asyncio.create_task(manager.stop_idle_engines()),
+            asyncio.create_task(remotes.refresh_forever()),
+        ]
         try:
             while not all(server.started for server, _ in servers):
                 if any(task.done() for task in tasks):
@@ -198,6 +235,8 @@ class Service:
                 "started": time.time(),
             }))  # fmt: skip
             log.info("OpenAI endpoint on %s (API key: %s)", url, endpoint.key_source)
+            if options.settings_problem:
+                log.warning("settings: %s", options.settings_problem)
             if endpoint.key_note:
                 log.warning("API key: %s", endpoint.key_note)
             preloads += [asyncio.create_task(self._start_model(manager, model_id)) for model_id in options.models]

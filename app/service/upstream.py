@@ -10,7 +10,9 @@ uvicorn) parses the answers.
 from __future__ import annotations
 
 import asyncio
+import functools
 import socket
+import ssl
 from collections import deque
 from dataclasses import dataclass
 from typing import cast
@@ -39,19 +41,23 @@ class Endpoint:
     host: str
     port: int
     head: bytes  # request line and headers up to `Content-Length: `
+    tls: bool = False  # https: a remote endpoint (engines on loopback are plain http)
 
     @classmethod
     def post(cls, url: str, bearer: str) -> Endpoint:
+        """`bearer` "" sends no Authorization header (a remote that needs no key)."""
         parts = urlsplit(url)
-        if parts.scheme != "http" or parts.hostname is None:
-            raise ValueError(f"not an http:// URL with a host: {url!r}")
-        port = parts.port or 80
+        if parts.scheme not in ("http", "https") or parts.hostname is None:
+            raise ValueError(f"not an http(s):// URL with a host: {url!r}")
+        tls = parts.scheme == "https"
+        port = parts.port or (443 if tls else 80)
         host_header = f"[{parts.hostname}]" if ":" in parts.hostname else parts.hostname
+        authorization = f"Authorization: Bearer {bearer}\r\n" if bearer else ""
         head = (
-            f"POST {parts.path or '/'} HTTP/1.1\r\nHost: {host_header}:{port}\r\nAuthorization: Bearer {bearer}\r\n"
+            f"POST {parts.path or '/'} HTTP/1.1\r\nHost: {host_header}:{port}\r\n{authorization}"
             "Content-Type: application/json\r\nAccept-Encoding: identity\r\nContent-Length: "
         )
-        return cls(parts.hostname, port, head.encode("latin-1"))
+        return cls(parts.hostname, port, head.encode("latin-1"), tls)
 
     def request(self, body: bytes) -> bytes:
         return b"".join((self.head, b"%d\r\n\r\n" % len(body), body))
@@ -252,17 +258,23 @@ class _Connection(asyncio.Protocol):
             self._response._complete()
 
 
+@functools.cache
+def _tls_context() -> ssl.SSLContext:
+    """The system's trust store, verifying the host name: made once, it costs milliseconds."""
+    return ssl.create_default_context()
+
+
 class UpstreamPool:
     """Keep-alive connections per server, most recently used first; taking one never scans the others."""
 
     def __init__(self, max_idle: int = 256) -> None:
-        self._idle: dict[tuple[str, int], deque[_Connection]] = {}
+        self._idle: dict[tuple[str, int, bool], deque[_Connection]] = {}
         self._max_idle = max_idle
 
     async def post(self, endpoint: Endpoint, body: bytes) -> Response:
         """Send a POST and wait for the head of the answer. Call `release()` on the answer when done with it."""
         request = endpoint.request(body)
-        idle = self._idle.get((endpoint.host, endpoint.port))
+        idle = self._idle.get((endpoint.host, endpoint.port, endpoint.tls))
         while idle:
             connection = idle.pop()
             if connection.closed:
@@ -294,12 +306,15 @@ class UpstreamPool:
             raise
 
     async def _connect(self, endpoint: Endpoint) -> _Connection:
-        idle = self._idle.setdefault((endpoint.host, endpoint.port), deque(maxlen=self._max_idle))
+        idle = self._idle.setdefault((endpoint.host, endpoint.port, endpoint.tls), deque(maxlen=self._max_idle))
         loop = asyncio.get_running_loop()
+        context = _tls_context() if endpoint.tls else None
         try:
             async with asyncio.timeout(CONNECT_TIMEOUT_S):
-                _, connection = await loop.create_connection(lambda: _Connection(idle), endpoint.host, endpoint.port)
-        except (OSError, TimeoutError) as exc:
+                _, connection = await loop.create_connection(
+                    lambda: _Connection(idle), endpoint.host, endpoint.port, ssl=context
+                )
+        except (OSError, TimeoutError) as exc:  # ssl.SSLError is an OSError
             raise Unreachable(f"cannot connect to the engine: {exc.__class__.__name__}") from exc
         return connection
 

@@ -12,26 +12,7 @@ from keyring.backend import KeyringBackend
 
 from app.keys import load_api_key
 from app.paths import AppPaths
-
-
-class MemoryKeyring(KeyringBackend):
-    """Stands in for the OS keyring (Secret Service, Keychain, Credential Locker), which cannot exist on these
-    headless test machines: a real keyring backend class that keeps its secrets in this process."""
-
-    priority = 5  # type: ignore[assignment]
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.secrets: dict[tuple[str, str], str] = {}
-
-    def get_password(self, service: str, username: str) -> str | None:
-        return self.secrets.get((service, username))
-
-    def set_password(self, service: str, username: str, password: str) -> None:
-        self.secrets[(service, username)] = password
-
-    def delete_password(self, service: str, username: str) -> None:
-        self.secrets.pop((service, username), None)
+from tests.memory_keyring import MemoryKeyring
 
 
 @pytest.fixture

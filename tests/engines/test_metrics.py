@@ -86,3 +86,43 @@ def test_every_table_names_only_our_vocabulary() -> None:
     ours = {"kv_cache_usage", "requests_running", "requests_waiting", "prompt_tokens_per_s", "generation_tokens_per_s"}
     for config in METRICS_CONFIGS.values():
         assert {rule.target for rule in config.rules} <= ours
+
+
+def bump(text: str, name: str, delta: float) -> str:
+    """The exposition with `delta` added to the first sample of `name` (one label set of a split counter)."""
+    lines = text.splitlines()
+    for i, line in enumerate(lines):
+        if line.startswith((name + "{", name + " ")):
+            sample, _, number = line.rpartition(" ")
+            lines[i] = f"{sample} {float(number) + delta}"
+            break
+    return "\n".join(lines)
+
+
+COUNTERS = {
+    "sglang": ("sglang:prompt_tokens_total", "sglang:generation_tokens_total"),
+    "trtllm": ("trtllm_prompt_tokens_total", "trtllm_generation_tokens_total"),
+    "tgi": ("tgi_request_input_length_sum", "tgi_request_generated_tokens_sum"),
+}
+
+
+@pytest.mark.parametrize(
+    ("engine", "fixture", "gauges"),
+    [
+        ("sglang", "sglang_metrics.txt", {"kv_cache_usage": 0.425, "requests_running": 3.0, "requests_waiting": 2.0}),
+        ("trtllm", "trtllm_metrics.txt", {"kv_cache_usage": 0.425, "requests_running": 3.0, "requests_waiting": 2.0}),
+        ("tgi", "tgi_metrics.txt", {"requests_running": 3.0, "requests_waiting": 2.0}),  # TGI has no KV gauge
+    ],
+)
+def test_other_engines_in_our_names(engine: str, fixture: str, gauges: dict[str, float]) -> None:
+    """SGLang, TensorRT-LLM and TGI expositions written from their sources' metric definitions (see each
+    fixture's header): the gauges on the first scrape, token rates from the counters across two."""
+    first = (FIXTURES / fixture).read_text(encoding="utf-8")
+    translator = MetricTranslator(METRICS_CONFIGS[engine])
+    assert translator.translate(first, now=10.0) == gauges
+    prompt, generated = COUNTERS[engine]
+    assert (parse_prometheus(first)[prompt], parse_prometheus(first)[generated]) == (1200.0, 3400.0)
+    # 300 more prompt and 500 more generated tokens in 2 s, in one label set of each counter.
+    values = translator.translate(bump(bump(first, prompt, 300), generated, 500), now=12.0)
+    assert values["prompt_tokens_per_s"] == pytest.approx(150.0)
+    assert values["generation_tokens_per_s"] == pytest.approx(250.0)

@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+from PySide6.QtWidgets import QWidget
 from pytestqt.qtbot import QtBot
 
 from app.client import default_port
+from app.gui import quit_dialogs
 from app.gui.main_window import MainWindow
+from app.gui.quit_dialogs import QuitChoice
 from app.gui.service_connection import Phase, ServiceConnection
 from app.paths import AppPaths
 from tests.conftest import free_port
@@ -27,6 +31,43 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.qt_log_level_fail("WARNING"))
             # Qt's offscreen platform (the tests' display) says this of every top-level window.
             item.add_marker(pytest.mark.qt_log_ignore("This plugin does not support propagateSizeHints"))
+
+
+@dataclass
+class QuitAnswers:
+    """What the quit questions answer in tests (a modal dialog would wait forever offscreen), and what was asked.
+
+    `stop_engines` None: stop the service when the window started it and leave a service it found running,
+    as closing did before the question existed."""
+
+    close_to_tray: bool = False
+    stop_engines: QuitChoice | None = None
+    asked: list[str] = field(default_factory=list)
+
+
+@pytest.fixture(autouse=True)
+def quit_answers(monkeypatch: pytest.MonkeyPatch) -> QuitAnswers:
+    answers = QuitAnswers()
+
+    def ask_close_to_tray(_parent: QWidget) -> bool:
+        answers.asked.append("close_to_tray")
+        return answers.close_to_tray
+
+    def ask_stop_engines(parent: QWidget, _running_engines: int) -> QuitChoice:
+        answers.asked.append("stop_engines")
+        if answers.stop_engines is not None:
+            return answers.stop_engines
+        started = isinstance(parent, MainWindow) and parent.connection.started_service
+        return QuitChoice.STOP if started else QuitChoice.LEAVE_RUNNING
+
+    def ask_confirmation(_parent: QWidget, title: str, _text: str) -> bool:
+        answers.asked.append(title)
+        return True
+
+    monkeypatch.setattr(quit_dialogs, "ask_close_to_tray", ask_close_to_tray)
+    monkeypatch.setattr(quit_dialogs, "ask_stop_engines", ask_stop_engines)
+    monkeypatch.setattr(quit_dialogs, "ask_confirmation", ask_confirmation)
+    return answers
 
 
 @pytest.fixture

@@ -47,6 +47,7 @@ def test_panel_words_each_kind_and_hides_for_a_healthy_model(qtbot: QtBot) -> No
 
 def test_out_of_memory_relaunches_with_half_the_context(qtbot: QtBot, main_window: MainWindow, tmp_path: Path) -> None:
     window, models, panel = main_window, main_window.item_model, main_window.diagnosis_panel
+    window.tabs.setCurrentWidget(window.run_page)  # the diagnosis is shown on the Run page
     qtbot.waitUntil(lambda: models.state_of(BUNDLED_ID) == "stopped")
     record = dict(models.record(BUNDLED_ID) or {})
     record.update(state="failed", diagnosis=OUT_OF_MEMORY, plan={"context": 1024, "gpu_layers": 0, "threads": 2})

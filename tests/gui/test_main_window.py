@@ -147,6 +147,9 @@ def test_window_on_a_running_service_leaves_it_running(qtbot: QtBot, paths: AppP
     # The engine started before the window opened: its log comes from the service's tail.
     window.model_list_panel.select_model(BUNDLED_ID)
     qtbot.waitUntil(lambda: "Uvicorn running on" in window.log_panel.plain_text())
+    # Home asks for the hardware on connecting (seconds on a busy machine: the first detection times a memory
+    # copy), and closing waits for calls in flight; this test is about the idle event stream, so let it answer.
+    qtbot.waitUntil(lambda: "CPU" in window.home_page.hardware_label.text(), timeout=CONNECT_TIMEOUT_MS)
 
     started = time.monotonic()
     window.close()

@@ -95,6 +95,14 @@ def test_the_wizard_walks_through_to_a_launched_model(qtbot: QtBot, main_window:
     assert ram_bar.fits
     assert "free" in page.memory_bar_panels[0].strip.accessibleDescription()
     assert page.alternatives_table.rowCount() == 0  # one file, one variant: nothing else to offer
+    # Every known engine, scored, with what it lacks here: a GGUF file is for llama.cpp only.
+    engines = {
+        page.engines_table.item(row, 0).text(): page.engines_table.item(row, 7).text()
+        for row in range(page.engines_table.rowCount())
+    }
+    assert {"vLLM", "SGLang", "Text Generation Inference", "TensorRT-LLM", "DeepSpeed-MII"} <= set(engines)
+    assert "needs a safetensors model (this one is gguf)" in engines["vLLM"]
+    assert engines["llama.cpp (llama-cpp-python)"].startswith("installed")
     assert page.launch_button.isEnabled()
     _screenshot(wizard, tmp_path / "wizard-4-recommendation.png")
 

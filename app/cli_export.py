@@ -1,0 +1,88 @@
+"""`modeldeck export PLAN --format docker|k8s|helm|ray [--out DIR]`: a deployment for an existing distributed engine."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from app.paths import AppPaths
+from app.planner.recommend import USES
+
+
+def _gpu_memory(text: str) -> int:
+    units = {"G": 2**30, "M": 2**20}
+    number, unit = (text[:-1], units[text[-1].upper()]) if text[-1:].upper() in units else (text, 2**30)
+    try:
+        return int(float(number) * unit)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a memory size: {text!r} (examples: 80G, 24G)") from None
+
+
+def _capability(text: str) -> tuple[int, int]:
+    major, _, minor = text.partition(".")
+    if not (major.isdigit() and minor.isdigit()):
+        raise argparse.ArgumentTypeError(f"expected MAJOR.MINOR such as 9.0, got {text!r}")
+    return int(major), int(minor)
+
+
+def add_export_command(commands: Any) -> None:
+    export = commands.add_parser("export", help="write a deployment for Docker, Kubernetes, Helm or a Ray cluster")
+    export.add_argument(
+        "plan", metavar="PLAN",
+        help="a model id, model folder or Hub repository (ORG/NAME), or a plan JSON (plan.json, recommend --json)",
+    )  # fmt: skip
+    export.add_argument("--format", required=True, choices=("docker", "k8s", "helm", "ray"), dest="fmt")
+    export.add_argument("--out", type=Path, metavar="DIR", help="write the files here (default: print them)")
+    export.add_argument("--gpu-memory", type=_gpu_memory, default=80 * 2**30, metavar="SIZE",
+                        help="memory of each GPU of the cluster (80G)")  # fmt: skip
+    export.add_argument("--gpus-per-node", type=int, default=8, metavar="N", help="GPUs in each node (8)")
+    export.add_argument("--nodes", type=int, default=1, metavar="N", help="nodes the plan may use (1)")
+    export.add_argument("--compute-capability", type=_capability, default=(9, 0), metavar="X.Y",
+                        help="of the cluster's GPUs (9.0, Hopper)")  # fmt: skip
+    export.add_argument("--hardware", type=Path, metavar="FILE",
+                        help="nodes like this recorded `hw --json` profile (GPUs, memory, capability)")  # fmt: skip
+    export.add_argument("--use", choices=USES, default="serve", help="serve (default), chat or long-context")
+    export.add_argument("--users", type=int, metavar="N", help="concurrent users to hold in the KV cache (8)")
+    export.add_argument("--max-model-len", type=int, metavar="N", help="context per request (the use's default)")
+    export.add_argument("--served-model-name", metavar="NAME", help="the model name clients send")
+
+
+def run_export(args: argparse.Namespace, paths: AppPaths) -> int:
+    from app.export import ExportError, ExportOptions, load_deployment, render, write
+    from app.hardware.profile import HardwareProfile
+    from app.hub.errors import HubError
+    from app.hub_commands import endpoint
+    from app.planner.cluster import ClusterPlanError, ClusterTarget, target_from_profile
+
+    try:
+        if args.hardware is not None:
+            profile = HardwareProfile.from_dict(json.loads(args.hardware.read_text(encoding="utf-8")))
+            target = target_from_profile(profile, args.nodes)
+        else:
+            target = ClusterTarget(args.gpu_memory, args.gpus_per_node, args.nodes, args.compute_capability)
+        options = ExportOptions(target, args.use, args.users, args.max_model_len, args.served_model_name)
+        token = None
+        if "/" in args.plan and not Path(args.plan).expanduser().exists():
+            from app.hub.token import read_token
+
+            token = read_token().value
+        deployment = load_deployment(args.plan, options, paths, endpoint=endpoint(), token=token)
+        files = render(deployment, args.fmt)
+    except (ExportError, ClusterPlanError, HubError, OSError, ValueError, KeyError, TypeError) as exc:
+        print(f"modeldeck: {exc}", file=sys.stderr)
+        return 2
+    if args.out is None:
+        for name, text in files.items():
+            print(f"==> {name} <==\n{text}")
+        return 0
+    try:
+        written = write(files, args.out)
+    except OSError as exc:
+        print(f"modeldeck: cannot write into {args.out}: {exc}", file=sys.stderr)
+        return 2
+    for path in written:
+        print(path)
+    return 0

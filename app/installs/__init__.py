@@ -1,0 +1,1 @@
+"""Engines ModelDeck installs or builds for the user, each in its own place under the data directory."""

@@ -1,0 +1,58 @@
+"""TensorRT-LLM's OpenAI-compatible server (`trtllm-serve MODEL`), PyTorch backend, from its own environment.
+
+Flags from the `serve` command's click options (tests/fixtures/engine_flags/trtllm.json). trtllm-serve has no API
+key option: it is bound to 127.0.0.1 and reached only through ModelDeck's gateway, which checks the key, but any
+local user could reach its port. Its Prometheus metrics are at /prometheus/metrics.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from engines.base import Capabilities, EngineCommand, Installation, LaunchPlan
+from engines.installed import distribution_version, find_executable, sibling_python
+
+EXECUTABLE = "trtllm-serve"
+DISTRIBUTION = "tensorrt_llm"
+INSTALL_HINT = "pip install tensorrt_llm --extra-index-url https://pypi.nvidia.com (Linux, NVIDIA GPU)"
+
+
+class TRTLLMEngine:
+    """In-flight batching with TensorRT kernels on NVIDIA GPUs; readiness through /health."""
+
+    name = "trtllm"
+    capabilities = Capabilities(max_concurrency=256, stream_usage=True)
+
+    def __init__(self, executable: Path | None = None, path: str | None = None) -> None:
+        self.executable = executable
+        self._path = path
+
+    def _executable(self) -> Path | None:
+        if self.executable is not None:
+            return self.executable if self.executable.is_file() else None
+        return find_executable(EXECUTABLE, self._path)
+
+    def detect(self) -> Installation:
+        executable = self._executable()
+        if executable is None:
+            return Installation(False, None, f"TensorRT-LLM is not installed: {INSTALL_HINT}")
+        python = sibling_python(executable)
+        version = distribution_version(python, DISTRIBUTION) if python else None
+        where = f"{EXECUTABLE} at {executable}"
+        return Installation(True, version, f"TensorRT-LLM {version or '(version unknown)'}: {where}")
+
+    def build_command(self, plan: LaunchPlan, port: int, api_key: str) -> EngineCommand:
+        executable = self._executable()
+        argv = [
+            str(executable or EXECUTABLE), plan.model_ref or str(plan.model_path),
+            "--host", "127.0.0.1",
+            "--port", str(port),
+            "--backend", "pytorch",
+            "--tp_size", str(plan.tensor_parallel_size),
+            "--max_seq_len", str(plan.context_length),
+        ]  # fmt: skip
+        if plan.max_num_seqs is not None:
+            argv += ["--max_batch_size", str(plan.max_num_seqs)]
+        if plan.gpu_memory_utilization is not None:
+            argv += ["--kv_cache_free_gpu_memory_fraction", str(plan.gpu_memory_utilization)]
+        return EngineCommand(argv=tuple(argv), ready_path="/health")

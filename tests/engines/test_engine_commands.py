@@ -1,0 +1,122 @@
+"""vLLM, SGLang, TGI and TensorRT-LLM command lines for many plans, checked against each engine's own flags:
+vLLM 0.34.0's and SGLang 0.5.23's declarations extracted from their wheels (tests/fixtures/engine_flags/extract_*.py),
+TGI's
+documented launcher arguments and TensorRT-LLM's `serve` click options, transcribed with their provenance (both
+are out of reach as packages here). No engine runs: only the commands are checked."""
+
+from __future__ import annotations
+
+import itertools
+from pathlib import Path
+
+import pytest
+
+from engines.base import EngineCommand, LaunchPlan
+from engines.sglang import SGLangEngine
+from engines.tgi import TGIEngine
+from engines.trtllm import TRTLLMEngine
+from engines.vllm import VLLMEngine
+from tests.engines.flag_schema import load_schema, schema_errors
+
+KEY = "internal-key-123"
+PLANS = [
+    LaunchPlan(
+        "qwen-7b",
+        Path("/models/qwen"),
+        context,
+        0,
+        model_ref=ref,
+        tensor_parallel_size=tp,
+        gpu_memory_utilization=utilization,
+        max_num_seqs=seqs,
+        dtype=dtype,
+        quantization=quantization,
+        embeddings=False,
+    )
+    for context, ref, tp, utilization, seqs, dtype, quantization in itertools.product(
+        (4096, 32768),
+        ("Qwen/Qwen2.5-7B-Instruct", None),
+        (1, 2),
+        (None, 0.85),
+        (None, 64),
+        ("bfloat16", "float16", None),
+        (None, "awq", "fp8"),
+    )
+]
+PROGRAM_LENGTH = {"vllm": 2, "sglang": 3, "tgi": 1, "trtllm": 1}  # vllm serve / python -m sglang.launch_server
+
+
+def commands(engine: str) -> list[tuple[LaunchPlan, EngineCommand]]:
+    adapter = {"vllm": VLLMEngine(), "sglang": SGLangEngine(), "tgi": TGIEngine(), "trtllm": TRTLLMEngine()}[engine]
+    return [(plan, adapter.build_command(plan, 41234, KEY)) for plan in PLANS]
+
+
+@pytest.mark.parametrize("engine", ["vllm", "sglang", "tgi", "trtllm"])
+def test_every_plan_gives_a_command_the_engine_accepts(engine: str) -> None:
+    schema = load_schema(engine)
+    for plan, command in commands(engine):
+        args = list(command.argv[PROGRAM_LENGTH[engine] :])
+        assert schema_errors(schema, args) == [], (plan, command.argv)
+        assert command.ready_path == "/health"
+        assert "127.0.0.1" in args and "41234" in args
+
+
+def value(argv: tuple[str, ...], flag: str) -> str | None:
+    return argv[argv.index(flag) + 1] if flag in argv else None
+
+
+def test_sglang_carries_the_plan() -> None:
+    plan = PLANS[-1]
+    command = SGLangEngine().build_command(plan, 41234, KEY)
+    assert command.argv[1:3] == ("-m", "sglang.launch_server")
+    assert value(command.argv, "--model-path") == (plan.model_ref or str(plan.model_path))
+    assert value(command.argv, "--served-model-name") == "qwen-7b"
+    assert value(command.argv, "--tp-size") == str(plan.tensor_parallel_size)
+    assert value(command.argv, "--context-length") == str(plan.context_length)
+    assert "--enable-metrics" in command.argv
+    assert command.secrets == (KEY,) and value(command.argv, "--api-key") == KEY  # its only way to take a key
+
+
+def test_tgi_keeps_the_key_off_the_command_line_and_stats_off() -> None:
+    for plan, command in commands("tgi"):
+        assert KEY not in command.argv and command.env == {"API_KEY": KEY}
+        assert value(command.argv, "--usage-stats") == "off"
+        assert value(command.argv, "--num-shard") == str(plan.tensor_parallel_size)
+        assert int(value(command.argv, "--max-input-tokens") or 0) < int(value(command.argv, "--max-total-tokens") or 0)
+        # The launcher refuses --dtype together with --quantize.
+        assert not ("--dtype" in command.argv and "--quantize" in command.argv)
+    ports = {value(TGIEngine().build_command(PLANS[0], port, KEY).argv, "--shard-uds-path") for port in (1, 2)}
+    assert len(ports) == 2  # two launchers never share the shards' socket
+
+
+def test_trtllm_takes_the_model_as_its_argument() -> None:
+    plan = PLANS[0]
+    command = TRTLLMEngine().build_command(plan, 41234, KEY)
+    assert command.argv[1] == plan.model_ref
+    assert value(command.argv, "--backend") == "pytorch"
+    assert KEY not in command.argv  # trtllm-serve has no key option: the gateway checks keys
+
+
+def test_the_schema_check_can_fail() -> None:
+    schema = load_schema("sglang")
+    assert schema_errors(schema, ["--model-path"]) == ["--model-path needs a value"]
+    assert schema_errors(schema, ["--tensor-parallel-degree", "2"])[0] == "unknown flag --tensor-parallel-degree"
+    assert "not one of" in schema_errors(schema, ["--dtype", "fp16"])[0]
+    assert schema_errors(schema, ["--enable-metrics=true"]) == ["--enable-metrics takes no value"]
+    assert schema_errors(load_schema("trtllm"), ["--port", "1"]) == ["expected positionals ['MODEL'], got []"]
+
+
+def test_vllm_serve_carries_the_plan_and_keeps_the_key_in_its_environment() -> None:
+    for plan, command in commands("vllm"):
+        assert command.argv[1] == "serve" and command.argv[2] == (plan.model_ref or str(plan.model_path))
+        assert KEY not in command.argv and command.env == {"VLLM_API_KEY": KEY}
+        assert value(command.argv, "--tensor-parallel-size") == str(plan.tensor_parallel_size)
+        assert value(command.argv, "--max-model-len") == str(plan.context_length)
+        assert "--enable-prefix-caching" in command.argv
+
+
+def test_the_vllm_schema_knows_negatable_and_optional_flags() -> None:
+    schema = load_schema("vllm")
+    assert schema_errors(schema, ["m", "--no-enable-prefix-caching", "--enforce-eager"]) == []
+    assert schema_errors(schema, ["m", "--dtype", "fp16"])[0].startswith("--dtype 'fp16' is not one of")
+    assert schema_errors(schema, ["m", "--tensor-parallel", "2"])[0] == "unknown flag --tensor-parallel"
