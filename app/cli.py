@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from app.cli_export import add_export_command, run_export
-from app.cli_hub import HUB_COMMANDS, add_hub_commands, run_hub_command
+from app.cli_hub import HUB_COMMANDS, MODELS_DIR_HELP, add_hub_commands, run_hub_command
 from app.cli_vllm import COMMAND as VLLM_COMMAND
 from app.cli_vllm import add_vllm_commands, run_vllm_command
 from app.client import ControlError, ServiceUnavailable, connect, port_from_env
@@ -103,7 +103,9 @@ def _parser() -> argparse.ArgumentParser:
         "--log-request-text", action="store_true",
         help="keep each request's prompt and completion text in the request log (off: measurements only)",
     )  # fmt: skip
-    commands.add_parser("models", help="list the models ModelDeck can serve")
+    serve.add_argument("--models-dir", action="append", default=[], type=Path, metavar="DIR", help=MODELS_DIR_HELP)
+    models = commands.add_parser("models", help="list the models ModelDeck can serve")
+    models.add_argument("--models-dir", action="append", default=[], type=Path, metavar="DIR", help=MODELS_DIR_HELP)
     commands.add_parser("ps", help="list the running engines")
     commands.add_parser("key", help="print the API key of the OpenAI endpoint")
     hw = commands.add_parser("hw", help="show this machine's CPU, memory and GPUs, and why a GPU cannot be used")
@@ -159,6 +161,7 @@ def _serve(args: argparse.Namespace, paths: AppPaths, loaded: LoadedSettings) ->
         max_waiting=args.max_queue,
         model_ttls=tuple(dict(args.model_ttl).items()),
         log_request_text=args.log_request_text,
+        models_dirs=tuple(folder.expanduser().resolve() for folder in args.models_dir),
         remotes=tuple(dict(args.remote).items()),
         settings_problem=loaded.problem,
     )
@@ -178,12 +181,13 @@ def _serve(args: argparse.Namespace, paths: AppPaths, loaded: LoadedSettings) ->
     return 0
 
 
-def _models(paths: AppPaths) -> int:
+def _models(paths: AppPaths, models_dirs: Sequence[Path] = ()) -> int:
     client = connect(paths)
     if client is not None:
         rows = [(m["id"], m["state"], m["size_bytes"], m["path"]) for m in client.models()]
     else:
-        rows = [(m.id, "stopped", m.size_bytes, str(m.path)) for m in known_models(paths).values()]
+        folders = tuple(folder.expanduser().resolve() for folder in models_dirs)
+        rows = [(m.id, "stopped", m.size_bytes, str(m.path)) for m in known_models(paths, folders).values()]
     if not rows:
         print("No models. Install the bundled model with installers/run.sh.")
     for model_id, state, size, path in rows:
@@ -323,6 +327,8 @@ def main(argv: Sequence[str] | None = None) -> None:
             code = run_hub_command(args, paths)
         elif args.command == "bench":
             code = _bench(args, paths)
+        elif args.command == "models":
+            code = _models(paths, args.models_dir)
         elif args.command == "export":
             code = run_export(args, paths)
         elif args.command == VLLM_COMMAND:

@@ -10,18 +10,33 @@ from app.paths import AppPaths
 
 HUB_COMMANDS = ("search", "show", "pull", "import", "hf-token")
 SORTS = ("downloads", "likes", "recent")
+FORMATS = ("gguf", "safetensors")
+MODELS_DIR_HELP = "a models folder of yours: GGUF files in it, safetensors models in subfolders (repeatable)"
 
 
 def add_hub_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    search = commands.add_parser("search", help="search the Hugging Face Hub for GGUF models")
+    search = commands.add_parser("search", help="search the Hugging Face Hub for GGUF (or safetensors) models")
     search.add_argument("query", metavar="QUERY")
+    search.add_argument(
+        "--format", choices=FORMATS, default="gguf", help="gguf (default, llama.cpp) or safetensors (vLLM)"
+    )
     search.add_argument("--sort", choices=SORTS, default="downloads", help="downloads (default), likes or recent")
     search.add_argument("--limit", type=int, default=20, metavar="N", help="at most N results (20)")
-    show = commands.add_parser("show", help="show a Hub model's license, gated status and GGUF variants")
+    show = commands.add_parser("show", help="show a Hub model's license, gated status and variants")
     show.add_argument("repo", metavar="REPO")
-    pull_cmd = commands.add_parser("pull", help="download a GGUF model from the Hub (resumes when run again)")
-    pull_cmd.add_argument("spec", metavar="REPO[:QUANT|/FILE]", help="e.g. org/model-GGUF:Q4_K_M")
-    pull_cmd.add_argument("--cache-dir", type=Path, metavar="DIR", help="Hugging Face cache to use (HF_HUB_CACHE)")
+    pull_cmd = commands.add_parser(
+        "pull", help="download a GGUF or safetensors (vLLM) model from the Hub (resumes when run again)"
+    )
+    pull_cmd.add_argument(
+        "spec", metavar="REPO[:QUANT|/FILE]", help="e.g. org/model-GGUF:Q4_K_M, or org/model:safetensors for vLLM"
+    )
+    where = pull_cmd.add_mutually_exclusive_group()
+    where.add_argument("--cache-dir", type=Path, metavar="DIR", help="Hugging Face cache to use (HF_HUB_CACHE)")
+    where.add_argument(
+        "--models-dir", type=Path, metavar="DIR",
+        help="put the files in this folder instead of the Hugging Face cache (a GGUF as DIR/FILE.gguf, a "
+        "safetensors model as DIR/org--name/); resumes there too",
+    )  # fmt: skip
     imp = commands.add_parser("import", help="add a local GGUF file to the library")
     imp.add_argument("path", type=Path, metavar="PATH")
     imp.add_argument("--link", action="store_true", help="hard-link instead of copying when on the same disk")

@@ -146,8 +146,11 @@ class ControlClient:
 
     # The Hub and the library -------------------------------------------------------------------------------
 
-    def hub_search(self, query: str, sort: str = "downloads", limit: int = 20) -> list[dict[str, Any]]:
-        params = {"q": query, "sort": sort, "limit": limit}
+    def hub_search(
+        self, query: str, sort: str = "downloads", limit: int = 20, model_format: str = "gguf"
+    ) -> list[dict[str, Any]]:
+        """`model_format` is gguf (llama.cpp) or safetensors (vLLM)."""
+        params = {"q": query, "sort": sort, "limit": limit, "format": model_format}
         result: list[dict[str, Any]] = self._call("GET", "/api/hub/search", params=params, timeout=HUB_TIMEOUT_S)
         return result
 

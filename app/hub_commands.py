@@ -15,7 +15,7 @@ from app.hub.cache import UnsafeName, default_cache_dir
 from app.hub.errors import DEFAULT_ENDPOINT, HubError
 from app.hub.hub_api import model_details, search_models
 from app.hub.library import known_models, model_id_from_filename
-from app.hub.pull import PullRequest, pull
+from app.hub.pull import PullRequest, all_variants, pull
 from app.hub.task import Progress, TaskState
 from app.hub.token import TokenStoreError, clear_token, read_token, save_token
 from app.paths import AppPaths
@@ -51,7 +51,9 @@ def run(args: argparse.Namespace, paths: AppPaths) -> int:
 
 
 def _search(args: argparse.Namespace) -> int:
-    results = search_models(args.query, endpoint=endpoint(), token=_token(), sort=args.sort, limit=args.limit)
+    results = search_models(
+        args.query, endpoint=endpoint(), token=_token(), sort=args.sort, limit=args.limit, library=args.format
+    )
     if not results:
         print("No models found.")
     for m in results:
@@ -64,11 +66,11 @@ def _search(args: argparse.Namespace) -> int:
 def _show(args: argparse.Namespace) -> int:
     details = model_details(args.repo, endpoint=endpoint(), token=_token())
     print(f"{details.id}  license: {details.license or 'unknown'}  {'gated' if details.gated else 'not gated'}")
-    for variant in details.variants:
-        parts = f"  {len(variant.files)} parts" if len(variant.files) > 1 else ""
+    for variant in all_variants(details):
+        parts = f"  {len(variant.files)} files" if len(variant.files) > 1 else ""
         print(f"  {variant.name:24} {(variant.size or 0) / 1e9:8.2f} GB{parts}")
-    if not details.variants:
-        print("  no GGUF variants")
+    if not all_variants(details):
+        print("  no GGUF variants and no safetensors model")
     return 0
 
 
@@ -86,6 +88,9 @@ class ProgressBar:
         if not self._tty and not progress.finished and now - self._last_line < 5:
             return
         self._last_line = now
+        if progress.phase == "verify" and progress.check_total:
+            self._verifying(progress)
+            return
         fraction = progress.done / progress.total if progress.total else 1.0
         filled = int(fraction * self._width)
         rate = f"{progress.rate_bps / 1e6:6.1f} MB/s" if progress.rate_bps else "    -- MB/s"
@@ -96,6 +101,14 @@ class ProgressBar:
         )
         end = "\n" if progress.finished or not self._tty else ""
         self._out.write(("\r" if self._tty else "") + line + end)
+        self._out.flush()
+
+    def _verifying(self, progress: Progress) -> None:
+        fraction = progress.checked / progress.check_total
+        filled = int(fraction * self._width)
+        name = progress.current.rsplit("/", 1)[-1]
+        line = f"[{'=' * filled}{'-' * (self._width - filled)}] {fraction * 100:5.1f}% verifying {name}"
+        self._out.write(("\r" if self._tty else "") + line.ljust(80) + ("" if self._tty else "\n"))
         self._out.flush()
 
 
@@ -110,13 +123,20 @@ def _duration(seconds: float | None) -> str:
 def _pull(args: argparse.Namespace, paths: AppPaths) -> int:
     request = PullRequest.parse(args.spec)
     cache_dir = (args.cache_dir or default_cache_dir()).expanduser().resolve()
+    models_dir = args.models_dir.expanduser().resolve() if args.models_dir else None
     state = TaskState(ProgressBar())
     try:
-        model = pull(request, paths, state, endpoint=endpoint(), token=_token(), cache_dir=cache_dir)
+        model = pull(
+            request, paths, state, endpoint=endpoint(), token=_token(), cache_dir=cache_dir, models_dir=models_dir
+        )
     except KeyboardInterrupt:
         print("\ninterrupted: what was downloaded is kept; run the same command to resume", file=sys.stderr)
         return 130
-    print(f"{model.id}: {model.repo_id} {model.variant}, {model.size_bytes / 1e6:,.1f} MB, verified, in {model.path}")
+    engine = "vLLM" if model.format == "safetensors" else "llama.cpp"
+    print(
+        f"{model.id}: {model.repo_id} {model.variant}, {model.size_bytes / 1e6:,.1f} MB, verified, for {engine}, "
+        f"in {model.path}"
+    )
     return 0
 
 

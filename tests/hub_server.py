@@ -83,6 +83,8 @@ class FakeHub:
         self.repos = {repo.repo_id: repo for repo in repos or []}
         self.faults = Faults()
         self.log: list[LoggedRequest] = []
+        self.sent: dict[str, int] = {}  # body bytes of each file written to clients, by file name
+        self._sent_lock = threading.Lock()
         self._stop = threading.Event()
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(self))
         self._server.daemon_threads = True
@@ -109,6 +111,15 @@ class FakeHub:
     def downloads(self, filename: str) -> list[LoggedRequest]:
         """The GETs of the file that were answered with its bytes (200 or 206)."""
         return [entry for entry in self.requests_for(filename) if entry.status in (200, 206)]
+
+    def bytes_sent(self, filename: str) -> int:
+        """Bytes of the file's body the server wrote to clients, over every request so far."""
+        with self._sent_lock:
+            return self.sent.get(filename, 0)
+
+    def count_sent(self, filename: str, nbytes: int) -> None:
+        with self._sent_lock:
+            self.sent[filename] = self.sent.get(filename, 0) + nbytes
 
     def stalled(self) -> bool:
         return self._stop.wait(0.05)
@@ -246,7 +257,7 @@ def _handler(hub: FakeHub) -> type[BaseHTTPRequestHandler]:
             if is_lfs(content):
                 self._redirect_to_cdn(repo, filename, content)
             else:
-                self._send_file(repo, content, body)
+                self._send_file(repo, filename, content, body)
 
         def _redirect_to_cdn(self, repo: HubRepo, filename: str, content: bytes) -> None:
             port = hub._server.server_address[1]
@@ -265,9 +276,9 @@ def _handler(hub: FakeHub) -> type[BaseHTTPRequestHandler]:
             if repo is None or filename not in repo.files:
                 self._error(404, None, "no such object")
                 return
-            self._send_file(repo, repo.files[filename], body)
+            self._send_file(repo, filename, repo.files[filename], body)
 
-        def _send_file(self, repo: HubRepo, content: bytes, body: bool) -> None:
+        def _send_file(self, repo: HubRepo, filename: str, content: bytes, body: bool) -> None:
             start, end = _wanted_range(self.headers.get("Range"), len(content), hub.faults.ignore_range)
             if start >= len(content) and start > 0:
                 self._error(416, None, "Range Not Satisfiable", {"Content-Range": f"bytes */{len(content)}"})
@@ -282,9 +293,9 @@ def _handler(hub: FakeHub) -> type[BaseHTTPRequestHandler]:
             self.send_header("Content-Length", str(end - start))
             self.end_headers()
             if body:
-                self._stream(content, start, end)
+                self._stream(content, start, end, filename)
 
-        def _stream(self, content: bytes, start: int, end: int) -> None:
+        def _stream(self, content: bytes, start: int, end: int, filename: str) -> None:
             faults = hub.faults
             if faults.corrupt_offset is not None:
                 content = bytearray(content)
@@ -303,6 +314,7 @@ def _handler(hub: FakeHub) -> type[BaseHTTPRequestHandler]:
                 chunk = content[start + sent : start + min(limit, sent + 65536)]
                 self.wfile.write(chunk)
                 sent += len(chunk)
+                hub.count_sent(filename, len(chunk))
             self.wfile.flush()
             if stall:
                 while not hub.stalled():

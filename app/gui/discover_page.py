@@ -16,6 +16,7 @@ from app.gui.service_connection import LatestCall, ServiceConnection
 
 COLUMNS = ("Model", "Downloads", "Likes", "Updated", "Access")
 SORTS = (("Most downloaded", "downloads"), ("Most liked", "likes"), ("Recently updated", "recent"))
+FORMATS = (("GGUF (llama.cpp)", "gguf"), ("Safetensors (vLLM)", "safetensors"))
 
 
 class DiscoverPage(QWidget):
@@ -32,6 +33,10 @@ class DiscoverPage(QWidget):
         self.sort_combo.setAccessibleName("Sort results by")
         for words, key in SORTS:
             self.sort_combo.addItem(words, key)
+        self.format_combo = QComboBox()
+        self.format_combo.setAccessibleName("Model format")
+        for words, key in FORMATS:
+            self.format_combo.addItem(words, key)
         self.search_button = QPushButton("Search")
         self.search_button.setAccessibleName("Search the Hub")
         self.status_label = QLabel()
@@ -44,12 +49,14 @@ class DiscoverPage(QWidget):
         self.query_edit.returnPressed.connect(self.search)
         self.search_button.clicked.connect(self.search)
         self.sort_combo.currentIndexChanged.connect(self._on_sort_combo_changed)
+        self.format_combo.currentIndexChanged.connect(self._on_sort_combo_changed)
         self.results_table.itemSelectionChanged.connect(self._on_results_selection_changed)
         self.model_panel.sig_download_started.connect(self._on_model_panel_download_started)
 
     def _build_layout(self) -> None:
         search_row = QHBoxLayout()
         search_row.addWidget(self.query_edit, 1)
+        search_row.addWidget(self.format_combo)
         search_row.addWidget(self.sort_combo)
         search_row.addWidget(self.search_button)
         results = QWidget()
@@ -75,9 +82,10 @@ class DiscoverPage(QWidget):
     def search(self) -> None:
         """Ask the Hub, through the service, for models matching the search text."""
         query, sort = self.query_edit.text().strip(), str(self.sort_combo.currentData())
+        model_format = str(self.format_combo.currentData())
         self.status_label.setText("Searching\N{HORIZONTAL ELLIPSIS}")
         show_error(self.error_label, "")
-        job = functools.partial(_search, query=query, sort=sort)
+        job = functools.partial(_search, query=query, sort=sort, model_format=model_format)
         self._search_call.run(job, self._on_results_received, self._on_search_failed)
 
     @Slot()
@@ -119,5 +127,5 @@ class DiscoverPage(QWidget):
         self.downloads_panel.select(record["id"])
 
 
-def _search(client: ControlClient, query: str, sort: str) -> list[dict[str, Any]]:
-    return client.hub_search(query, sort)
+def _search(client: ControlClient, query: str, sort: str, model_format: str) -> list[dict[str, Any]]:
+    return client.hub_search(query, sort, model_format=model_format)

@@ -106,6 +106,9 @@ class DownloadsPanel(QWidget):
             5: eta_text(record["eta_s"]) if running else "\N{EM DASH}",
             6: STATE_WORDS.get(record["state"], record["state"]),
         }
+        if running and record.get("phase") == "verify" and record.get("check_total"):
+            # Hashing a big file takes a while: say so, or the finished bar looks stuck.
+            texts[6] = f"Verifying {100 * int(record['checked']) // int(record['check_total'])} %"
         for column, text in texts.items():
             item = cell(text, download_id if column == 0 else None, align_right=column in (3, 4, 5))
             if column == 6 and record.get("error"):

@@ -108,7 +108,9 @@ class HubModelPanel(QWidget):
             if mark:
                 self.variants_table.selectRow(row)
         if not page["variants"]:
-            self.basis_label.setText("This model has no GGUF files ModelDeck can serve.")
+            self.basis_label.setText("This model has no GGUF files and no safetensors model ModelDeck can serve.")
+        elif recommended is None:
+            self.basis_label.setText(f"No variant is recommended: {page['recommendation_basis']}.")
         else:
             self.basis_label.setText(f"Recommended by a {page['recommendation_basis']}.")
 

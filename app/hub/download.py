@@ -19,8 +19,9 @@ import httpx
 from filelock import FileLock, Timeout
 from huggingface_hub import get_hf_file_metadata, hf_hub_url
 
-from app.hub.cache import RepoCache, check_filename, check_repo_id
+from app.hub.cache import check_filename, check_repo_id
 from app.hub.errors import HUB_FAILURES, HubError, for_status, translate
+from app.hub.stores import HubCacheStore, Store
 from app.hub.task import Stopped, TaskState
 
 CHUNK_BYTES = 1 << 20
@@ -89,29 +90,35 @@ def resolve(repo_id: str, filename: str, *, endpoint: str, token: str | None, re
     return RemoteFile(repo_id, filename, revision, meta.commit_hash, meta.etag, meta.size, url)
 
 
-def check_disk(files: list[RemoteFile], cache_dir: Path, free_bytes: FreeBytes = disk_free) -> None:
+def as_store(where: Path | Store) -> Store:
+    """A path is the root of a Hugging Face cache; anything else already is a store."""
+    return HubCacheStore(where) if isinstance(where, Path) else where
+
+
+def check_disk(files: list[RemoteFile], where: Path | Store, free_bytes: FreeBytes = disk_free) -> None:
     """Refuse before any byte is written when the files still to fetch do not fit."""
-    needed = sum(_missing_bytes(file, cache_dir) for file in files)
-    free = free_bytes(cache_dir)
+    store = as_store(where)
+    needed = sum(_missing_bytes(file, store) for file in files)
+    free = free_bytes(store.root)
     if needed > free:
         raise HubError(
-            f"not enough disk space in {cache_dir}: the download needs {needed:,} bytes ({needed / 1e9:.2f} GB) "
-            f"more and {free:,} bytes ({free / 1e9:.2f} GB) are free; free some space or choose --cache-dir"
+            f"not enough disk space in {store.root}: the download needs {needed:,} bytes ({needed / 1e9:.2f} GB) "
+            f"more and {free:,} bytes ({free / 1e9:.2f} GB) are free; free some space or choose another folder "
+            "(--cache-dir or --models-dir)"
         )
 
 
-def _missing_bytes(file: RemoteFile, cache_dir: Path) -> int:
-    cache = RepoCache(cache_dir, file.repo_id)
-    if cache.blob(file.etag).is_file():
+def _missing_bytes(file: RemoteFile, store: Store) -> int:
+    if store.final(file).is_file():
         return 0
-    partial = cache.incomplete(file.etag)
+    partial = store.incomplete(file)
     have = partial.stat().st_size if partial.is_file() else 0
     return max(0, file.size - have)
 
 
 def download_files(
     files: list[RemoteFile],
-    cache_dir: Path,
+    where: Path | Store,
     state: TaskState,
     *,
     token: str | None,
@@ -119,46 +126,58 @@ def download_files(
     retry: RetryPolicy = DEFAULT_RETRY,
     free_bytes: FreeBytes = disk_free,
 ) -> list[Path]:
-    """Fetch every file (resuming partials), verify it, and return the snapshot paths, in order."""
-    check_disk(files, cache_dir, free_bytes)
+    """Fetch every file (resuming partials), verify it, and return the paths an engine reads, in order. `where` is
+    a Hugging Face cache directory or a store (app.hub.stores)."""
+    store = as_store(where)
+    check_disk(files, store, free_bytes)
     total = sum(file.size for file in files)
-    state.begin(total, total - sum(_missing_bytes(file, cache_dir) for file in files))
+    state.begin(total, total - sum(_missing_bytes(file, store) for file in files))
     headers = {"Accept-Encoding": "identity", "User-Agent": "modeldeck"}
     if token:
         headers["Authorization"] = f"Bearer {token}"
     # Redirects go to the Hub's CDN; httpx drops the Authorization header when the host changes.
     timeout = httpx.Timeout(30.0, connect=10.0)
     with httpx.Client(headers=headers, timeout=timeout, follow_redirects=True) as client:
-        paths = [
-            _download_one(client, file, RepoCache(cache_dir, file.repo_id), state, retry, endpoint) for file in files
-        ]
+        paths = [_download_one(client, file, store, state, retry, endpoint) for file in files]
     state.finish()
     return paths
 
 
 def _download_one(
-    client: httpx.Client, file: RemoteFile, cache: RepoCache, state: TaskState, retry: RetryPolicy, endpoint: str
+    client: httpx.Client, file: RemoteFile, store: Store, state: TaskState, retry: RetryPolicy, endpoint: str
 ) -> Path:
     state.working_on(file.filename)
-    blob = cache.blob(file.etag)
-    if not blob.is_file():
-        lock = cache.lock(file.etag)
+    final = store.final(file)
+    if final.is_file() and not store.trusts_existing:
+        _check_existing(file, final, state)
+    elif not final.is_file():
+        lock = store.lock(file)
         lock.parent.mkdir(parents=True, exist_ok=True)
         try:
             with FileLock(lock, timeout=0):
-                if not blob.is_file():  # checked again under the lock: another process may have just finished it
-                    _fetch_with_retries(client, file, cache, state, retry, endpoint)
-                    _verify_and_store(file, cache)
+                if not final.is_file():  # checked again under the lock: another process may have just finished it
+                    _fetch_with_retries(client, file, store, state, retry, endpoint)
+                    _verify_and_store(file, store, state)
         except Timeout:
             raise HubError(f"{file.filename} is being downloaded by another process; wait for it to finish") from None
-    cache.write_ref(file.revision, file.commit)
-    return cache.link(file.etag, file.commit, file.filename)
+    return store.publish(file)
+
+
+def _check_existing(file: RemoteFile, path: Path, state: TaskState) -> None:
+    """A file already in a models folder under the name: kept when it is the Hub's file, never overwritten."""
+    expected, actual = (
+        (None, None) if path.stat().st_size != file.size else _expected_and_actual_hash(file, path, state)
+    )
+    if actual is None or actual != expected:
+        raise HubError(
+            f"{path} already exists and is not the Hub's {file.filename}; move it away or choose another folder"
+        )
 
 
 def _fetch_with_retries(
-    client: httpx.Client, file: RemoteFile, cache: RepoCache, state: TaskState, retry: RetryPolicy, endpoint: str
+    client: httpx.Client, file: RemoteFile, store: Store, state: TaskState, retry: RetryPolicy, endpoint: str
 ) -> None:
-    partial = cache.incomplete(file.etag)
+    partial = store.incomplete(file)
     partial.parent.mkdir(parents=True, exist_ok=True)
     try:
         _retry_until_complete(client, file, partial, state, retry, endpoint)
@@ -238,15 +257,16 @@ def _resumes_at(response: httpx.Response, offset: int) -> bool:
     return response.status_code == 206 and content_range.startswith(f"bytes {offset}-")
 
 
-def _verify_and_store(file: RemoteFile, cache: RepoCache) -> None:
-    """Check size and hash of the partial, then move it into blobs. A mismatch deletes it and says so."""
-    partial = cache.incomplete(file.etag)
+def _verify_and_store(file: RemoteFile, store: Store, state: TaskState) -> None:
+    """Check size and hash of the partial, then move it into blobs. A mismatch deletes it and says so. A pause or
+    cancel during hashing stops it (the complete partial stays; the next run hashes it again)."""
+    partial = store.incomplete(file)
     size = partial.stat().st_size
     problem = None
     if size != file.size:
         problem = f"is {size:,} bytes, the Hub says {file.size:,}"
     else:
-        expected, actual = _expected_and_actual_hash(file, partial)
+        expected, actual = _expected_and_actual_hash(file, partial, state)
         if actual != expected:
             problem = f"has hash {actual}, the Hub says {expected}"
     if problem:
@@ -254,17 +274,24 @@ def _verify_and_store(file: RemoteFile, cache: RepoCache) -> None:
         raise IntegrityError(
             f"{file.filename} {problem}: the download was corrupted and has been deleted; run the pull again"
         )
-    partial.replace(cache.blob(file.etag))
+    final = store.final(file)
+    final.parent.mkdir(parents=True, exist_ok=True)
+    partial.replace(final)
 
 
-def _expected_and_actual_hash(file: RemoteFile, partial: Path) -> tuple[str, str]:
+def _expected_and_actual_hash(file: RemoteFile, partial: Path, state: TaskState) -> tuple[str, str]:
     # LFS files are named by their sha256; small files by their git blob sha1 ("blob <size>\0" + bytes).
     if file.sha256 is not None:
         digest = hashlib.sha256()
     else:
         digest = hashlib.sha1()
         digest.update(b"blob %d\0" % file.size)
+    checked = 0
+    state.verifying(file.filename, 0, file.size)
     with partial.open("rb") as source:
         while block := source.read(CHUNK_BYTES):
             digest.update(block)
+            checked += len(block)
+            state.verifying(file.filename, checked, file.size)
+            state.check()
     return file.etag, digest.hexdigest()

@@ -18,7 +18,7 @@ from huggingface_hub.hf_api import ModelSort_T
 from huggingface_hub.hf_api import RepoFile as HubTreeFile
 
 from app.hub.errors import HUB_FAILURES, OfflineError, translate
-from app.hub.variants import RepoFile, Variant, gguf_variants
+from app.hub.variants import RepoFile, Variant, gguf_variants, safetensors_variant
 
 Sort = Literal["downloads", "likes", "recent"]
 PROBE_TIMEOUT_S = 3.0
@@ -47,7 +47,8 @@ class ModelDetails:
     gated: bool
     license: str | None
     files: tuple[RepoFile, ...]
-    variants: tuple[Variant, ...]
+    variants: tuple[Variant, ...]  # GGUF
+    safetensors: Variant | None = None  # the weights, config and tokenizer vLLM serves, when the repo has them
 
 
 def _api(endpoint: str, token: str | None) -> HfApi:
@@ -111,6 +112,7 @@ def model_details(repo_id: str, *, endpoint: str, token: str | None) -> ModelDet
         _license(info.card_data, info.tags),
         files,
         tuple(gguf_variants(list(files))),
+        safetensors_variant(list(files)),
     )
 
 

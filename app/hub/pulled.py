@@ -26,10 +26,14 @@ class PulledModel:
     commit: str
     files: tuple[str, ...]  # absolute snapshot paths
     size_bytes: int
+    format: str = "gguf"  # or "safetensors": a folder vLLM serves (older index entries have no format: GGUF)
+    hashes: tuple[str, ...] = ()  # the Hub's hash of each file (LFS sha256 or git blob sha1), for verify
 
     @property
     def path(self) -> Path:
-        return Path(self.files[0])
+        """What an engine is given: the GGUF file (the first part of a split one), or the safetensors folder."""
+        first = Path(self.files[0])
+        return first.parent if self.format == "safetensors" else first
 
     def present(self) -> bool:
         return all(Path(file).is_file() for file in self.files)
@@ -52,7 +56,9 @@ def load_pulled(paths: AppPaths) -> list[PulledModel]:
     models = []
     for entry in raw.get("models", []):
         try:
-            models.append(PulledModel(**{**entry, "files": tuple(entry["files"])}))
+            models.append(
+                PulledModel(**{**entry, "files": tuple(entry["files"]), "hashes": tuple(entry.get("hashes", ()))})
+            )
         except (TypeError, KeyError):
             continue
     return models
@@ -62,13 +68,25 @@ def _save(paths: AppPaths, models: list[PulledModel]) -> None:
     target = index_path(paths)
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
-    data = {"schema": SCHEMA_VERSION, "models": [asdict(m) | {"files": list(m.files)} for m in models]}
+    data = {
+        "schema": SCHEMA_VERSION,
+        "models": [asdict(m) | {"files": list(m.files), "hashes": list(m.hashes)} for m in models],
+    }
     tmp.write_text(json.dumps(data, indent=2), encoding="utf-8")
     os.replace(tmp, target)
 
 
 def record_pull(
-    paths: AppPaths, repo_id: str, variant: str, commit: str, files: list[Path], base_id: str, taken: set[str]
+    paths: AppPaths,
+    repo_id: str,
+    variant: str,
+    commit: str,
+    files: list[Path],
+    base_id: str,
+    taken: set[str],
+    *,
+    model_format: str = "gguf",
+    hashes: tuple[str, ...] = (),
 ) -> PulledModel:
     """Add a pull to the index (or refresh it) and return it. A repeat pull of a variant keeps its id; a new one
     gets `base_id`, or `base_id-2`, `-3`... when another model already has it."""
@@ -83,7 +101,9 @@ def record_pull(
             n += 1
             model_id = f"{base_id}-{n}"
     size = sum(file.stat().st_size for file in files)
-    entry = PulledModel(model_id, repo_id, variant, commit, tuple(str(file) for file in files), size)
+    entry = PulledModel(
+        model_id, repo_id, variant, commit, tuple(str(file) for file in files), size, model_format, hashes
+    )
     _save(paths, [m for m in models if m.id != model_id] + [entry])
     return entry
 

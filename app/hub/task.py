@@ -16,6 +16,7 @@ from typing import Literal
 RATE_WINDOW_S = 5.0
 
 Stop = Literal["pause", "cancel"]
+Phase = Literal["download", "verify"]
 
 
 @dataclass(frozen=True)
@@ -28,6 +29,9 @@ class Progress:
     eta_s: float | None
     current: str  # what is being worked on, for display
     finished: bool = False
+    phase: Phase = "download"
+    checked: int = 0  # while verifying: bytes of `current` hashed so far, of `check_total`
+    check_total: int = 0
 
 
 class Stopped(Exception):
@@ -56,6 +60,9 @@ class TaskState:
         self._done = 0
         self._total = 0
         self._current = ""
+        self._phase: Phase = "download"
+        self._checked = 0
+        self._check_total = 0
         self._last_report = float("-inf")
         self._samples: deque[tuple[float, int]] = deque()
 
@@ -88,6 +95,14 @@ class TaskState:
 
     def working_on(self, current: str) -> None:
         self._current = current
+        self._phase, self._checked, self._check_total = "download", 0, 0
+
+    def verifying(self, current: str, checked: int, total: int) -> None:
+        """Report hashing progress: a multi-gigabyte file takes a while to check, and the bar must not look stuck."""
+        self._current, self._phase, self._checked, self._check_total = current, "verify", checked, total
+        now = self._clock()
+        if now - self._last_report >= self._interval_s or checked == 0:
+            self._report(now, finished=False)
 
     def advance(self, nbytes: int) -> None:
         """Count bytes done (negative when work is thrown away) and report when the last report is old enough."""
@@ -110,4 +125,9 @@ class TaskState:
         rate = (d1 - d0) / (t1 - t0) if t1 > t0 and d1 > d0 else None
         left = max(0, self._total - self._done)
         eta = 0.0 if left == 0 else (left / rate if rate else None)
-        self._on_progress(Progress(self._done, self._total, rate, eta, self._current, finished))
+        phase = "download" if finished else self._phase
+        self._on_progress(
+            Progress(
+                self._done, self._total, rate, eta, self._current, finished, phase, self._checked, self._check_total
+            )
+        )

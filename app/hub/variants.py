@@ -77,3 +77,27 @@ def pick_variant(variants: list[Variant], wanted: str) -> Variant | None:
         if wanted.upper() in (variant.name.upper(), (variant.quant or "").upper()):
             return variant
     return None
+
+
+SAFETENSORS = "safetensors"
+# What vLLM reads from a model folder besides the weights: the model's config, its tokenizer and chat template.
+# Pickled weights (*.bin, *.pt) are never fetched: loading them can run code.
+_VLLM_SIDE_FILES = re.compile(
+    r"(?:[^/]+\.json|tokenizer\.model|[^/]+\.tiktoken|merges\.txt|vocab\.txt|[^/]+\.jinja)", re.IGNORECASE
+)
+_SHARD = re.compile(r"-(\d{5})-of-(\d{5})\.safetensors$")
+
+
+def safetensors_variant(files: list[RepoFile]) -> Variant | None:
+    """The files vLLM serves a repository from: its top-level safetensors shards, config.json, tokenizer files and
+    generation config. None when the repository has no config.json or no safetensors weights at the top level."""
+    top = [f for f in files if "/" not in f.path]
+    weights = sorted((f for f in top if f.path.endswith(".safetensors")), key=lambda f: f.path)
+    if not weights or not any(f.path == "config.json" for f in top):
+        return None
+    side = sorted((f for f in top if _VLLM_SIDE_FILES.fullmatch(f.path)), key=lambda f: f.path)
+    shards = [_SHARD.search(f.path) for f in weights]
+    expected = max((int(m.group(2)) for m in shards if m), default=0)
+    # Shards named -0000K-of-0000N must all be there; a lone model.safetensors counts as itself.
+    parts = len(side) + (expected + sum(1 for m in shards if m is None) if expected else len(weights))
+    return Variant(SAFETENSORS, None, (*weights, *side), parts)

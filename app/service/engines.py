@@ -246,6 +246,9 @@ class EngineManager:
     ) -> EngineSupervisor | None:
         model_id = spec.id
         assert spec.path is not None, "only external models have no file, and they have no supervisor"
+        if spec.path.is_dir():  # a safetensors folder for vLLM: there is no GGUF header to read
+            self._refuse(model_id, self._folder_refusal(spec))
+            return None
         try:
             info = await asyncio.to_thread(read_gguf_info, spec.path)
         except GGUFError as exc:
@@ -283,6 +286,15 @@ class EngineManager:
         self._supervisors[model_id] = supervisor
         self._startups.pop(model_id, None)
         return supervisor
+
+    def _folder_refusal(self, spec: ModelSpec) -> str:
+        installation = self.engine(spec.id).detect()
+        if not installation.installed:
+            return f"{spec.engine} cannot run here: {installation.detail}"
+        return (
+            f"{spec.id} is a safetensors folder and the service starts GGUF models only so far: start it with the "
+            f"vLLM command `modeldeck recommend {spec.id} --use serve` prints"
+        )
 
     def _refuse(self, model_id: str, message: str) -> None:
         previous = self.state(model_id)

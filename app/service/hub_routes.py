@@ -16,8 +16,8 @@ from typing import Any
 from app.hub.cache import UnsafeName, check_repo_id
 from app.hub.errors import DEFAULT_ENDPOINT, HubError, OfflineError
 from app.hub.hub_api import ModelDetails, Sort, model_details, search_models
-from app.hub.library import ModelSpec
-from app.hub.pull import PullRequest, choose_variant
+from app.hub.library import ModelSpec, pulled_spec
+from app.hub.pull import PullRequest, all_variants, choose_variant
 from app.hub.pulled import PulledModel
 from app.hub.remote_header import HeaderCache, read_remote_header
 from app.hub.token import read_token
@@ -52,7 +52,14 @@ class HubRoutes:
     """Answers /api/hub/*, /api/downloads* and /api/library*; `handle` returns False for any other route."""
 
     def __init__(
-        self, manager: EngineManager, bus: EventBus, advisor: Advisor, paths: AppPaths, cache_dir: Path, endpoint: str
+        self,
+        manager: EngineManager,
+        bus: EventBus,
+        advisor: Advisor,
+        paths: AppPaths,
+        cache_dir: Path,
+        endpoint: str,
+        models_dir: Path | None = None,  # where downloads go as plain files; None: the Hugging Face cache
     ) -> None:
         self._manager = manager
         self._bus = bus
@@ -60,7 +67,8 @@ class HubRoutes:
         self._paths = paths
         self._cache_dir = cache_dir
         self._endpoint = endpoint
-        self.downloads = Downloads(bus, paths, cache_dir, endpoint, self.add_pulled)
+        self._models_dir = models_dir
+        self.downloads = Downloads(bus, paths, cache_dir, endpoint, self.add_pulled, models_dir)
         self._lock = asyncio.Lock()  # one library change at a time: delete and import touch the same registry
         self._headers = HeaderCache()
 
@@ -109,6 +117,9 @@ class HubRoutes:
     async def _search(self, query: Query) -> list[dict[str, Any]]:
         sort = query.get("sort", ["downloads"])[0]
         limit = query.get("limit", ["20"])[0]
+        library = query.get("format", ["gguf"])[0]
+        if library not in ("gguf", "safetensors"):
+            raise _BadRequest("`format` must be gguf or safetensors.")
         if sort not in SORTS:
             raise _BadRequest(f"`sort` must be one of {', '.join(SORTS)}.")
         if not limit.isdigit() or not 1 <= int(limit) <= MAX_LIMIT:
@@ -116,7 +127,7 @@ class HubRoutes:
         order = next(s for s in SORTS if s == sort)
         text, token = query.get("q", [""])[0], await asyncio.to_thread(_hub_token)
         found = await asyncio.to_thread(
-            search_models, text, endpoint=self._endpoint, token=token, sort=order, limit=int(limit)
+            search_models, text, endpoint=self._endpoint, token=token, sort=order, limit=int(limit), library=library
         )
         return [{
             "id": m.id, "downloads": m.downloads, "likes": m.likes, "gated": m.gated, "pipeline_tag": m.pipeline_tag,
@@ -138,7 +149,7 @@ class HubRoutes:
             "variants": [{
                 "name": v.name, "quant": v.quant, "size": v.size, "complete": v.complete,
                 "files": [f.path for f in v.files],
-            } for v in details.variants],
+            } for v in all_variants(details)],
             "recommended": pick.variant, "recommendation_basis": pick.basis,
             "recommendation": {"source": pick.source, "plan": pick.plan},
         }  # fmt: skip
@@ -191,7 +202,7 @@ class HubRoutes:
 
     async def _library(self) -> dict[str, Any]:
         library: dict[str, Any] = await asyncio.to_thread(
-            describe_library, dict(self._manager.models), self._paths, self._cache_dir
+            describe_library, dict(self._manager.models), self._paths, self._cache_dir, self._models_dir
         )
         for entry in library["models"]:
             entry["state"] = self._manager.state(entry["id"]).value
@@ -219,7 +230,7 @@ class HubRoutes:
 
     def add_pulled(self, model: PulledModel) -> None:
         """Serve a model a download just finished, without a restart."""
-        spec = ModelSpec(model.id, f"{model.repo_id} ({model.variant})", model.path, model.size_bytes, "hub")
+        spec = pulled_spec(model)
         self._manager.models[spec.id] = spec
         self.publish_models()
 

@@ -15,11 +15,12 @@ from typing import Any
 from app.hub.download import disk_free
 from app.hub.library import ModelSpec, model_id_from_filename
 from app.hub.pulled import PulledModel, forget_pull, load_pulled
+from app.hub.safetensors_check import check_model_folder
 from app.paths import AppPaths
 from engines.gguf import GGUFError, read_gguf_info
 
 HASH_BLOCK = 1 << 20
-_SHA256 = re.compile(r"[0-9a-f]{64}")
+_HUB_HASH = re.compile(r"[0-9a-f]{64}|[0-9a-f]{40}")
 DELETABLE_SOURCES = frozenset({"hub", "local"})
 
 
@@ -47,8 +48,11 @@ def pulled_by_id(paths: AppPaths) -> dict[str, PulledModel]:
 
 
 def model_files(spec: ModelSpec, pulled: PulledModel | None) -> list[Path]:
+    """The files a model is made of: a pull's recorded files, a folder's files, or the one GGUF file."""
     if pulled is not None:
         return [Path(file) for file in pulled.files]
+    if spec.path is not None and spec.path.is_dir():
+        return sorted(file for file in spec.path.iterdir() if file.is_file())
     return [spec.path] if spec.path is not None else []
 
 
@@ -56,7 +60,9 @@ def _size_on_disk(files: list[Path]) -> int:
     return sum(file.stat().st_size for file in files if file.is_file())
 
 
-def describe_library(models: dict[str, ModelSpec], paths: AppPaths, cache_dir: Path) -> dict[str, Any]:
+def describe_library(
+    models: dict[str, ModelSpec], paths: AppPaths, cache_dir: Path, downloads_dir: Path | None = None
+) -> dict[str, Any]:
     """Every model with a file, its size on disk and origin, and the free space where models are kept."""
     pulled = pulled_by_id(paths)
     entries = []
@@ -74,33 +80,57 @@ def describe_library(models: dict[str, ModelSpec], paths: AppPaths, cache_dir: P
         "disk": [
             {"what": "models folder", "path": str(paths.models_dir), "free": disk_free(paths.models_dir)},
             {"what": "Hugging Face cache", "path": str(cache_dir), "free": disk_free(cache_dir)},
+            *(
+                [{"what": "downloads folder", "path": str(downloads_dir), "free": disk_free(downloads_dir)}]
+                if downloads_dir is not None
+                else []
+            ),
         ],
     }
 
 
 def verify(spec: ModelSpec, pulled: PulledModel | None) -> Verdict:
-    """A pulled file's sha256 against the LFS oid it was stored under; then the GGUF header check, for all."""
+    """A pulled file's hash against the name the Hub gave its blob (the LFS sha256, or the git blob sha1 of a small
+    file); then what an engine will read: each GGUF header, or the safetensors folder's config and shard headers."""
     checks: list[str] = []
     ok = True
-    for file in model_files(spec, pulled):
+    files = model_files(spec, pulled)
+    for index, file in enumerate(files):
         if not file.is_file():
             return Verdict(False, (*checks, f"{file.name} is missing: download the model again"))
-        expected = file.resolve().name if pulled is not None else None
-        if expected is not None and _SHA256.fullmatch(expected):
-            actual = _sha256(file)
+        expected = _expected_hash(file, index, pulled)
+        if expected is not None and _HUB_HASH.fullmatch(expected):
+            kind, actual = ("sha256", _sha256(file)) if len(expected) == 64 else ("git hash", _git_sha1(file))
             if actual == expected:
-                checks.append(f"{file.name}: sha256 matches the Hub's ({expected[:12]}\N{HORIZONTAL ELLIPSIS})")
+                checks.append(f"{file.name}: {kind} matches the Hub's ({expected[:12]}\N{HORIZONTAL ELLIPSIS})")
             else:
                 ok = False
-                checks.append(f"{file.name} is damaged: its sha256 is {actual}, the Hub's is {expected}; delete it "
+                checks.append(f"{file.name} is damaged: its {kind} is {actual}, the Hub's is {expected}; delete it "
                               "and download it again")  # fmt: skip
+        if file.name.lower().endswith(".gguf"):
+            try:
+                read_gguf_info(file)
+                checks.append(f"{file.name}: the GGUF header is sound")
+            except GGUFError as exc:
+                ok = False
+                checks.append(str(exc))
+    if any(file.name.endswith(".safetensors") for file in files):
         try:
-            read_gguf_info(file)
-            checks.append(f"{file.name}: the GGUF header is sound")
-        except GGUFError as exc:
+            check_model_folder(files)
+            checks.append("config.json and every safetensors header are sound")
+        except (OSError, ValueError) as exc:
             ok = False
-            checks.append(str(exc))
+            checks.append(f"not a model vLLM can serve: {exc}")
     return Verdict(ok, tuple(checks))
+
+
+def _expected_hash(file: Path, index: int, pulled: PulledModel | None) -> str | None:
+    """The Hub's hash of a pulled file: recorded at the pull, else the name of the cache blob it links to."""
+    if pulled is None:
+        return None
+    if len(pulled.hashes) == len(pulled.files):
+        return pulled.hashes[index]
+    return file.resolve().name
 
 
 def _sha256(path: Path) -> str:
@@ -111,16 +141,30 @@ def _sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
+def _git_sha1(path: Path) -> str:
+    digest = hashlib.sha1(b"blob %d\0" % path.stat().st_size)
+    with path.open("rb") as source:
+        while block := source.read(HASH_BLOCK):
+            digest.update(block)
+    return digest.hexdigest()
+
+
 def delete_files(spec: ModelSpec, paths: AppPaths) -> None:
     """Delete a pulled model (its snapshot links and blobs, and its index entry) or an imported file."""
     if spec.source == "hub":
         pulled = forget_pull(paths, spec.id)
-        for file in model_files(spec, pulled):
+        files = model_files(spec, pulled)
+        for file in files:
             blob = file.resolve()
             file.unlink(missing_ok=True)
             if blob != file:
                 blob.unlink(missing_ok=True)
+        for folder in {file.parent for file in files}:
+            if folder.is_dir() and not any(folder.iterdir()):
+                folder.rmdir()  # an emptied snapshot folder
     elif spec.source == "local" and spec.path is not None:
+        if spec.path.is_dir():
+            raise LibraryError(403, f"{spec.path} is a folder you placed there; delete it yourself if you mean to.")
         if spec.path.resolve().parent != paths.models_dir.resolve():
             raise LibraryError(403, f"{spec.path} is outside the models folder; ModelDeck deletes only its own files.")
         spec.path.unlink(missing_ok=True)

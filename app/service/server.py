@@ -15,6 +15,7 @@ import socket
 import time
 from collections.abc import Callable, Generator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import aiohttp
@@ -64,6 +65,7 @@ class ServeOptions:
     max_waiting: int = 32
     model_ttls: tuple[tuple[str, float | None], ...] = ()  # (model id, idle TTL; None: never) over idle_ttl_s
     log_request_text: bool = False  # keep prompts and completions in the request log
+    models_dirs: tuple[Path, ...] = ()  # the user's models folders, scanned besides ModelDeck's own
     remotes: tuple[tuple[str, str], ...] = ()  # (name, base URL) of remote OpenAI-compatible servers
     settings_problem: str | None = None  # why the settings file could not be used, when it could not
 
@@ -130,7 +132,9 @@ class Service:
         options, paths = self.options, self.paths
         for directory in (paths.config, paths.data, paths.logs, paths.state):
             directory.mkdir(parents=True, exist_ok=True)
-        models = known_models(paths) | {model_id: external_model(model_id, url) for model_id, url in options.upstreams}
+        models = known_models(paths, options.models_dirs) | {
+            model_id: external_model(model_id, url) for model_id, url in options.upstreams
+        }
         unknown = [m for m in (*options.models, *(m for m, _ in options.model_ttls)) if m not in models]
         if unknown:
             raise ServiceError(f"Unknown model {', '.join(unknown)}. Known models: {', '.join(models) or 'none'}.")
@@ -181,7 +185,8 @@ class Service:
         )
         gateway = Gateway(manager, gateway_config, pool, request_log)
         advisor = Advisor(paths)
-        hub = HubRoutes(manager, bus, advisor, paths, default_cache_dir(), hub_endpoint())
+        downloads_dir = options.models_dirs[0] if options.models_dirs else None  # the first --models-dir
+        hub = HubRoutes(manager, bus, advisor, paths, default_cache_dir(), hub_endpoint(), downloads_dir)
         metrics = MetricsPipeline(manager, bus, request_log, scrape_session, SeriesHistory(paths.metrics_db))
         remotes = RemoteRegistry(manager, paths, scrape_session)
         await remotes.start(options.remotes)

@@ -91,6 +91,7 @@ def test_dropped_connection_is_resumed_with_a_range_request(hub: FakeHub, gguf_s
     hub.faults.drop_after, hub.faults.drop_times = MB, 2
     path = fetch(hub, "org/m", "m-Q4_0.gguf", cache_dir)
     assert [r.range for r in hub.downloads("m-Q4_0.gguf")] == [None, f"bytes={MB}-", f"bytes={2 * MB}-"]
+    assert hub.bytes_sent("m-Q4_0.gguf") == SLICE_BYTES
     assert sha256(path.read_bytes()) == sha256(gguf_slice)
     cache = RepoCache(cache_dir, "org/m")
     assert path.is_symlink() and path.resolve() == cache.blob(sha256(gguf_slice))
@@ -290,3 +291,38 @@ def test_a_repo_with_several_variants_asks_which() -> None:
         choose_variant(PullRequest.parse("org/m:Q2_K"), details)
     assert choose_variant(PullRequest.parse("org/m/m-Q8_0.gguf"), details).name == "Q8_0"
     assert choose_variant(PullRequest.parse("org/m:q8_0"), details).name == "Q8_0"
+
+
+@pytest.mark.parametrize(
+    ("status", "code", "has_token", "says"),
+    [
+        (401, "GatedRepo", False, "is gated: save a Hugging Face token with `modeldeck hf-token set`, accept the"),
+        (403, "GatedRepo", True, "your Hugging Face token has no access yet: accept the license at"),
+        (401, None, False, "was not found, or it is private"),
+        (401, None, True, "the Hub refused your Hugging Face token: save a valid one"),
+        (403, None, True, "your Hugging Face token may not read org/m: check its permissions"),
+        (404, "RepoNotFound", False, "org/m was not found on the Hub"),
+        (404, "EntryNotFound", False, "that file is not in org/m"),
+        (429, None, False, "the Hub is limiting requests (429): wait a minute, then retry"),
+        (503, None, False, "the Hub answered 503; it may be down for a moment, retry later"),
+    ],
+)
+def test_every_refusal_becomes_a_message_to_act_on(status: int, code: str | None, has_token: bool, says: str) -> None:
+    from app.hub.errors import for_status
+
+    error = for_status(status, "https://hub.example", "org/m", has_token, code, "7")
+    assert says in str(error)
+    assert error.retryable == (status in (429, 503))
+    if status == 429:
+        assert error.retry_after_s == 7.0
+
+
+def test_429_past_every_retry_says_so_and_keeps_nothing_broken(
+    hub: FakeHub, gguf_slice: bytes, cache_dir: Path
+) -> None:
+    add_repo(hub, "org/m", {"m.gguf": gguf_slice})
+    hub.faults.too_many_times, hub.faults.retry_after_s = 10, 0
+    with pytest.raises(HubError, match=r"limiting requests \(429\).*gave up after 4 tries, run the pull again"):
+        fetch(hub, "org/m", "m.gguf", cache_dir)
+    hub.faults.too_many_times = 0
+    assert fetch(hub, "org/m", "m.gguf", cache_dir).read_bytes() == gguf_slice

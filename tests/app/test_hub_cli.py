@@ -104,6 +104,7 @@ def test_a_pull_killed_again_and_again_never_fetches_a_byte_twice(
     assert last.returncode == 0, last.stderr
     # Every fetch starts where the one before was cut, and each was cut after exactly the bytes it wrote.
     assert [r.range for r in hub.downloads(FILE)] == [None] + [f"bytes={offset}-" for offset in offsets[1:]]
+    assert hub.bytes_sent(FILE) == len(gguf_bytes)  # counted by the server: no byte was sent twice
     [model] = load_pulled(paths)
     assert sha256(model.path.read_bytes()) == sha256(gguf_bytes)
 
@@ -214,3 +215,86 @@ def test_a_file_size_limit_mid_download_keeps_the_partial_and_registers_nothing(
     assert resumed.returncode == 0, resumed.stderr
     assert hub.downloads(FILE)[-1].range == f"bytes={limit}-"
     assert sha256(load_pulled(paths)[0].path.read_bytes()) == sha256(gguf_bytes)
+
+
+def test_pull_into_a_models_dir_is_killed_resumed_and_listed(
+    hub: FakeHub, gguf_bytes: bytes, hf_home: Path, tmp_path: Path, paths: AppPaths
+) -> None:
+    """`pull --models-dir`: the partial waits in the folder's hidden partial folder, a new process resumes it,
+    and the file ends up as DIR/FILE, listed by `modeldeck models`; the Hugging Face cache is not touched."""
+    add_repo(hub, REPO_ID, {FILE: gguf_bytes})
+    mine = tmp_path / "my models"
+    cut = 6_000_000
+    hub.faults.stall_after = cut
+    partial = mine / ".modeldeck-partial" / f"{sha256(gguf_bytes)}.incomplete"
+    with (tmp_path / "first.log").open("wb") as out:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "app", "pull", REPO_ID, "--models-dir", str(mine)], stdout=out,
+            stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=REPO, env=env_for(hub.url, hf_home),
+        )  # fmt: skip
+    try:
+        wait_for(lambda: partial.exists() and partial.stat().st_size == cut, timeout_s=60)
+    finally:
+        process.kill()
+        process.wait(timeout=30)
+    hub.faults.stall_after = None
+    resumed = modeldeck("pull", REPO_ID, "--models-dir", str(mine), env=env_for(hub.url, hf_home))
+    assert resumed.returncode == 0, resumed.stderr
+    assert hub.downloads(FILE)[-1].range == f"bytes={cut}-" and hub.bytes_sent(FILE) == len(gguf_bytes)
+    assert (mine / FILE).read_bytes() == gguf_bytes and not partial.exists()
+    assert not (hf_home / "hub").exists()
+    [model] = load_pulled(paths)
+    assert model.path == mine / FILE
+    listed = modeldeck("models", "--models-dir", str(mine), env=env_for(hub.url, hf_home)).stdout
+    assert listed.count(str(mine / FILE)) == 1 and model.id in listed
+    both = modeldeck(
+        "pull", REPO_ID, "--models-dir", str(mine), "--cache-dir", str(tmp_path), env=env_for(hub.url, hf_home)
+    )
+    assert both.returncode == 2 and "not allowed with argument" in both.stderr
+
+
+def test_hf_hub_offline_is_said_plainly_and_the_rest_still_works(
+    hub: FakeHub, gguf_bytes: bytes, hf_home: Path, paths: AppPaths
+) -> None:
+    add_repo(hub, REPO_ID, {FILE: gguf_bytes})
+    env = env_for(hub.url, hf_home, HF_HUB_OFFLINE="1")
+    for command in (("search", "smol"), ("pull", REPO_ID), ("show", REPO_ID)):
+        result = modeldeck(*command, env=env)
+        assert result.returncode == 2, result.stdout
+        assert "offline: search and download need the network; everything else works" in result.stderr
+        assert "HF_HUB_OFFLINE is set" in result.stderr
+    assert hub.downloads(FILE) == [] and load_pulled(paths) == []
+    listed = modeldeck("models", env=env)
+    assert listed.returncode == 0 and "smollm2-135m-instruct" in listed.stdout
+
+
+def test_the_progress_bar_says_when_it_is_verifying() -> None:
+    import io
+
+    from app.hub.task import Progress
+    from app.hub_commands import ProgressBar
+
+    out = io.StringIO()
+    bar = ProgressBar(out)
+    bar(Progress(100, 100, None, 0.0, "dir/big.safetensors", phase="verify", checked=25, check_total=100))
+    bar(Progress(100, 100, 5e6, 0.0, "dir/big.safetensors", finished=True))
+    first, second = out.getvalue().splitlines()
+    assert "25.0% verifying big.safetensors" in first
+    assert "100.0%" in second and "MB/s" in second
+
+
+def test_search_show_and_pull_a_safetensors_model_for_vllm(hub: FakeHub, hf_home: Path, paths: AppPaths) -> None:
+    from tests.app.test_hub_safetensors import WANTED, model_files
+
+    add_repo(hub, "org/tiny-llama", model_files(), tags=("safetensors", "text-generation"))
+    env = env_for(hub.url, hf_home)
+    assert "org/tiny-llama" not in modeldeck("search", "tiny", env=env).stdout
+    assert "org/tiny-llama" in modeldeck("search", "tiny", "--format", "safetensors", env=env).stdout
+    shown = modeldeck("show", "org/tiny-llama", env=env)
+    assert "safetensors" in shown.stdout and f"{len(WANTED)} files" in shown.stdout
+    pulled = modeldeck("pull", "org/tiny-llama", env=env)
+    assert pulled.returncode == 0, pulled.stderr
+    assert "tiny-llama: org/tiny-llama safetensors" in pulled.stdout and "for vLLM" in pulled.stdout
+    [model] = load_pulled(paths)
+    assert sorted(p.name for p in model.path.iterdir()) == WANTED
+    assert str(model.path) in modeldeck("models", env=env).stdout

@@ -232,8 +232,143 @@ def test_a_download_cut_by_a_service_stop_resumes_in_the_next_service(
     again = start_service_process(paths, tmp_path)
     try:
         second = again.client.start_download(REPO_ID, "Q4_1")
+        assert second["id"] == job["id"]  # the job kept from the first service is resumed, not started twice
         done = wait_state(again.client, second["id"], "completed", "failed")
         assert done["state"] == "completed", done["error"]
         assert hub.downloads(FILE)[fetched_before].range == f"bytes={kept}-"
     finally:
         stop_service_process(again)
+
+
+def test_a_download_cut_by_a_crash_comes_back_paused_and_resumes_from_the_bytes_on_disk(
+    hub: FakeHub, hub_service: RunningService, gguf_bytes: bytes, hf_home: Path, paths: AppPaths, tmp_path: Path
+) -> None:
+    """The service is SIGKILLed mid-download: the next one lists the job as paused with the bytes on disk, and
+    resuming it fetches only the rest (the stand-in Hub counts every byte it sends)."""
+    add_repo(hub, REPO_ID, {FILE: gguf_bytes})
+    cut = 5_000_000
+    hub.faults.stall_after = cut
+    job = hub_service.client.start_download(REPO_ID, "Q4_1")
+    partial = RepoCache(hf_home / "hub", REPO_ID).incomplete(sha256(gguf_bytes))
+    wait_for(lambda: partial.exists() and partial.stat().st_size == cut)
+    hub_service.process.kill()
+    hub_service.process.wait(timeout=30)
+    hub.faults.stall_after = None
+    again = start_service_process(paths, tmp_path)
+    try:
+        restored = download(again.client, job["id"])
+        assert restored["state"] == "paused" and restored["done"] == cut and restored["total"] == len(gguf_bytes)
+        assert restored["repo"] == REPO_ID and restored["variant"] == "Q4_1"
+        again.client.control_download(job["id"], "resume")
+        done = wait_state(again.client, job["id"], "completed", "failed")
+        assert done["state"] == "completed", done["error"]
+        assert done["model_id"] in model_ids(again.client)
+        assert hub.downloads(FILE)[-1].range == f"bytes={cut}-"
+        assert hub.bytes_sent(FILE) == len(gguf_bytes)  # not one byte fetched twice
+        # A new download gets a new id, never one of a kept job.
+        other = again.client.start_download(REPO_ID, "Q4_1")
+        assert other["id"] != job["id"]
+        assert wait_state(again.client, other["id"], "completed", "failed")["state"] == "completed"
+    finally:
+        stop_service_process(again)
+    third = start_service_process(paths, tmp_path)
+    try:
+        kept = {d["id"]: d["state"] for d in third.client.downloads()}
+        assert kept == {job["id"]: "completed", other["id"]: "completed"}
+    finally:
+        stop_service_process(third)
+
+
+def test_a_safetensors_model_is_found_shown_downloaded_and_listed_for_vllm(
+    hub: FakeHub, hub_service: RunningService, paths: AppPaths
+) -> None:
+    from tests.app.test_hub_safetensors import WANTED, model_files
+
+    add_repo(hub, "org/tiny-llama", model_files(), tags=("safetensors", "text-generation"))
+    add_repo(hub, "org/tiny-llama-GGUF", {"x.gguf": b"1"})
+    client = hub_service.client
+    assert [m["id"] for m in client.hub_search("tiny", model_format="safetensors")] == ["org/tiny-llama"]
+    assert [m["id"] for m in client.hub_search("tiny")] == ["org/tiny-llama-GGUF"]
+    assert error_of(client.hub_search, "tiny", "downloads", 20, "pickle").status == 400
+    page = client.hub_model("org/tiny-llama")
+    [variant] = page["variants"]
+    assert variant["name"] == "safetensors" and sorted(variant["files"]) == WANTED and variant["complete"]
+    job = client.start_download("org/tiny-llama", "safetensors")
+    done = wait_state(client, job["id"], "completed", "failed")
+    assert done["state"] == "completed", done["error"]
+    [entry] = [m for m in client.models() if m["id"] == done["model_id"]]
+    assert entry["engine"] == "vllm"
+    [pulled] = load_pulled(paths)
+    assert entry["path"] == str(pulled.path) and pulled.path.is_dir()
+    assert client.verify_model(done["model_id"])["ok"]
+    # No vLLM here: starting it says so, rather than reading the folder as a GGUF.
+    started = client.start_model(done["model_id"], wait=True)
+    assert started["state"] == "failed" and "vllm cannot run here: vLLM is not installed" in started["message"]
+
+
+def test_serve_models_dir_downloads_into_it_and_a_kept_job_resumes_there(
+    hub: FakeHub, gguf_bytes: bytes, hf_home: Path, paths: AppPaths, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Downloads of a service started with --models-dir land in that folder as plain files; a job cut by a crash
+    remembers its folder, so a service started without the option still finishes it there."""
+    for name in ("HF_TOKEN", "HF_HUB_OFFLINE", "HF_HUB_CACHE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("HF_ENDPOINT", hub.url)
+    monkeypatch.setenv("HF_HOME", str(hf_home))
+    add_repo(hub, REPO_ID, {FILE: gguf_bytes})
+    mine = tmp_path / "my-models"
+    cut = 4_000_000
+    hub.faults.stall_after = cut
+    first = start_service_process(paths, tmp_path, "--models-dir", str(mine))
+    try:
+        disk = {d["what"]: d["path"] for d in first.client.library()["disk"]}
+        assert disk["downloads folder"] == str(mine)
+        job = first.client.start_download(REPO_ID, "Q4_1")
+        partial = mine / ".modeldeck-partial" / f"{sha256(gguf_bytes)}.incomplete"
+        wait_for(lambda: partial.exists() and partial.stat().st_size == cut)
+        first.process.kill()
+        first.process.wait(timeout=30)
+    finally:
+        stop_service_process(first)
+    hub.faults.stall_after = None
+    again = start_service_process(paths, tmp_path)
+    try:
+        assert download(again.client, job["id"])["done"] == cut
+        again.client.control_download(job["id"], "resume")
+        done = wait_state(again.client, job["id"], "completed", "failed")
+        assert done["state"] == "completed", done["error"]
+        assert (mine / FILE).read_bytes() == gguf_bytes and not (hf_home / "hub").exists()
+        [entry] = [m for m in again.client.models() if m["id"] == done["model_id"]]
+        assert entry["path"] == str(mine / FILE)
+        assert hub.bytes_sent(FILE) == len(gguf_bytes)
+        assert "downloads folder" not in {d["what"] for d in again.client.library()["disk"]}  # no --models-dir now
+    finally:
+        stop_service_process(again)
+
+
+@pytest.mark.skipif(not hasattr(__import__("resource"), "prlimit"), reason="resource.prlimit is Linux-only")
+def test_a_full_disk_fails_the_download_plainly_and_harms_nothing_else(
+    hub: FakeHub, hub_service: RunningService, gguf_bytes: bytes, hf_home: Path, paths: AppPaths
+) -> None:
+    """RLIMIT_FSIZE set on the running service stands in for a full disk: a write past it fails with EFBIG."""
+    import resource
+
+    add_repo(hub, REPO_ID, {FILE: gguf_bytes})
+    client = hub_service.client
+    before = model_ids(client)
+    limit = 10_000_000
+    # The soft limit only: lowering a hard limit could not be undone without privileges.
+    resource.prlimit(hub_service.process.pid, resource.RLIMIT_FSIZE, (limit, resource.RLIM_INFINITY))
+    job = client.start_download(REPO_ID, "Q4_1")
+    failed = wait_state(client, job["id"], "failed", "completed")
+    assert failed["state"] == "failed"
+    assert "File too large" in failed["error"] and "run the pull again to resume" in failed["error"]
+    assert model_ids(client) == before and load_pulled(paths) == []
+    partial = RepoCache(hf_home / "hub", REPO_ID).incomplete(sha256(gguf_bytes))
+    assert partial.stat().st_size == limit  # kept for a resume once there is room
+    assert client.library()["models"]  # the service goes on answering
+    resource.prlimit(hub_service.process.pid, resource.RLIMIT_FSIZE, (resource.RLIM_INFINITY,) * 2)
+    client.control_download(job["id"], "resume")
+    done = wait_state(client, job["id"], "completed", "failed")
+    assert done["state"] == "completed", done["error"]
+    assert hub.downloads(FILE)[-1].range == f"bytes={limit}-"

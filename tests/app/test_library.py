@@ -32,3 +32,29 @@ def test_model_ids_are_safe() -> None:
     assert model_id_from_filename("../../etc/passwd.gguf") == "etc-passwd"
     assert model_id_from_filename("...gguf") is None
     assert model_id_from_filename("Llama-3.1-8B.Q4_K_M.gguf") == "llama-3.1-8b.q4_k_m"
+
+
+def test_a_folder_of_the_users_lists_split_ggufs_once_and_safetensors_folders(paths: AppPaths, tmp_path: Path) -> None:
+    mine = tmp_path / "mine"
+    (mine / ".modeldeck-partial").mkdir(parents=True)
+    (mine / ".modeldeck-partial" / "x.gguf").write_bytes(b"GGUF")  # a partial is not a model
+    for n in (1, 2, 3):
+        (mine / f"big-Q8_0-0000{n}-of-00003.gguf").write_bytes(b"G" * n)
+    (mine / "org--llama").mkdir()
+    (mine / "org--llama" / "config.json").write_text("{}")
+    (mine / "org--llama" / "model.safetensors").write_bytes(b"S" * 10)
+    (mine / "no-weights").mkdir()
+    (mine / "no-weights" / "config.json").write_text("{}")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "config.json").write_text("{}")
+    (elsewhere / "model.safetensors").write_bytes(b"S")
+    (mine / "linked").symlink_to(elsewhere)
+    assert "big-q8_0" not in known_models(paths)  # only the folders asked for are scanned
+    models = known_models(paths, (mine,))
+    assert set(models) == {"big-q8_0", "org--llama", BUNDLED_ID}
+    big, llama = models["big-q8_0"], models["org--llama"]
+    assert (
+        big.path == mine / "big-Q8_0-00001-of-00003.gguf" and big.size_bytes == 6 and big.engine == "llama-cpp-python"
+    )
+    assert llama.path == mine / "org--llama" and llama.engine == "vllm" and llama.size_bytes == 12

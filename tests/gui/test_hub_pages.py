@@ -16,6 +16,7 @@ from pytestqt.qtbot import QtBot
 from app.gui.hub_format import eta_text, rate_text, row_key, size_text
 from app.gui.main_window import MainWindow
 from app.hub.library import BUNDLED_ID
+from tests.app.test_hub_safetensors import WANTED, model_files
 from tests.gui.block_meter import BlockMeter
 from tests.hub_server import FakeHub, HubRepo, running_hub
 
@@ -34,6 +35,7 @@ def hub(bundled_gguf: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> 
     repos = [
         HubRepo(REPO_ID, {FILE: bundled_gguf.read_bytes(), "README.md": b"# smol"}, downloads=42, likes=3),
         HubRepo("org/smol-gated-GGUF", {"g-Q4_1.gguf": b"\0" * 2048}, gated="manual", downloads=5),
+        HubRepo("org/smol-vllm", model_files(), tags=("safetensors", "text-generation")),
     ]
     for name in ("HF_TOKEN", "HF_HUB_OFFLINE", "HF_HUB_CACHE"):
         monkeypatch.delenv(name, raising=False)
@@ -191,3 +193,37 @@ def test_pause_resume_and_cancel_from_the_downloads_list(qtbot: QtBot, window: M
     assert not any(button.isEnabled() for button in downloads.buttons.values())
     item = downloads.table_widget.item(0, 6)
     assert item is not None and item.text() == "Cancelled"
+
+
+def test_safetensors_models_are_searched_and_shown_as_one_variant(qtbot: QtBot, window: MainWindow) -> None:
+    discover = window.discover_page
+    window.tabs.setCurrentWidget(discover)
+    discover.query_edit.setText("smol")
+    discover.search()
+    qtbot.waitUntil(lambda: discover.results_table.rowCount() == 2, timeout=WAIT_MS)  # the two GGUF repos
+    discover.format_combo.setCurrentIndex(discover.format_combo.findData("safetensors"))  # searches again
+    qtbot.waitUntil(lambda: discover.results_table.rowCount() == 1, timeout=WAIT_MS)
+    assert row_key(discover.results_table, 0) == "org/smol-vllm"
+    discover.results_table.selectRow(0)
+    panel = discover.model_panel
+    qtbot.waitUntil(lambda: panel.variants_table.rowCount() == 1, timeout=WAIT_MS)
+    assert row_key(panel.variants_table, 0) == "safetensors"
+    assert panel.basis_label.text() == "No variant is recommended: no GGUF variants to choose from."
+    files = panel.variants_table.item(0, 2)
+    assert files is not None and files.text() == str(len(WANTED))
+
+
+def test_a_download_being_verified_says_so(window: MainWindow) -> None:
+    """The record is one the service sends while hashing a big file (phase "verify")."""
+    downloads = window.discover_page.downloads_panel
+    record = {
+        "id": "dl-9", "repo": REPO_ID, "variant": "Q4_1", "state": "running", "done": 100, "total": 100,
+        "rate_bps": None, "eta_s": 0.0, "current": FILE, "error": None, "model_id": None,
+        "phase": "verify", "checked": 40, "check_total": 100,
+    }  # fmt: skip
+    downloads.show_record(record)
+    item = downloads.table_widget.item(0, 6)
+    assert item is not None and item.text() == "Verifying 40 %"
+    downloads.show_record(record | {"id": "dl-10", "phase": "download"})
+    item = downloads.table_widget.item(1, 6)
+    assert item is not None and item.text() == "Downloading"

@@ -1,0 +1,88 @@
+"""The service's downloads kept across restarts: a small JSON file under the app's data directory.
+
+A download the service was fetching when it stopped (or was killed) comes back paused: its partial files are still
+in the cache, and resuming continues from the bytes on disk. Finished downloads are kept as a short history.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from pathlib import Path
+from typing import Any
+
+from app.hub.pull import PullRequest
+from app.hub.variants import RepoFile, Variant
+from app.paths import AppPaths
+
+SCHEMA_VERSION = 1
+KEPT_FINISHED = 50  # completed, cancelled and failed downloads remembered, newest first
+
+log = logging.getLogger("modeldeck.downloads")
+
+
+def store_path(paths: AppPaths) -> Path:
+    return paths.data / "downloads.json"
+
+
+def to_record(job_id: str, request: PullRequest, variant: Variant, fields: dict[str, Any]) -> dict[str, Any]:
+    """What is kept of a job: what was asked, the files it fetches, and where it stood."""
+    return {
+        "id": job_id,
+        "request": {"repo": request.repo_id, "variant": request.variant, "file": request.filename},
+        "variant": {
+            "name": variant.name, "quant": variant.quant, "parts_expected": variant.parts_expected,
+            "files": [{"path": f.path, "size": f.size, "sha256": f.sha256} for f in variant.files],
+        },
+        **{key: fields[key] for key in ("state", "done", "total", "error", "model_id")},
+        "models_dir": str(fields["models_dir"]) if fields.get("models_dir") else None,
+    }  # fmt: skip
+
+
+def from_record(raw: dict[str, Any]) -> tuple[str, PullRequest, Variant, dict[str, Any]]:
+    """The parts of a kept job; raises KeyError, TypeError or ValueError for a record that is not one."""
+    asked, kept = raw["request"], raw["variant"]
+    text = (
+        asked["repo"]
+        + (f":{asked['variant']}" if asked["variant"] else "")
+        + (f"/{asked['file']}" if asked["file"] else "")
+    )
+    request = PullRequest.parse(text)  # checks the names again: the file is not trusted more than a request
+    files = tuple(RepoFile(str(f["path"]), f["size"], f["sha256"]) for f in kept["files"])
+    variant = Variant(str(kept["name"]), kept["quant"], files, int(kept["parts_expected"]))
+    fields = {key: raw[key] for key in ("state", "done", "total", "error", "model_id")}
+    if fields["state"] not in ("running", "paused", "cancelled", "failed", "completed"):
+        raise ValueError(f"unknown state {fields['state']!r}")
+    folder = raw.get("models_dir")
+    if folder is not None and (not isinstance(folder, str) or not Path(folder).is_absolute()):
+        raise ValueError(f"a models folder must be a full path, not {folder!r}")
+    fields["models_dir"] = Path(folder) if folder else None
+    return str(raw["id"]), request, variant, fields
+
+
+def load_records(paths: AppPaths) -> list[dict[str, Any]]:
+    """The kept jobs; a missing or damaged file reads as none (the partial files stay; a new pull finds them)."""
+    try:
+        raw = json.loads(store_path(paths).read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return []
+    except (OSError, ValueError) as exc:
+        log.warning("the list of downloads could not be read (%s); starting with none", exc)
+        return []
+    if not isinstance(raw, dict) or raw.get("schema") != SCHEMA_VERSION or not isinstance(raw.get("jobs"), list):
+        return []
+    return [job for job in raw["jobs"] if isinstance(job, dict)]
+
+
+def save_records(paths: AppPaths, records: list[dict[str, Any]]) -> None:
+    """Write the jobs atomically: active ones all, finished ones only the newest KEPT_FINISHED."""
+    active = [r for r in records if r["state"] in ("running", "paused")]
+    finished = [r for r in records if r["state"] not in ("running", "paused")][-KEPT_FINISHED:]
+    keep = {id(r) for r in active + finished}
+    target = store_path(paths)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
+    data = {"schema": SCHEMA_VERSION, "jobs": [r for r in records if id(r) in keep]}
+    tmp.write_text(json.dumps(data, indent=1), encoding="utf-8")
+    os.replace(tmp, target)
