@@ -49,6 +49,15 @@ def _fill(table: QTableWidget, rows: list[list[str]], numbers_from: int) -> None
             table.setItem(r, c, item)
 
 
+_PHASE_ORDER = ("starting", "model", "warmup", "level", "saving")
+
+
+def _progress(run: dict[str, Any]) -> tuple[int, int, float]:
+    """How far a run has got, comparable between two states of one run: ended, then phase, then requests."""
+    phase = _PHASE_ORDER.index(run["phase"]) if run["phase"] in _PHASE_ORDER else len(_PHASE_ORDER)
+    return (0 if run["state"] == "running" else 1, phase, float(run["fraction"]))
+
+
 def _table(columns: tuple[str, ...] | list[str], multi: bool = False) -> QTableWidget:
     table = QTableWidget(0, len(columns))
     table.setHorizontalHeaderLabels(list(columns))
@@ -202,7 +211,7 @@ class BenchmarkPage(QWidget):
     def show_run(self, run: dict[str, Any]) -> None:
         """Show a run's state. An older state of the run shown (events and answers cross threads) is dropped."""
         shown = self.run
-        if shown is not None and shown["id"] == run["id"] and shown["state"] != "running" and run["state"] == "running":
+        if shown is not None and shown["id"] == run["id"] and _progress(run) < _progress(shown):
             return
         finished_now = run["state"] != "running" and (shown is None or shown["state"] == "running")
         self.run = run

@@ -204,15 +204,19 @@ class BenchRuns:
     async def _follow(self, run: BenchRun, process: asyncio.subprocess.Process) -> None:
         said: deque[str] = deque(maxlen=ERROR_LINES)
         assert process.stdout is not None  # spawn_engine pipes it
-        async for raw in process.stdout:
-            line = raw.decode("utf-8", errors="replace").strip()
-            event = _event(line)
-            if event is None:
-                if line:
-                    said.append(line)
-                continue
-            if run.state == "running":
-                self._apply(run, event)
+        try:
+            async for raw in process.stdout:
+                line = raw.decode("utf-8", errors="replace").strip()
+                event = _event(line)
+                if event is None:
+                    if line:
+                        said.append(line)
+                    continue
+                if run.state == "running":
+                    self._apply(run, event)
+        except ValueError:  # a line over the stream's limit: nothing this program prints
+            said.append("The benchmark process wrote a line too long to read; it was stopped.")
+            await stop_process_tree(process, STOP_GRACE_S)
         code = await process.wait()
         if run.state == "running":
             if run.card_id is not None:
@@ -225,6 +229,13 @@ class BenchRuns:
         log.info("benchmark %s %s", run.id, run.state)
 
     def _apply(self, run: BenchRun, event: dict[str, Any]) -> None:
+        try:
+            self._take(run, event)
+        except (KeyError, IndexError, TypeError, ValueError) as exc:
+            # A line of another version of the CLI: the run goes on, and its end is still reported.
+            log.warning("benchmark %s: an event that could not be read (%s): %s", run.id, exc, event)
+
+    def _take(self, run: BenchRun, event: dict[str, Any]) -> None:
         kind = event.get("type")
         if kind == "phase":
             run.phase = str(event["phase"])

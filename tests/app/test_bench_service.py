@@ -6,6 +6,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import psutil
@@ -14,7 +15,7 @@ import pytest
 from app.client import ControlClient, ControlError
 from app.hub.library import BUNDLED_ID
 from app.paths import AppPaths
-from tests.conftest import RunningService
+from tests.conftest import RunningService, start_service_process, stop_service_process
 
 RUN_TIMEOUT_S = 180.0
 OUTPUT_TOKENS = 8
@@ -189,3 +190,18 @@ def test_bad_card_references_get_a_clear_error(service: RunningService, paths: A
     with pytest.raises(ControlError) as broken:
         client.bench_card("broken")
     assert broken.value.status == 400 and "cannot be read" in str(broken.value)
+
+
+def test_stopping_the_service_stops_its_benchmark(paths: AppPaths, tmp_path: Path) -> None:
+    service = start_service_process(paths, tmp_path, "--model", BUNDLED_ID)
+    try:
+        service.client.start_bench(BUNDLED_ID, [1], prompt_tokens=24, output_tokens=500, requests=20)
+        wait_for_run(service.client, lambda r: r["phase"] == "level")
+        children = bench_children(service)
+        assert len(children) == 1
+    finally:
+        stop_service_process(service)
+    assert service.process.returncode == 0, service.output()
+    _, alive = psutil.wait_procs(children, timeout=5)
+    assert not alive
+    assert "benchmark bench-1 cancelled" in service.output()
