@@ -56,10 +56,7 @@ class CardNotFound(Exception):
     """No saved card has that id."""
 
 
-def _whole(body: dict[str, Any], name: str, default: int | None, high: int) -> int | None:
-    value = body.get(name, default)
-    if value is None:
-        return None
+def _whole(value: Any, name: str, high: int) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= high:
         raise BadBenchRequest(f"`{name}` must be a whole number from 1 to {high}.", name)
     return value
@@ -104,19 +101,19 @@ class BenchRequest:
             raise BadBenchRequest(f"`concurrency`: {exc}.", "concurrency") from None
         return cls(
             model, concurrency,
-            _whole(body, "prompt_tokens", 256, MAX_PROMPT_TOKENS) or 256,
-            _whole(body, "output_tokens", 128, MAX_OUTPUT_TOKENS) or 128,
-            _whole(body, "requests", None, MAX_REQUESTS),
+            _whole(body.get("prompt_tokens", 256), "prompt_tokens", MAX_PROMPT_TOKENS),
+            _whole(body.get("output_tokens", 128), "output_tokens", MAX_OUTPUT_TOKENS),
+            None if body.get("requests") is None else _whole(body["requests"], "requests", MAX_REQUESTS),
         )  # fmt: skip
 
     def argv(self) -> tuple[str, ...]:
         """The `modeldeck bench` command that runs this request."""
-        args = [sys.executable, "-m", "app", "bench", self.model, "--progress-jsonl",
+        args = [sys.executable, "-m", "app", "bench", "--progress-jsonl",
                 "--concurrency", ",".join(map(str, self.concurrency)),
                 "--prompt-tokens", str(self.prompt_tokens), "--output-tokens", str(self.output_tokens)]  # fmt: skip
         if self.requests is not None:
             args += ["--requests", str(self.requests)]
-        return tuple(args)
+        return (*args, "--", self.model)  # "--": a model id is never read as an option
 
 
 @dataclass
