@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from PySide6.QtCore import Qt, Slot
+from PySide6.QtGui import QShowEvent
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QComboBox,
@@ -44,6 +45,7 @@ def _fill(table: QTableWidget, rows: list[list[str]], numbers_from: int) -> None
     for r, row in enumerate(rows):
         for c, text in enumerate(row):
             item = QTableWidgetItem(text)
+            item.setToolTip(text)  # cells may be elided in a narrow column
             if c >= numbers_from:
                 item.setTextAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
             table.setItem(r, c, item)
@@ -80,6 +82,7 @@ class BenchmarkPage(QWidget):
         self._card_call = LatestCall(connection)
         self._compare_call = LatestCall(connection)
         self._list_call = LatestCall(connection)
+        self._models_call = LatestCall(connection)
         self.run: dict[str, Any] | None = None  # the run followed: running, or the last one
         self.cards: list[dict[str, Any]] = []
 
@@ -106,6 +109,8 @@ class BenchmarkPage(QWidget):
         self.compare_label = QLabel("Select two saved cards to compare them side by side.")
         self.compare_label.setWordWrap(True)
         self.compare_table = _table(["", "A", "B"])
+        for column in (1, 2):  # A and B share the width left; long values (card ids) are elided, in full as tooltips
+            self.compare_table.horizontalHeader().setSectionResizeMode(column, QHeaderView.ResizeMode.Stretch)
         self._build()
         self._set_running(False)
         self.compare_button.setEnabled(False)
@@ -154,8 +159,9 @@ class BenchmarkPage(QWidget):
         splitter = QSplitter(Qt.Orientation.Horizontal)
         splitter.addWidget(left)
         splitter.addWidget(right)
-        splitter.setStretchFactor(0, 3)
-        splitter.setStretchFactor(1, 2)
+        splitter.setStretchFactor(0, 1)
+        splitter.setStretchFactor(1, 1)
+        splitter.setSizes([600, 500])
         layout = QVBoxLayout(self)
         layout.addWidget(splitter)
 
@@ -191,6 +197,15 @@ class BenchmarkPage(QWidget):
     def _on_connection_bench_changed(self, run: dict[str, Any]) -> None:
         self.show_run(run)
 
+    def showEvent(self, event: QShowEvent) -> None:
+        """Models come and go (downloads, imports) and cards are also saved by `modeldeck bench`: look again."""
+        super().showEvent(event)
+        if self._connection.is_connected:
+            self.refresh_cards()
+            # On failure the list shown stays; a lost service is reported by the connection itself.
+            self._models_call.run(lambda client: client.models(), self._on_connection_models_received,
+                                  lambda _message: None)  # fmt: skip
+
     def refresh_cards(self) -> None:
         """Fetch the saved cards (and the state of a run started elsewhere, such as before this window opened)."""
         self._list_call.run(lambda client: client.bench(), self._on_bench_listed, self._show_error)
@@ -202,7 +217,7 @@ class BenchmarkPage(QWidget):
         for row, card in enumerate(self.cards):
             created = self.cards_table.item(row, 0)
             if created is not None:
-                created.setToolTip(str(card["id"]))
+                created.setToolTip(f"Card {card['id']}")
             if card["id"] in selected:
                 self.cards_table.selectRow(row)
         if answer["run"] is not None and self.run is None:
