@@ -15,12 +15,14 @@ from PySide6.QtWidgets import (
     QAbstractItemView,
     QComboBox,
     QFormLayout,
+    QFrame,
     QHBoxLayout,
     QHeaderView,
     QLabel,
     QLineEdit,
     QProgressBar,
     QPushButton,
+    QScrollArea,
     QSpinBox,
     QSplitter,
     QTableWidget,
@@ -67,6 +69,7 @@ def _table(columns: tuple[str, ...] | list[str], multi: bool = False) -> QTableW
     table.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
     mode = QAbstractItemView.SelectionMode.ExtendedSelection if multi else QAbstractItemView.SelectionMode.NoSelection
     table.setSelectionMode(mode)
+    table.setTabKeyNavigation(False)  # Tab moves on to the next control; the arrow keys move between rows
     table.verticalHeader().setVisible(False)
     table.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
     table.horizontalHeader().setStretchLastSection(True)
@@ -102,6 +105,7 @@ class BenchmarkPage(QWidget):
         self.status_label.setWordWrap(True)
         self.status_label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         self.results_label = QLabel("Results")
+        self.results_label.setWordWrap(True)
         self.results_table = _table(LEVEL_COLUMNS)
         self.charts = BenchChartsPanel()
         self.cards_table = _table(CARD_COLUMNS, multi=True)
@@ -111,6 +115,15 @@ class BenchmarkPage(QWidget):
         self.compare_table = _table(["", "A", "B"])
         for column in (1, 2):  # A and B share the width left; long values (card ids) are elided, in full as tooltips
             self.compare_table.horizontalHeader().setSectionResizeMode(column, QHeaderView.ResizeMode.Stretch)
+        for widget, name in (
+            (self.concurrency_edit, "Concurrency levels"), (self.prompt_spin, "Prompt tokens"),
+            (self.output_spin, "Output tokens"), (self.requests_spin, "Requests per level"),
+            (self.run_button, "Run the benchmark"), (self.cancel_button, "Cancel the benchmark"),
+            (self.progress_bar, "Benchmark progress"), (self.results_table, "Results per concurrency level"),
+            (self.cards_table, "Saved benchmark cards"), (self.compare_button, "Compare the two selected cards"),
+            (self.compare_table, "Two cards side by side"),
+        ):  # fmt: skip
+            widget.setAccessibleName(name)
         self._build()
         self._set_running(False)
         self.compare_button.setEnabled(False)
@@ -162,8 +175,14 @@ class BenchmarkPage(QWidget):
         splitter.setStretchFactor(0, 1)
         splitter.setStretchFactor(1, 1)
         splitter.setSizes([600, 500])
+        # The page scrolls rather than asking for more room than a 1080p screen at 200 % has.
+        scroll = QScrollArea()
+        scroll.setWidgetResizable(True)
+        scroll.setFrameShape(QFrame.Shape.NoFrame)
+        scroll.setWidget(splitter)
         layout = QVBoxLayout(self)
-        layout.addWidget(splitter)
+        layout.setContentsMargins(0, 0, 0, 0)
+        layout.addWidget(scroll)
 
     @property
     def is_running(self) -> bool:

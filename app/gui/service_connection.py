@@ -116,7 +116,6 @@ class ServiceConnection(QObject):
     def service_process(self) -> subprocess.Popen[bytes] | None:
         return self._process
 
-
     @property
     def client(self) -> ControlClient | None:
         return self._client
