@@ -126,6 +126,10 @@ def _parser() -> argparse.ArgumentParser:
     bench.add_argument("--output-tokens", type=int, default=128, metavar="N", help="tokens to generate (128)")
     bench.add_argument("--requests", type=int, metavar="N", help="requests per level (max(8, 2 x concurrency))")
     bench.add_argument("--json", action="store_true", help="print the benchmark card as JSON")
+    bench.add_argument(
+        "--progress-jsonl", action="store_true",
+        help="print one JSON line per step, request finished, level measured, and the card saved (for programs)",
+    )  # fmt: skip
     bench.add_argument("--compare", nargs=2, metavar=("CARD_A", "CARD_B"), help="show two saved cards side by side")
     return parser
 
@@ -270,6 +274,7 @@ def _recommend(args: argparse.Namespace, paths: AppPaths) -> int:
 
 def _bench(args: argparse.Namespace, paths: AppPaths) -> int:
     from app.bench.card import compare, load_card, results_table
+    from app.bench.progress import CardSaved, SweepEvent, event_json
     from app.bench.sweep import SweepOptions, level_line, parse_concurrency, run_sweep
 
     if args.compare:
@@ -293,13 +298,20 @@ def _bench(args: argparse.Namespace, paths: AppPaths) -> int:
     if client is None:
         print("The ModelDeck service is not running (start it with `modeldeck serve`).", file=sys.stderr)
         return 1
+
+    def progress(event: SweepEvent) -> None:
+        line = event_json(event) if args.progress_jsonl else None if args.json else level_line(event)
+        if line is not None:
+            print(line, flush=True)
+
     try:
-        progress = None if args.json else (lambda level: print(level_line(level), flush=True))
         card = run_sweep(client, args.model, options, progress)
     finally:
         client.close()
     json_path, md_path = card.save(paths.bench_dir)
-    if args.json:
+    if args.progress_jsonl:
+        progress(CardSaved(card.id, str(json_path), str(md_path)))
+    elif args.json:
         print(json.dumps(card.to_dict(), indent=2))
     else:
         print("\n".join(["", *results_table(card.results), "", f"Card: {md_path}", f"      {json_path}"]))

@@ -257,6 +257,42 @@ class ControlClient:
         """Remove the Hugging Face token; False when none was saved."""
         return bool(self._call("DELETE", "/api/hf-token", timeout=30.0)["removed"])
 
+    # Benchmarks -----------------------------------------------------------------------------------------------
+
+    def start_bench(
+        self,
+        model_id: str,
+        concurrency: list[int],
+        prompt_tokens: int,
+        output_tokens: int,
+        requests: int | None = None,
+    ) -> dict[str, Any]:
+        """Start a benchmark on the service (one at a time); its progress comes as `bench` events."""
+        body: dict[str, Any] = {"model": model_id, "concurrency": concurrency, "prompt_tokens": prompt_tokens,
+                                "output_tokens": output_tokens}  # fmt: skip
+        if requests is not None:
+            body["requests"] = requests
+        result: dict[str, Any] = self._call("POST", "/api/bench", json=body)
+        return result
+
+    def bench(self) -> dict[str, Any]:
+        """{run: the running or last benchmark (None before the first), cards: saved cards, newest first}."""
+        result: dict[str, Any] = self._call("GET", "/api/bench", timeout=30.0)
+        return result
+
+    def cancel_bench(self) -> dict[str, Any]:
+        result: dict[str, Any] = self._call("POST", "/api/bench/cancel", timeout=30.0)
+        return result
+
+    def bench_card(self, card_id: str) -> dict[str, Any]:
+        result: dict[str, Any] = self._call("GET", f"/api/bench/cards/{card_id}")
+        return result
+
+    def compare_bench_cards(self, first: str, second: str) -> list[list[str]]:
+        """Two cards side by side as rows [what, first's value, second's value]."""
+        result: list[list[str]] = self._call("GET", "/api/bench/compare", params={"a": first, "b": second})["rows"]
+        return result
+
     def shutdown(self) -> None:
         self._call("POST", "/api/shutdown")
 

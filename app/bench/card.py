@@ -197,8 +197,8 @@ _COMPARED: tuple[tuple[str, Callable[[LevelResult], str]], ...] = (
 )
 
 
-def compare(a: BenchCard, b: BenchCard) -> str:
-    """Two cards side by side: what differs in their setup, then each level's figures for A and B."""
+def compare_rows(a: BenchCard, b: BenchCard) -> list[tuple[str, str, str]]:
+    """Two cards side by side as (what, A, B) rows: their setup, then each level's figures."""
     rows = [
         ("card", a.id, b.id),
         ("model", a.model["id"], b.model["id"]),
@@ -214,6 +214,12 @@ def compare(a: BenchCard, b: BenchCard) -> str:
         ra, rb = levels_a.get(level), levels_b.get(level)
         for label, read in _COMPARED:
             rows.append((f"c={level} {label}", read(ra) if ra else "-", read(rb) if rb else "-"))
+    return rows
+
+
+def compare(a: BenchCard, b: BenchCard) -> str:
+    """Two cards side by side as text: what differs in their setup, then each level's figures for A and B."""
+    rows = compare_rows(a, b)
     width = max(len(row[0]) for row in rows)
     column = max(len(row[1]) for row in rows)
     return "\n".join(f"{name:<{width}}  {left:>{column}}  {right}" for name, left, right in rows) + "\n"

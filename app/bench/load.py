@@ -10,6 +10,7 @@ import asyncio
 import itertools
 import json
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -102,8 +103,12 @@ async def _one_request(session: aiohttp.ClientSession, spec: LoadSpec) -> Reques
     return result
 
 
-async def run_level(spec: LoadSpec) -> tuple[list[RequestResult], float]:
-    """Send `spec.requests` requests with at most `spec.concurrency` in flight; return them and the wall time."""
+async def run_level(
+    spec: LoadSpec, on_result: Callable[[RequestResult], None] | None = None
+) -> tuple[list[RequestResult], float]:
+    """Send `spec.requests` requests with at most `spec.concurrency` in flight; return them and the wall time.
+
+    `on_result` hears of each request as it finishes (on the event loop: keep it quick)."""
     pending = iter(range(spec.requests))
     results: list[RequestResult] = []
     connector = aiohttp.TCPConnector(limit=0)
@@ -112,7 +117,10 @@ async def run_level(spec: LoadSpec) -> tuple[list[RequestResult], float]:
 
         async def worker() -> None:
             for _ in pending:  # the shared iterator hands each request to exactly one worker
-                results.append(await _one_request(session, spec))
+                result = await _one_request(session, spec)
+                results.append(result)
+                if on_result is not None:
+                    on_result(result)
 
         started = time.perf_counter()
         await asyncio.gather(*(worker() for _ in range(min(spec.concurrency, spec.requests))))

@@ -21,6 +21,7 @@ from PySide6.QtWidgets import (
 )
 
 from app.gui import quit_dialogs
+from app.gui.benchmark_page import BenchmarkPage
 from app.gui.chat_page import ChatPage
 from app.gui.dashboard_panel import DashboardPanel
 from app.gui.diagnosis_panel import DiagnosisPanel
@@ -82,6 +83,7 @@ class MainWindow(QMainWindow):
         self.tray = TrayController(self.item_model, self.windowIcon(), self)
         self.memory_chart_panel = MemoryChartPanel()
         self.dashboard_panel = DashboardPanel(connection)
+        self.benchmark_page = BenchmarkPage(connection)
         self.dashboard_action = QAction("&Dashboard", self)
         self.dashboard_action.setToolTip("Live throughput, latency, CPU, memory and GPU charts of every model")
         self.connection_label = QLabel("Not connected")
@@ -133,6 +135,7 @@ class MainWindow(QMainWindow):
         self.tabs.addTab(self.discover_page, "&Discover")
         self.tabs.addTab(run_page, "&Run")
         self.tabs.addTab(self.dashboard_panel, "Da&shboard")
+        self.tabs.addTab(self.benchmark_page, "&Benchmark")
         self.tabs.addTab(self.chat_page, "C&hat")
         self.tabs.addTab(self.settings_page, "Se&ttings")
         self.tabs.setAccessibleName("Pages")

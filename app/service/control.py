@@ -29,6 +29,7 @@ from app.service.asgi import (
     send_json,
     wait_disconnect,
 )
+from app.service.bench_routes import BenchRoutes
 from app.service.engines import EngineManager, PlanConflict, UnknownModel
 from app.service.events import EventBus
 from app.service.hub_routes import HubRoutes
@@ -72,10 +73,12 @@ class ControlApi:
         metrics: MetricsPipeline | None = None,
         remotes: RemoteRoutes | None = None,
         settings: SettingsRoutes | None = None,
+        bench: BenchRoutes | None = None,
     ) -> None:
         self._manager = manager
         self._remotes = remotes
         self._settings = settings
+        self._bench = bench
         self._hub = hub
         self._metrics = metrics
         self._advisor = advisor
@@ -160,6 +163,8 @@ class ControlApi:
             case _ if self._remotes is not None and await self._remotes.handle(method, parts, receive, send):
                 pass
             case _ if self._settings is not None and await self._settings.handle(method, parts, receive, send):
+                pass
+            case _ if self._bench is not None and await self._bench.handle(method, parts, query, receive, send):
                 pass
             case _:
                 await send_error(send, 404, f"Unknown route {method} /{'/'.join(parts)}.", "invalid_request_error")

@@ -27,6 +27,8 @@ from app.keys import ApiKey, load_api_key
 from app.paths import AppPaths, write_private
 from app.service.advisor import Advisor
 from app.service.asgi import LOOPBACK_HOSTS
+from app.service.bench_routes import BenchRoutes
+from app.service.bench_runs import BenchRuns
 from app.service.control import ControlApi, EndpointInfo
 from app.service.engines import EngineManager, LifecyclePolicy
 from app.service.events import EventBus
@@ -203,6 +205,7 @@ class Service:
             return dict(info.__dict__)
 
         settings = SettingsRoutes(paths, running, api_key, use_key, options.settings_problem)
+        bench = BenchRoutes(BenchRuns(bus, paths.bench_dir), manager.models.keys())
         control = ControlApi(
             manager,
             bus,
@@ -215,6 +218,7 @@ class Service:
             metrics,
             RemoteRoutes(remotes),
             settings,
+            bench,
         )
         servers = [_uvicorn_server(gateway, gateway_sock), _uvicorn_server(control, control_sock)]
         loop = asyncio.get_running_loop()
@@ -249,6 +253,7 @@ class Service:
             for preload in preloads:
                 preload.cancel()
             await hub.downloads.pause_all()  # partial files stay for the next run to resume
+            await bench.runs.stop()  # before the engines: its requests end first
             await metrics.stop()
             await manager.stop_all()
             await asyncio.gather(*tasks, return_exceptions=True)
