@@ -5,10 +5,13 @@ from __future__ import annotations
 from engines.base import Engine
 from engines.external import ExternalEngine
 from engines.llama_cpp import LlamaCppPythonEngine
+from engines.llama_server import LlamaServerEngine
 from engines.vllm import VLLMEngine
 
 ENGINES: dict[str, Engine] = {
     LlamaCppPythonEngine.name: LlamaCppPythonEngine(),
     ExternalEngine.name: ExternalEngine(),
     VLLMEngine.name: VLLMEngine(),
+    # Found on PATH only; the service adds ModelDeck's own builds and the configured path (app.installs.available).
+    LlamaServerEngine.name: LlamaServerEngine(),
 }
