@@ -48,7 +48,7 @@ def test_overrides_replace_only_what_they_name() -> None:
         (b'{"engine": 3}', "engine", "one of llama-cpp-python, llama-server"),
         (b'{"engine": "llama-server", "parallel": 0}', "parallel", "from 1 to 64"),
         (b'{"engine": "llama-server", "parallel": 65}', "parallel", "from 1 to 64"),
-        (b'{"parallel": 4}', "parallel", "needs `engine` \"llama-server\""),
+        (b'{"parallel": 4}', "parallel", 'needs `engine` "llama-server"'),
     ],
 )
 def test_malformed_or_out_of_bounds_values_are_refused(body: bytes, param: str | None, words: str) -> None:
