@@ -13,6 +13,7 @@ import urllib.parse
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from app.cli_engines import add_engine_commands, run_engines_command
 from app.cli_hub import HUB_COMMANDS, add_hub_commands, run_hub_command
 from app.client import ControlError, ServiceUnavailable, connect, default_port
 from app.hub.library import known_models
@@ -94,6 +95,7 @@ def _parser() -> argparse.ArgumentParser:
     recommend.add_argument("--hardware", type=Path, metavar="FILE", help="plan for a recorded `hw --json` profile")
     recommend.add_argument("--json", action="store_true", help="print the recommendation as JSON")
     add_hub_commands(commands)
+    add_engine_commands(commands)
     bench = commands.add_parser("bench", help="measure a model's throughput and latency at rising concurrency")
     bench.add_argument("model", nargs="?", metavar="MODEL", help="a model id from `modeldeck models`")
     bench.add_argument("--concurrency", default="1,4,16,64", metavar="N,N,...", help="levels to sweep (1,4,16,64)")
@@ -286,6 +288,8 @@ def main(argv: Sequence[str] | None = None) -> None:
             code = run_hub_command(args, paths)
         elif args.command == "bench":
             code = _bench(args, paths)
+        elif args.command == "engines":
+            code = run_engines_command(args, paths)
         else:
             code = {"models": _models, "ps": _ps, "key": _key}[args.command](paths)
     except (ServiceUnavailable, ControlError) as exc:
