@@ -223,7 +223,10 @@ def _recommend(args: argparse.Namespace, paths: AppPaths) -> int:
     except (NoVariants, GGUFError, OSError, ValueError, KeyError, TypeError) as exc:
         print(f"modeldeck: {exc}", file=sys.stderr)
         return 2
-    result = plan_model(hardware, model_id, variants, args.use, args.users, CalibrationStore(paths.calibration_db))
+    from app.installs.available import available_engines
+
+    calibration = CalibrationStore(paths.calibration_db)
+    result = plan_model(hardware, model_id, variants, args.use, args.users, calibration, available_engines(paths))
     print(
         json.dumps({"model": model_id, **result.to_dict()}, indent=2)
         if args.json

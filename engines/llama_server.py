@@ -105,9 +105,9 @@ class LlamaServerEngine:
 
     def build_command(self, plan: LaunchPlan, port: int, api_key: str) -> EngineCommand:
         parallel = max(1, min(plan.parallel, MAX_PARALLEL))
-        executable = self.executable()
+        # A configured path that is missing still shows in the command: the plan says where it is looked for.
         argv = [
-            str(executable) if executable else EXECUTABLE,
+            str(self.executable() or self.configured or EXECUTABLE),
             "-m", str(plan.model_path),
             "--alias", plan.model_id,
             "--host", "127.0.0.1",

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import struct
+from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
 
@@ -13,7 +14,7 @@ from app.paths import AppPaths
 from app.planner.calibration import CalibrationStore, Correction
 from app.planner.facts import facts_from_gguf, facts_from_hf_config
 from app.planner.recommend import Option, Recommendation, Variant, recommend
-from engines.base import LaunchPlan
+from engines.base import Engine, LaunchPlan
 from engines.gguf import read_gguf_info
 from engines.registry import ENGINES
 
@@ -88,6 +89,7 @@ def resolve(target: str, paths: AppPaths) -> tuple[str, list[Variant]]:
 
 # The planner's engine family of a variant -> the engine whose measurements correct its predictions.
 CALIBRATED_ENGINE = {"llama.cpp": "llama-cpp-python", "vllm": "vllm"}
+LLAMA_SERVER = "llama-server"
 
 
 def plan_model(
@@ -97,8 +99,13 @@ def plan_model(
     use: str,
     users: int | None,
     calibration: CalibrationStore,
+    engines: Mapping[str, Engine] | None = None,
 ) -> Recommendation:
-    """The ranked options for a model on this hardware, corrected by earlier launches, each with its command line."""
+    """The ranked options for a model on this hardware, corrected by earlier launches, each with its command line.
+
+    `engines`: the engines as this machine has them (app.installs.available); llama-server is planned for several
+    users when it is installed there."""
+    engines = engines if engines is not None else ENGINES
     # The planner applies one correction to its llama.cpp options: that engine's, for this architecture.
     gguf = next((v for v in variants if v.engine_family == "llama.cpp"), variants[0] if variants else None)
     correction = (
@@ -106,11 +113,13 @@ def plan_model(
         if gguf
         else Correction.none()
     )
-    result = recommend(hardware, variants, use, users=users, correction=correction)
+    several = use == "serve" and users != 1  # only serving asks for more than one user
+    server = several and LLAMA_SERVER in engines and engines[LLAMA_SERVER].detect().installed
+    result = recommend(hardware, variants, use, users=users, correction=correction, llama_server=server)
     return replace(
         result,
-        best=with_command(model_id, result.best) if result.best else None,
-        alternatives=tuple(with_command(model_id, option) for option in result.alternatives),
+        best=with_command(model_id, result.best, engines) if result.best else None,
+        alternatives=tuple(with_command(model_id, option, engines) for option in result.alternatives),
     )
 
 
@@ -138,12 +147,13 @@ def launch_plan(model_id: str, option: Option) -> LaunchPlan:
         threads=p["threads"],
         batch_size=p["batch"],
         gpu_layers=p["gpu_layers"],
+        parallel=p.get("parallel", 1),
     )
 
 
-def with_command(model_id: str, option: Option) -> Option:
+def with_command(model_id: str, option: Option, engines: Mapping[str, Engine] | None = None) -> Option:
     """The option with the exact command line its plan runs (the port is picked at launch, the key is in env)."""
-    command = ENGINES[option.engine].build_command(launch_plan(model_id, option), 0, "")
+    command = (engines or ENGINES)[option.engine].build_command(launch_plan(model_id, option), 0, "")
     argv = tuple(
         PORT_PLACEHOLDER if prev == "--port" else arg
         for prev, arg in zip(("", *command.argv), command.argv, strict=False)

@@ -12,6 +12,7 @@ from pathlib import Path
 from app.hardware.detect import detect_hardware
 from app.hardware.profile import HardwareProfile
 from app.hub.library import ModelSpec
+from app.installs.available import available_engines
 from app.paths import AppPaths
 from app.planner.calibration import CalibrationStore
 from app.planner.plans import plan_model, variants_of
@@ -51,7 +52,8 @@ class Advisor:
         return await asyncio.to_thread(self._recommend, hardware, spec, use, users)
 
     def _recommend(self, hardware: HardwareProfile, spec: ModelSpec, use: str, users: int | None) -> Recommendation:
-        return plan_model(hardware, spec.id, variants_of(spec), use, users, self._calibration)
+        engines = available_engines(self._paths)
+        return plan_model(hardware, spec.id, variants_of(spec), use, users, self._calibration, engines)
 
     async def plan(self, model_id: str, variants: list[Variant], use: str = "chat") -> Recommendation:
         """The ranked options for variants not in the library (a Hub model's, costed from a header read remotely)."""

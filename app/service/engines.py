@@ -189,12 +189,8 @@ class EngineManager:
         info = self._infos.get(model_id)
         other_engine = overrides.engine is not None and overrides.engine != self.engine_name(model_id)
         if other_engine or overrides.apply(plan, info.context_length if info else None) != plan:
-            running = ", ".join(
-                [
-                    f"engine {self.engine_name(model_id)}",
-                    *(f"{name} {value}" for name, value in plan_summary(plan).items()),
-                ]
-            )
+            running = ", ".join(f"{name} {value}" for name, value in plan_summary(plan).items())
+            running += f" on {self.engine_name(model_id)}"
             raise PlanConflict(f"{model_id} is running with {running}; stop it to launch it with others.")
 
     async def start(self, model_id: str, overrides: PlanOverrides | None = None) -> EngineState:
