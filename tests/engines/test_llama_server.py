@@ -3,9 +3,11 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import shutil
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -152,3 +154,16 @@ def test_the_pinned_build_reports_its_version(llama_server_binary: Path) -> None
     installation = LlamaServerEngine(configured=llama_server_binary).detect()
     assert installation.installed, installation.detail
     assert installation.version == _schema()["provenance"]["version"]
+
+
+def test_the_stored_schema_is_what_the_pinned_build_says(llama_server_binary: Path) -> None:
+    """Re-extract from the build installers/test.sh made: the stored schema must not drift from its binary."""
+    spec = importlib.util.spec_from_file_location(
+        "extract_llama_server", SCHEMA_PATH.parent / "extract_llama_server.py"
+    )
+    assert spec is not None and spec.loader is not None
+    extractor = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(extractor)
+    help_text = subprocess.run([str(llama_server_binary), "--help"], capture_output=True, text=True, check=True,
+                               timeout=30).stdout  # fmt: skip
+    assert extractor.parse_help(help_text) == _schema()["options"]
