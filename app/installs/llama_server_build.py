@@ -8,6 +8,7 @@ running it again continues where cmake stopped; a cancel or a success removes it
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import queue
@@ -240,17 +241,14 @@ def _pump(stream: IO[str], lines: queue.Queue[str | None]) -> None:
 
 
 def _kill_group(process: subprocess.Popen[str]) -> None:
-    """Stop the compiler and everything it started: TERM to the group, then KILL after a grace period."""
-    for sig, wait_s in ((signal.SIGTERM, KILL_GRACE_S), (signal.SIGKILL, None)):
-        try:
-            os.killpg(process.pid, sig)
-        except ProcessLookupError:
-            break
-        try:
-            process.wait(timeout=wait_s)
-            break
-        except subprocess.TimeoutExpired:
-            continue
+    """Stop the compiler and everything it started: TERM to the group, a grace period for cmake to end, then KILL
+    to whatever of the group is left (make's children can outlive cmake by a moment)."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(process.pid, signal.SIGTERM)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        process.wait(timeout=KILL_GRACE_S)
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(process.pid, signal.SIGKILL)
     process.wait()
 
 
