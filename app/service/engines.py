@@ -237,7 +237,7 @@ class EngineManager:
             except BadOverrides as exc:  # checked before the start; the file changed since
                 self._refuse(model_id, str(exc))
                 return None
-        self._footprints[model_id] = self._footprint(spec, info, plan)
+        self._footprints[model_id] = self._footprint(spec, info, plan, engine_name)
         if not await self._make_room(spec):
             return None
         self._infos[model_id], self._plans[model_id] = info, plan
@@ -271,7 +271,7 @@ class EngineManager:
         queue = self._queues.get(model_id)
         return queue is None or (queue.running == 0 and queue.waiting == 0)
 
-    def _footprint(self, spec: ModelSpec, info: GGUFInfo, plan: LaunchPlan) -> int:
+    def _footprint(self, spec: ModelSpec, info: GGUFInfo, plan: LaunchPlan, engine_name: str) -> int:
         """What the plan is predicted to use at its peak (RAM and VRAM), corrected by earlier launches; the file
         size where the model's facts do not allow a prediction."""
         facts = facts_from_gguf(info)
@@ -279,7 +279,7 @@ class EngineManager:
             predicted = llama_cpp_memory(facts, plan.context_length, batch=plan.batch_size)
         except MissingFacts:
             return spec.size_bytes
-        corrected = self.memory_check.correction(self.engine_name(spec.id), facts.architecture).apply(predicted)
+        corrected = self.memory_check.correction(engine_name, facts.architecture).apply(predicted)
         return corrected.ram + corrected.vram
 
     async def _make_room(self, spec: ModelSpec) -> bool:
