@@ -13,6 +13,7 @@ import urllib.parse
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from app.cli_engines import add_engine_commands, run_engines_command
 from app.cli_export import add_export_command, run_export
 from app.cli_hub import HUB_COMMANDS, MODELS_DIR_HELP, add_hub_commands, run_hub_command
 from app.cli_vllm import COMMAND as VLLM_COMMAND
@@ -119,6 +120,7 @@ def _parser() -> argparse.ArgumentParser:
     add_hub_commands(commands)
     add_export_command(commands)
     add_vllm_commands(commands)
+    add_engine_commands(commands)
     bench = commands.add_parser("bench", help="measure a model's throughput and latency at rising concurrency")
     bench.add_argument("model", nargs="?", metavar="MODEL", help="a model id from `modeldeck models`")
     bench.add_argument("--concurrency", default="1,4,16,64", metavar="N,N,...", help="levels to sweep (1,4,16,64)")
@@ -256,13 +258,13 @@ def _recommend(args: argparse.Namespace, paths: AppPaths) -> int:
     except (NoVariants, GGUFError, OSError, ValueError, KeyError, TypeError) as exc:
         print(f"modeldeck: {exc}", file=sys.stderr)
         return 2
-    from app.installs.vllm_env import configured_engines
+    from app.installs.available import available_engines
     from app.planner.plans import detect_engines
-    from engines.registry import ENGINES
 
-    installations = detect_engines({**ENGINES, **configured_engines(paths)})
+    engines = available_engines(paths)
+    calibration = CalibrationStore(paths.calibration_db)
     result = plan_model(
-        hardware, model_id, variants, args.use, args.users, CalibrationStore(paths.calibration_db), installations
+        hardware, model_id, variants, args.use, args.users, calibration, engines, detect_engines(engines)
     )
     print(
         json.dumps({"model": model_id, **result.to_dict()}, indent=2)
@@ -345,6 +347,8 @@ def main(argv: Sequence[str] | None = None) -> None:
             code = run_export(args, paths)
         elif args.command == VLLM_COMMAND:
             code = run_vllm_command(args, paths)
+        elif args.command == "engines":
+            code = run_engines_command(args, paths)
         else:
             code = {"models": _models, "ps": _ps, "key": _key}[args.command](paths)
     except (ServiceUnavailable, ControlError) as exc:

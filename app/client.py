@@ -110,9 +110,10 @@ class ControlClient:
         return result
 
     def start_model(
-        self, model_id: str, wait: bool = False, overrides: Mapping[str, int] | None = None
+        self, model_id: str, wait: bool = False, overrides: Mapping[str, int | str] | None = None
     ) -> dict[str, Any]:
-        """Start a model; `overrides` (context, gpu_layers, threads, batch) replace the default plan's values.
+        """Start a model; `overrides` (context, gpu_layers, threads, batch, engine, parallel) replace the default
+        plan's values.
 
         A model already running with other values is not restarted: the service answers with an error.
         """

@@ -51,6 +51,11 @@ class AppPaths:
         return self.cache / "memory-bandwidth.json"
 
     @property
+    def engine_builds(self) -> Path:
+        """Engines ModelDeck built itself, one directory per build (app.installs.llama_server_build)."""
+        return self.data / "engine-builds"
+
+    @property
     def engine_logs(self) -> Path:
         return self.logs / "engines"
 

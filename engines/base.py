@@ -31,6 +31,8 @@ class LaunchPlan:
     max_num_seqs: int | None = None
     dtype: str | None = None
     quantization: str | None = None
+    # llama-server: request slots served at once by continuous batching (they share `context_length`)
+    parallel: int = 1
 
 
 @dataclass(frozen=True)
@@ -62,6 +64,7 @@ class Capabilities:
     tokenize_count_path: str | None = None  # POST {"input": text} -> {"count": n}, for usage it omits
     embeddings_pooled: bool = True  # False: /v1/embeddings returns one vector per token
     logprobs: bool = True  # answers `logprobs` requests
+    parallel_from_plan: bool = False  # True: it serves `plan.parallel` requests at once (at most max_concurrency)
 
 
 class Engine(Protocol):

@@ -13,5 +13,12 @@ echo "==> mypy"
 "$bin/mypy"
 echo "==> import layers"
 "$bin/lint-imports"
+echo "==> llama-server for the engine tests"
+# Built once (about 6 minutes on 2 cores) from the pinned llama-cpp-python sdist; the tests fail without it.
+export MODELDECK_TEST_ENGINES="${MODELDECK_TEST_ENGINES:-$HOME/.cache/modeldeck/test-engines}"
+if ! "$bin/python" -c 'import sys; from pathlib import Path; from engines.llama_server import installed_builds
+sys.exit(0 if installed_builds(Path(sys.argv[1])) else 1)' "$MODELDECK_TEST_ENGINES"; then
+    "$bin/python" -m app engines build llama-server --dest "$MODELDECK_TEST_ENGINES" --backend cpu
+fi
 echo "==> pytest"
 "$bin/python" -m pytest "$@"

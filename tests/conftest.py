@@ -132,3 +132,26 @@ def service(paths: AppPaths, tmp_path: Path) -> Iterator[RunningService]:
     running = start_service_process(paths, tmp_path, "--model", BUNDLED_ID)
     yield running
     stop_service_process(running)
+
+
+TEST_ENGINES_ENV = "MODELDECK_TEST_ENGINES"
+
+
+def test_engines_dir() -> Path:
+    """Where installers/test.sh keeps the engines it builds for the tests."""
+    configured = os.environ.get(TEST_ENGINES_ENV)
+    return Path(configured).expanduser() if configured else Path.home() / ".cache" / "modeldeck" / "test-engines"
+
+
+@pytest.fixture
+def llama_server_binary() -> Path:
+    """The llama-server that installers/test.sh built from the pinned llama-cpp-python sdist. Absent, the test fails
+    (it does not skip): test.sh builds it, so a missing build is a broken setup, not a reason to pass."""
+    from engines.llama_server import installed_builds
+
+    root = test_engines_dir()
+    builds = installed_builds(root)
+    assert builds, (
+        f"no llama-server build in {root} (${TEST_ENGINES_ENV}): run installers/test.sh, which builds it there"
+    )
+    return builds[0].executable

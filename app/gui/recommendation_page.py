@@ -39,25 +39,32 @@ from app.gui.plan_text import (
 from app.gui.service_connection import LatestCall, ServiceConnection
 from app.gui.wizard_pages import WizardChoices
 
-OVERRIDE_KEYS = ("context", "gpu_layers", "threads", "batch")
+OVERRIDE_KEYS = ("context", "gpu_layers", "threads", "batch", "parallel")
+# Engines a start may name (the service's overrides); the default engine of a model is not named.
+NAMED_ENGINES = ("llama-server",)
 ACTIVE_STATES = frozenset({"starting", "ready", "restarting"})
 ALTERNATIVE_COLUMNS = ("Variant", "Engine", "Memory", "Max context", "Speed", "Fits")
 MAX_BARS = 2
 
 
-def launch_overrides(option: dict[str, Any]) -> dict[str, int]:
+def launch_overrides(option: dict[str, Any]) -> dict[str, int | str]:
     """The launch parameters of a recommended option, under the names the service takes them."""
     parameters = option["parameters"]
-    return {key: int(parameters[key]) for key in OVERRIDE_KEYS if parameters.get(key) is not None}
+    overrides: dict[str, int | str] = {
+        key: int(parameters[key]) for key in OVERRIDE_KEYS if parameters.get(key) is not None
+    }
+    if option.get("engine") in NAMED_ENGINES:
+        overrides["engine"] = option["engine"]
+    return overrides
 
 
-def runs_otherwise(record: dict[str, Any], overrides: dict[str, int]) -> bool:
-    """True when the model's engine is running with other parameters than these."""
-    plan = record.get("plan") or {}
+def runs_otherwise(record: dict[str, Any], overrides: dict[str, int | str]) -> bool:
+    """True when the model's engine is running with other parameters (or another engine) than these."""
+    plan = {**(record.get("plan") or {}), "engine": record.get("engine")}
     return record.get("state") in ACTIVE_STATES and any(plan.get(k) != v for k, v in overrides.items())
 
 
-def launch(client: ControlClient, model_id: str, overrides: dict[str, int]) -> dict[str, Any]:
+def launch(client: ControlClient, model_id: str, overrides: dict[str, int | str]) -> dict[str, Any]:
     """Start the model with these parameters. The service never restarts a running engine for new parameters,
     so one running with others is stopped first: the user asked for these by pressing Launch."""
     record = next((m for m in client.models() if m["id"] == model_id), None)

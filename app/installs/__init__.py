@@ -1,1 +1,1 @@
-"""Engines ModelDeck installs or builds for the user, each in its own place under the data directory."""
+"""Engines ModelDeck installs or builds itself, and the engines available on this machine."""

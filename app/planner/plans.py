@@ -90,6 +90,7 @@ def resolve(target: str, paths: AppPaths) -> tuple[str, list[Variant]]:
 
 # The planner's engine family of a variant -> the engine whose measurements correct its predictions.
 CALIBRATED_ENGINE = {"llama.cpp": "llama-cpp-python", "vllm": "vllm"}
+LLAMA_SERVER = "llama-server"
 
 
 def plan_model(
@@ -99,10 +100,15 @@ def plan_model(
     use: str,
     users: int | None,
     calibration: CalibrationStore,
+    engines: Mapping[str, Engine] | None = None,
     installations: Mapping[str, Installation] | None = None,
 ) -> Recommendation:
     """The ranked options for a model on this hardware, corrected by earlier launches, each with its command line,
-    and every known engine scored for it (`installations`: each engine's detection, from `detect_engines`)."""
+    and every known engine scored for it.
+
+    `engines`: the engines as this machine has them (app.installs.available); `installations`: their detection
+    (`detect_engines`, slow: callers keep it). llama-server is planned for several users when it is installed."""
+    engines = engines if engines is not None else ENGINES
     # The planner applies one correction to its llama.cpp options: that engine's, for this architecture.
     gguf = next((v for v in variants if v.engine_family == "llama.cpp"), variants[0] if variants else None)
     correction = (
@@ -110,12 +116,14 @@ def plan_model(
         if gguf
         else Correction.none()
     )
-    result = recommend(hardware, variants, use, users=users, correction=correction)
-    installations = detect_engines(ENGINES) if installations is None else installations
+    installations = detect_engines(engines) if installations is None else installations
+    several = use == "serve" and users != 1  # only serving asks for more than one user
+    server = several and LLAMA_SERVER in installations and installations[LLAMA_SERVER].installed
+    result = recommend(hardware, variants, use, users=users, correction=correction, llama_server=server)
     return replace(
         result,
-        best=with_command(model_id, result.best) if result.best else None,
-        alternatives=tuple(with_command(model_id, option) for option in result.alternatives),
+        best=with_command(model_id, result.best, engines) if result.best else None,
+        alternatives=tuple(with_command(model_id, option, engines) for option in result.alternatives),
         engines=engine_fits(hardware, {v.facts.format for v in variants}, result_users(use, users), installations),
     )
 
@@ -154,12 +162,13 @@ def launch_plan(model_id: str, option: Option) -> LaunchPlan:
         threads=p["threads"],
         batch_size=p["batch"],
         gpu_layers=p["gpu_layers"],
+        parallel=p.get("parallel", 1),
     )
 
 
-def with_command(model_id: str, option: Option) -> Option:
+def with_command(model_id: str, option: Option, engines: Mapping[str, Engine] | None = None) -> Option:
     """The option with the exact command line its plan runs (the port is picked at launch, the key is in env)."""
-    command = ENGINES[option.engine].build_command(launch_plan(model_id, option), 0, "")
+    command = (engines or ENGINES)[option.engine].build_command(launch_plan(model_id, option), 0, "")
     argv = tuple(
         PORT_PLACEHOLDER if prev == "--port" else arg
         for prev, arg in zip(("", *command.argv), command.argv, strict=False)

@@ -2,7 +2,8 @@
 
 Every option is costed with the memory model against free memory less a safety margin. Options that run fully on a
 GPU beat partial offload, which beats the CPU; within a tier the best quality (most bits per weight) wins, then the
-longer context. For serving several users on NVIDIA, vLLM comes first when the model has a safetensors variant.
+longer context. For serving several users on NVIDIA, vLLM comes first when the model has a safetensors variant; for a
+GGUF model, llama-server (continuous batching over parallel slots) replaces llama-cpp-python when it is available.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ CONTEXT_STEP = 256
 DECODE_EFFICIENCY = 0.6  # share of peak memory bandwidth decode reaches in practice
 APPLE_GPU_SHARE = 0.75  # macOS lets Metal wire about this much of unified memory (recommendedMaxWorkingSetSize)
 LOW_QUALITY_BITS = 4.0  # below this many bits per weight, answers degrade noticeably
+MAX_PARALLEL = 64  # llama-server slots: beyond this, per-slot bookkeeping outweighs what batching gains
 
 
 @dataclass(frozen=True)
@@ -52,7 +54,7 @@ class Need:
 class Option:
     """One costed way to run the model, with the reason for each parameter."""
 
-    engine: str  # llama-cpp-python or vllm
+    engine: str  # llama-cpp-python, llama-server or vllm
     variant: str
     location: str
     tier: str  # gpu, partial, cpu
@@ -174,7 +176,12 @@ def _largest_context(fits: Callable[[int], bool], low: int, high: int) -> int:
 
 
 def _llama_option(
-    hw: HardwareProfile, budgets: Budgets, variant: Variant, need: Need, correction: Correction
+    hw: HardwareProfile,
+    budgets: Budgets,
+    variant: Variant,
+    need: Need,
+    correction: Correction,
+    llama_server: bool = False,
 ) -> Option:
     facts = variant.facts
     layers = facts.layers or 0
@@ -202,11 +209,23 @@ def _llama_option(
         "partial": f"{gpu_layers} of {layers} layers on the GPU, the rest on the CPU",
         "cpu": "runs on the CPU" + (": no usable GPU" if not budgets.gpus else ""),
     }[tier]
+    parallel = min(need.users, MAX_PARALLEL)
+    server = llama_server and need.users > 1
+    if need.users == 1:
+        engine_reason = f"engine llama.cpp: one user, {where}"
+    elif server:
+        engine_reason = (
+            f"engine llama-server: {where}; continuous batching serves {need.users} users at once in {parallel} "
+            f"parallel slots sharing the {context}-token context (llama-cpp-python answers one at a time)"
+        )
+    else:
+        engine_reason = (
+            f"engine llama.cpp: {where}; it answers one request at a time, so {need.users} users take turns "
+            "(`modeldeck engines build llama-server` would serve them at once; vLLM needs a safetensors model and an "
+            "NVIDIA GPU)"
+        )
     reasons = (
-        f"engine llama.cpp: one user, {where}"
-        if need.users == 1
-        else f"engine llama.cpp: {where}; it answers one request at a time, so {need.users} users take turns "
-        "(vLLM needs a safetensors model and an NVIDIA GPU)",
+        engine_reason,
         f"quantization {variant.name}: {_bits(facts)} bits per weight, the best quality that fits"
         if fits
         else f"quantization {variant.name}: {_bits(facts)} bits per weight",
@@ -215,8 +234,11 @@ def _llama_option(
         f"threads {threads}: one per physical core",
         "batch 512: llama.cpp's prompt batch; larger batches grow the compute buffer",
     )
+    parameters: dict[str, Any] = {"gpu_layers": gpu_layers, "context": context, "threads": threads, "batch": 512}
+    if server:
+        parameters["parallel"] = parallel
     return Option(
-        engine="llama-cpp-python",
+        engine="llama-server" if server else "llama-cpp-python",
         variant=variant.name,
         location=variant.location,
         tier=tier,
@@ -224,7 +246,7 @@ def _llama_option(
         context=context,
         max_context=best_context,
         memory=memory,
-        parameters={"gpu_layers": gpu_layers, "context": context, "threads": threads, "batch": 512},
+        parameters=parameters,
         reasons=reasons,
         # a single stream reads every weight and, on average, half of a full context's KV cache per token
         decode_tokens_per_s=_decode_speed(
@@ -335,8 +357,10 @@ def recommend(
     *,
     users: int | None = None,
     correction: Correction | None = None,
+    llama_server: bool = False,
 ) -> Recommendation:
-    """Cost every variant on every engine that can run it and rank the options."""
+    """Cost every variant on every engine that can run it and rank the options. `llama_server`: llama-server is
+    available here, and serves GGUF models to several users at once."""
     trained = max((v.facts.trained_context or 0 for v in variants), default=0) or None
     need = need_for(use, trained, users)
     budgets = Budgets.of(hw)
@@ -345,7 +369,8 @@ def recommend(
     for variant in variants:
         try:
             if variant.engine_family == "llama.cpp":
-                options.append(_llama_option(hw, budgets, variant, need, correction or Correction.none()))
+                correction = correction or Correction.none()
+                options.append(_llama_option(hw, budgets, variant, need, correction, llama_server))
             else:
                 result = _vllm_option(hw, budgets, variant, need)
                 if isinstance(result, str):

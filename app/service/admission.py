@@ -76,6 +76,16 @@ class EngineQueue:
         finally:
             self.release(started)
 
+    def set_capacity(self, capacity: int) -> None:
+        """Serve `capacity` requests at once from now on (an engine restarted with more or fewer slots). Waiters
+        get the new slots at once, in order; requests beyond a lowered capacity finish undisturbed."""
+        self.capacity = capacity
+        while self.running < self.capacity and self._waiters:
+            turn = self._waiters.popleft()
+            if not turn.done():
+                self.running += 1
+                turn.set_result(None)
+
     def _release(self) -> None:
         while self._waiters:
             turn = self._waiters.popleft()

@@ -7,19 +7,18 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from app.hardware.detect import detect_hardware
 from app.hardware.profile import HardwareProfile
 from app.hub.library import ModelSpec
-from app.installs.vllm_env import configured_engines
+from app.installs.available import available_engines
 from app.paths import AppPaths
 from app.planner.calibration import CalibrationStore
 from app.planner.plans import detect_engines, plan_model, variants_of
 from app.planner.recommend import Recommendation, Variant
-from engines.base import Installation
-from engines.registry import ENGINES
+from engines.base import Engine, Installation
 
 # NVML and /proc answer in milliseconds, but a wizard asks on every page: a few seconds of reuse keeps free
 # memory current while sparing the detection.
@@ -59,21 +58,24 @@ class Advisor:
         return await asyncio.to_thread(self._recommend, hardware, spec, use, users)
 
     def _recommend(self, hardware: HardwareProfile, spec: ModelSpec, use: str, users: int | None) -> Recommendation:
-        installations = self._installations()
-        return plan_model(hardware, spec.id, variants_of(spec), use, users, self._calibration, installations)
-
-    def _installations(self) -> dict[str, Installation]:
-        """Each engine's detection, kept for a while: `vllm --version` alone takes seconds (it imports torch)."""
-        with self._installations_lock:
-            if self._installed is None or time.monotonic() - self._installed_at > INSTALLATIONS_TTL_S:
-                # vLLM from its own environment when one is registered (`modeldeck vllm-env`)
-                self._installed = detect_engines({**ENGINES, **configured_engines(self._paths)})
-                self._installed_at = time.monotonic()
-            return self._installed
+        engines = available_engines(self._paths)
+        installations = self._installations(engines)
+        return plan_model(hardware, spec.id, variants_of(spec), use, users, self._calibration, engines, installations)
 
     async def plan(self, model_id: str, variants: list[Variant], use: str = "chat") -> Recommendation:
         """The ranked options for variants not in the library (a Hub model's, costed from a header read remotely)."""
         hardware = await self.hardware()
+        engines = available_engines(self._paths)
         return await asyncio.to_thread(
-            lambda: plan_model(hardware, model_id, variants, use, None, self._calibration, self._installations())
+            lambda: plan_model(
+                hardware, model_id, variants, use, None, self._calibration, engines, self._installations(engines)
+            )
         )
+
+    def _installations(self, engines: Mapping[str, Engine]) -> dict[str, Installation]:
+        """Each engine's detection, kept for a while: `vllm --version` alone takes seconds (it imports torch)."""
+        with self._installations_lock:
+            if self._installed is None or time.monotonic() - self._installed_at > INSTALLATIONS_TTL_S:
+                self._installed = detect_engines(engines)
+                self._installed_at = time.monotonic()
+            return self._installed

@@ -15,7 +15,6 @@ import psutil
 
 from app.hardware.nvidia import process_vram
 from app.hub.library import ModelSpec
-from app.installs.vllm_env import configured_engines
 from app.paths import AppPaths
 from app.planner.calibration import CalibrationStore
 from app.planner.defaults import DEFAULT_CONTEXT, default_plan
@@ -87,12 +86,16 @@ class EngineManager:
         bus: EventBus,
         policy: SupervisorPolicy | None = None,
         lifecycle: LifecyclePolicy | None = None,
+        engines: Mapping[str, Engine] | None = None,
     ) -> None:
         self.models = models
         self._paths = paths
         self._bus = bus
         self._policy = policy
         self.lifecycle = lifecycle or LifecyclePolicy()
+        # Every engine by name, installed or not (app.installs.available); each model's spec names its default.
+        self.engines: Mapping[str, Engine] = engines if engines is not None else ENGINES
+        self._engine_names: dict[str, str] = {}  # model id -> the engine of its current plan, when not its default
         self._supervisors: dict[str, EngineSupervisor] = {}
         self._preflight_errors: dict[str, str] = {}  # model id -> why its file was refused
         self._infos: dict[str, GGUFInfo] = {}
@@ -102,7 +105,6 @@ class EngineManager:
         self._last_used: dict[str, float] = {}
         self._start_locks: dict[str, asyncio.Lock] = {}
         self._startups: dict[str, VLLMStartup] = {}  # model id -> what its vLLM said while starting
-        self._engines = {**ENGINES, **configured_engines(paths)}  # vLLM from its own environment when installed
         self.memory_check = MemoryCheck(CalibrationStore(paths.calibration_db))
         # Engines accept only this key; it never leaves the service.
         self.internal_key = secrets.token_urlsafe(32)
@@ -138,14 +140,24 @@ class EngineManager:
     def supervisor(self, model_id: str) -> EngineSupervisor | None:
         return self._supervisors.get(model_id)
 
+    def engine_name(self, model_id: str) -> str:
+        """The engine that serves the model: the one its last start chose, else the library's."""
+        return self._engine_names.get(model_id, self.models[model_id].engine)
+
     def engine(self, model_id: str) -> Engine:
-        return self._engines[self.models[model_id].engine]
+        return self.engines[self.engine_name(model_id)]
+
+    def _capacity(self, model_id: str) -> int:
+        capabilities = self.engine(model_id).capabilities
+        plan = self._plans.get(model_id)
+        if capabilities.parallel_from_plan:
+            return max(1, min(plan.parallel if plan else 1, capabilities.max_concurrency))
+        return capabilities.max_concurrency
 
     def queue(self, model_id: str) -> EngineQueue:
         queue = self._queues.get(model_id)
         if queue is None:
-            capacity = self.engine(model_id).capabilities.max_concurrency
-            queue = self._queues[model_id] = EngineQueue(capacity, self.lifecycle.max_waiting)
+            queue = self._queues[model_id] = EngineQueue(self._capacity(model_id), self.lifecycle.max_waiting)
         return queue
 
     def queue_depths(self) -> dict[str, tuple[int, int]]:
@@ -209,6 +221,10 @@ class EngineManager:
         except GGUFError:
             return  # the start itself refuses the file, with the reason, as it does without overrides
         overrides.check_context(info.context_length)
+        if overrides.engine is not None:
+            installation = await asyncio.to_thread(self.engines[overrides.engine].detect)
+            if not installation.installed:
+                raise BadOverrides(f"{overrides.engine} cannot run here: {installation.detail}", "engine")
         self._check_running_plan(model_id, overrides)
 
     def _check_running_plan(self, model_id: str, overrides: PlanOverrides) -> None:
@@ -216,8 +232,10 @@ class EngineManager:
         if supervisor is None or supervisor.state not in ACTIVE_STATES or plan is None:
             return
         info = self._infos.get(model_id)
-        if overrides.apply(plan, info.context_length if info else None) != plan:
+        other_engine = overrides.engine is not None and overrides.engine != self.engine_name(model_id)
+        if other_engine or overrides.apply(plan, info.context_length if info else None) != plan:
             running = ", ".join(f"{name} {value}" for name, value in plan_summary(plan).items())
+            running += f" on {self.engine_name(model_id)}"
             raise PlanConflict(f"{model_id} is running with {running}; stop it to launch it with others.")
 
     async def start(self, model_id: str, overrides: PlanOverrides | None = None) -> EngineState:
@@ -255,9 +273,10 @@ class EngineManager:
             self._refuse(model_id, str(exc))
             return None
         self._preflight_errors.pop(model_id, None)
-        installation = self.engine(model_id).detect()
+        engine_name = overrides.engine if overrides is not None and overrides.engine else spec.engine
+        installation = await asyncio.to_thread(self.engines[engine_name].detect)
         if not installation.installed:
-            self._refuse(model_id, f"{spec.engine} cannot run here: {installation.detail}")
+            self._refuse(model_id, f"{engine_name} cannot run here: {installation.detail}")
             return None
         plan = default_plan(model_id, info)
         if overrides is not None:
@@ -266,11 +285,14 @@ class EngineManager:
             except BadOverrides as exc:  # checked before the start; the file changed since
                 self._refuse(model_id, str(exc))
                 return None
-        self._footprints[model_id] = self._footprint(spec, info, plan)
+        self._footprints[model_id] = self._footprint(spec, info, plan, engine_name)
         if not await self._make_room(spec):
             return None
         self._infos[model_id], self._plans[model_id] = info, plan
+        self._engine_names[model_id] = engine_name
         engine = self.engine(model_id)
+        if model_id in self._queues:
+            self._queues[model_id].set_capacity(self._capacity(model_id))
         if old is not None:
             await old.stop()  # a failed one: reaps what is left and closes its log
         supervisor = EngineSupervisor(
@@ -308,7 +330,7 @@ class EngineManager:
         queue = self._queues.get(model_id)
         return queue is None or (queue.running == 0 and queue.waiting == 0)
 
-    def _footprint(self, spec: ModelSpec, info: GGUFInfo, plan: LaunchPlan) -> int:
+    def _footprint(self, spec: ModelSpec, info: GGUFInfo, plan: LaunchPlan, engine_name: str) -> int:
         """What the plan is predicted to use at its peak (RAM and VRAM), corrected by earlier launches; the file
         size where the model's facts do not allow a prediction."""
         facts = facts_from_gguf(info)
@@ -316,7 +338,7 @@ class EngineManager:
             predicted = llama_cpp_memory(facts, plan.context_length, batch=plan.batch_size)
         except MissingFacts:
             return spec.size_bytes
-        corrected = self.memory_check.correction(spec.engine, facts.architecture).apply(predicted)
+        corrected = self.memory_check.correction(engine_name, facts.architecture).apply(predicted)
         return corrected.ram + corrected.vram
 
     async def _make_room(self, spec: ModelSpec) -> bool:
@@ -384,7 +406,7 @@ class EngineManager:
             "path": str(spec.path) if spec.path else spec.url,
             "size_bytes": spec.size_bytes,
             "source": spec.source,
-            "engine": spec.engine,
+            "engine": self.engine_name(model_id),
             "state": str(state),
             "message": message,
             "pid": supervisor.pid if supervisor else None,
@@ -414,7 +436,7 @@ class EngineManager:
     def _on_engine_event(self, event: EngineEvent) -> None:
         info, plan = self._infos.get(event.model_id), self._plans.get(event.model_id)
         if event.state == EngineState.READY and event.pid and info and plan:
-            engine = self.models[event.model_id].engine
+            engine = self.engine_name(event.model_id)
             self.memory_check.engine_ready(event.model_id, engine, facts_from_gguf(info), plan, event.pid)
         self._bus.publish({"type": "engine", **asdict(event)})
 

@@ -18,6 +18,11 @@ MIN_CONTEXT = 256
 # 4096 only grows the compute buffer, and no model has a thousand layers to offload.
 BATCH_RANGE = (32, 4096)
 GPU_LAYERS_RANGE = (0, 1000)
+PARALLEL_RANGE = (1, 64)
+# The engines a GGUF model can be started with; which of them is installed here is the manager's to say.
+GGUF_ENGINES = ("llama-cpp-python", "llama-server")
+# llama-server's slots when a start names the engine but not `parallel`: what llama-server itself picks.
+LLAMA_SERVER_PARALLEL = 4
 
 
 def logical_cores() -> int:
@@ -40,6 +45,8 @@ class PlanOverrides:
     gpu_layers: int | None = None
     threads: int | None = None
     batch: int | None = None
+    engine: str | None = None
+    parallel: int | None = None  # requests served at once; only llama-server serves more than one
 
     @classmethod
     def from_json(cls, body: bytes, cores: int | None = None) -> PlanOverrides | None:
@@ -62,9 +69,17 @@ class PlanOverrides:
             "gpu_layers": GPU_LAYERS_RANGE,
             "threads": (1, cores or logical_cores()),
             "batch": BATCH_RANGE,
+            "parallel": PARALLEL_RANGE,
         }
         for name, value in data.items():
-            _check(name, value, *bounds[name])
+            if name == "engine":
+                _check_engine(value)
+            else:
+                _check(name, value, *bounds[name])
+        engine = data.get("engine")
+        if data.get("parallel") not in (None, 1) and engine != "llama-server":
+            raise BadOverrides("`parallel` above 1 needs `engine` \"llama-server\": the others serve one request "
+                               "at a time.", "parallel")  # fmt: skip
         return cls(**data)
 
     def check_context(self, trained_context: int | None) -> None:
@@ -82,6 +97,7 @@ class PlanOverrides:
             "gpu_layers": self.gpu_layers,
             "threads": self.threads,
             "batch_size": self.batch,
+            "parallel": self.parallel or (LLAMA_SERVER_PARALLEL if self.engine == "llama-server" else None),
         }
         return replace(plan, **{name: value for name, value in changes.items() if value is not None})
 
@@ -96,6 +112,11 @@ def _check(name: str, value: object, low: int, high: int | None) -> None:
         raise BadOverrides(f"`{name}` must be {span}; got {value}.", name)
 
 
+def _check_engine(value: object) -> None:
+    if value is not None and value not in GGUF_ENGINES:
+        raise BadOverrides(f"`engine` must be one of {', '.join(GGUF_ENGINES)}; got {value!r}.", "engine")
+
+
 def plan_summary(plan: LaunchPlan) -> dict[str, int]:
     """The parameters of a plan a client can set, under the names it sets them with."""
     return {
@@ -103,4 +124,5 @@ def plan_summary(plan: LaunchPlan) -> dict[str, int]:
         "gpu_layers": plan.gpu_layers,
         "threads": plan.threads,
         "batch": plan.batch_size,
+        "parallel": plan.parallel,
     }

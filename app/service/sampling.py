@@ -195,7 +195,7 @@ class EngineScraper:
     async def sample(self, engine_pids: dict[int, str]) -> list[Point]:
         targets = []
         for pid, model_id in engine_pids.items():
-            config = METRICS_CONFIGS.get(self._manager.models[model_id].engine)
+            config = METRICS_CONFIGS.get(self._manager.engine_name(model_id))
             url = self._manager.base_url(model_id)
             if config is None or url is None or self._manager.state(model_id) != EngineState.READY:
                 continue

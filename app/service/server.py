@@ -23,6 +23,7 @@ import uvicorn
 
 from app.hub.cache import default_cache_dir
 from app.hub.library import ModelSpec, external_model, known_models
+from app.installs.available import available_engines
 from app.keys import ApiKey, load_api_key
 from app.paths import AppPaths, write_private
 from app.service.advisor import Advisor
@@ -168,7 +169,7 @@ class Service:
         lifecycle = LifecyclePolicy(
             options.idle_ttl_s, options.max_loaded_bytes, options.max_waiting, dict(options.model_ttls)
         )
-        manager = EngineManager(models, paths, bus, self._policy, lifecycle)
+        manager = EngineManager(models, paths, bus, self._policy, lifecycle, available_engines(paths))
         request_log = RequestLog(paths.requests_db, bus)
         gateway_port = gateway_sock.getsockname()[1]
         control_port = control_sock.getsockname()[1]

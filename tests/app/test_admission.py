@@ -74,3 +74,25 @@ async def test_cancelled_waiter_leaves_the_line_and_running_one_frees_its_slot()
     assert queue.running == 0
     async with queue.slot() as queued_s:  # the engine is free at once
         assert queued_s < 1
+
+
+async def test_raising_the_capacity_admits_waiters_in_order() -> None:
+    """An engine restarted with more slots (llama-server's --parallel) lets the line in at once, first come first."""
+    queue = EngineQueue(1, max_waiting=8)
+    assert await queue.acquire() == 0.0
+    admitted: list[int] = []
+
+    async def wait_in_line(n: int) -> None:
+        await queue.acquire()
+        admitted.append(n)
+
+    waiters = [asyncio.create_task(wait_in_line(n)) for n in range(3)]
+    await asyncio.sleep(0)
+    assert queue.waiting == 3 and admitted == []
+    queue.set_capacity(3)
+    await asyncio.gather(*waiters[:2])
+    assert admitted == [0, 1]  # two new slots: the first two waiters
+    assert queue.running == 3 and queue.waiting == 1
+    queue.release(0.0)
+    await waiters[2]
+    assert admitted == [0, 1, 2] and queue.running == 3 and queue.waiting == 0

@@ -24,7 +24,7 @@ def test_overrides_replace_only_what_they_name() -> None:
     overrides = PlanOverrides.from_json(b'{"context": 1024, "batch": 256, "gpu_layers": null}', cores=4)
     assert overrides == PlanOverrides(context=1024, batch=256)
     plan = overrides.apply(PLAN, 8192)
-    assert plan_summary(plan) == {"context": 1024, "gpu_layers": 0, "threads": 2, "batch": 256}
+    assert plan_summary(plan) == {"context": 1024, "gpu_layers": 0, "threads": 2, "batch": 256, "parallel": 1}
     assert plan.model_path == PLAN.model_path
 
 
@@ -44,6 +44,11 @@ def test_overrides_replace_only_what_they_name() -> None:
         (b'{"batch": 4097}', "batch", "from 32 to 4096"),
         (b'{"gpu_layers": -1}', "gpu_layers", "from 0 to 1000"),
         (b'{"gpu_layers": 1001}', "gpu_layers", "from 0 to 1000"),
+        (b'{"engine": "vllm"}', "engine", "one of llama-cpp-python, llama-server"),
+        (b'{"engine": 3}', "engine", "one of llama-cpp-python, llama-server"),
+        (b'{"engine": "llama-server", "parallel": 0}', "parallel", "from 1 to 64"),
+        (b'{"engine": "llama-server", "parallel": 65}', "parallel", "from 1 to 64"),
+        (b'{"parallel": 4}', "parallel", 'needs `engine` "llama-server"'),
     ],
 )
 def test_malformed_or_out_of_bounds_values_are_refused(body: bytes, param: str | None, words: str) -> None:
@@ -59,3 +64,12 @@ def test_the_context_is_bounded_by_what_the_model_was_trained_on() -> None:
         overrides.apply(PLAN, 8192)
     assert PlanOverrides(context=8192).apply(PLAN, 8192).context_length == 8192
     assert PlanOverrides(context=100_000).apply(PLAN, None).context_length == 100_000  # unknown: no bound to check
+
+
+def test_llama_server_gets_slots_by_default_or_as_asked() -> None:
+    """Naming llama-server without `parallel` gives its own default of 4 slots; `parallel` sets them."""
+    named = PlanOverrides.from_json(b'{"engine": "llama-server"}', cores=4)
+    assert named is not None and named.apply(PLAN, 8192).parallel == 4
+    asked = PlanOverrides.from_json(b'{"engine": "llama-server", "parallel": 16}', cores=4)
+    assert asked is not None and asked.apply(PLAN, 8192).parallel == 16
+    assert PlanOverrides(context=1024).apply(PLAN, 8192).parallel == 1

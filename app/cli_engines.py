@@ -1,0 +1,113 @@
+"""`modeldeck engines`: which engines this machine can run and where they are; `modeldeck engines build llama-server`
+builds llama.cpp's native server from the sources in llama-cpp-python's sdist, with a progress bar."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import threading
+from pathlib import Path
+
+from app.hub.task import Progress, Stopped, TaskState
+from app.paths import AppPaths
+
+BAR_WIDTH = 30
+
+
+def add_engine_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    engines = commands.add_parser("engines", help="list the inference engines, which are installed and where")
+    actions = engines.add_subparsers(dest="engines_action")
+    build = actions.add_parser("build", help="build an engine from source (llama-server: about 6 min on 2 cores)")
+    build.add_argument("engine", choices=("llama-server",))
+    build.add_argument("--source", type=Path, metavar="SDIST", help="llama-cpp-python's sdist (default: pip download)")
+    build.add_argument("--dest", type=Path, metavar="DIR", help="where builds go (default: ModelDeck's engine builds)")
+    build.add_argument("--backend", choices=("cpu", "cuda", "metal"), help="default: what this machine's tools allow")
+    build.add_argument("--jobs", type=int, metavar="N", help="parallel compile jobs (default: all cores)")
+
+
+def run_engines_command(args: argparse.Namespace, paths: AppPaths) -> int:
+    if args.engines_action == "build":
+        return _build(args, paths)
+    return _list(paths)
+
+
+def _list(paths: AppPaths) -> int:
+    from app.installs.available import LLAMA_SERVER_ENV, available_engines
+    from engines.llama_server import installed_builds
+
+    for name, engine in available_engines(paths).items():
+        if name == "external":
+            continue
+        installation = engine.detect()
+        print(f"{name:18} {'installed' if installation.installed else 'not installed':14} {installation.detail}")
+    builds = installed_builds(paths.engine_builds)
+    print(f"\nllama-server builds in {paths.engine_builds}: {len(builds) or 'none'}")
+    for build in builds:
+        print(f"  {build.version:10} {build.backend:6} {build.executable}")
+    print(f"(${LLAMA_SERVER_ENV} points ModelDeck at a llama-server of your own; PATH is searched last.)")
+    return 0
+
+
+def progress_line(progress: Progress) -> str:
+    """`[#########.....]  45% compiling` for a build's progress (its total is 100)."""
+    percent = min(100, progress.done)
+    filled = BAR_WIDTH * percent // 100
+    return f"[{'#' * filled}{'.' * (BAR_WIDTH - filled)}] {percent:3d}% {progress.current}"
+
+
+def _build(args: argparse.Namespace, paths: AppPaths) -> int:
+    from app.installs.llama_server_build import (
+        PINNED_VERSION,
+        BuildError,
+        build_llama_server,
+        detect_backend,
+        fetch_sdist,
+    )
+
+    backend = args.backend
+    if backend is None:
+        backend, why = detect_backend()
+        print(f"backend: {why}")
+    dest = args.dest or paths.engine_builds
+    try:
+        source = args.source
+        if source is None:
+            print(f"downloading llama_cpp_python=={PINNED_VERSION} (source distribution) with pip ...")
+            source = fetch_sdist(paths.cache / "sdists", PINNED_VERSION)
+        if not source.exists():
+            raise BuildError(f"{source} does not exist")
+    except BuildError as exc:
+        print(f"modeldeck: {exc}", file=sys.stderr)
+        return 2
+
+    def show(progress: Progress) -> None:
+        end = "\n" if progress.finished else ""
+        print(f"\r{progress_line(progress)}".ljust(BAR_WIDTH + 40), end=end, file=sys.stderr, flush=True)
+
+    state = TaskState(show, interval_s=0.5)
+    outcome: list[object] = []
+
+    def work() -> None:
+        try:
+            outcome.append(build_llama_server(source, dest, state, backend=backend, jobs=args.jobs))
+        except (BuildError, Stopped) as exc:
+            outcome.append(exc)
+
+    # The build runs on a thread so that Ctrl-C here cancels it (and kills the compiler) instead of orphaning it.
+    worker = threading.Thread(target=work, name="llama-server-build")
+    worker.start()
+    try:
+        while worker.is_alive():
+            worker.join(timeout=0.2)
+    except KeyboardInterrupt:
+        state.cancel()
+        worker.join()
+    result = outcome[0] if outcome else None
+    if isinstance(result, Stopped):
+        print("\nmodeldeck: build cancelled", file=sys.stderr)
+        return 130
+    if isinstance(result, BuildError) or result is None:
+        print(f"\nmodeldeck: {result or 'the build stopped'}", file=sys.stderr)
+        return 1
+    print(f"built {getattr(result, 'executable', '')}")
+    return 0

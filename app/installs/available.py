@@ -1,0 +1,27 @@
+"""The engines this machine can run, with llama-server looked up where ModelDeck keeps its builds."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from app.installs.vllm_env import configured_engines
+from app.paths import AppPaths
+from engines.base import Engine
+from engines.llama_server import LlamaServerEngine
+from engines.registry import ENGINES
+
+# A llama-server executable to use instead of looking for one (a build of the user's own, say).
+LLAMA_SERVER_ENV = "MODELDECK_LLAMA_SERVER"
+
+
+def llama_server_engine(paths: AppPaths) -> LlamaServerEngine:
+    """llama-server at $MODELDECK_LLAMA_SERVER if set, else ModelDeck's newest build, else on PATH."""
+    configured = os.environ.get(LLAMA_SERVER_ENV)
+    return LlamaServerEngine(Path(configured).expanduser() if configured else None, (paths.engine_builds,))
+
+
+def available_engines(paths: AppPaths) -> dict[str, Engine]:
+    """Every registered engine by name, llama-server searching ModelDeck's builds too and vLLM from its own
+    environment when one is registered (`modeldeck vllm-env`). Installed or not: ask `detect()`."""
+    return {**ENGINES, **configured_engines(paths), LlamaServerEngine.name: llama_server_engine(paths)}

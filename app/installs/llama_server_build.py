@@ -1,0 +1,269 @@
+"""Build llama-server from the llama.cpp sources vendored in llama-cpp-python's source distribution.
+
+A plain function that takes a TaskState (progress and cancel), so the CLI, the service and the tests run it alike.
+The result lands in `<dest>/llama-server-<version>-<backend>/llama-server` with a build-info.json beside it, where
+engines.llama_server.installed_builds finds it. The build directory is kept after a failure or a pause, so that
+running it again continues where cmake stopped; a cancel or a success removes it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import queue
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tarfile
+import threading
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, TextIO
+
+from app.hub.task import Stopped, TaskState
+from engines.llama_server import BUILD_INFO, EXECUTABLE
+
+PINNED_VERSION = "0.3.36"
+BACKENDS = ("cpu", "cuda", "metal")
+_PERCENT = re.compile(r"^\[\s*(\d{1,3})%\]")
+_OPTION = re.compile(r"option\(\s*([A-Z0-9_]+)")
+VENDORED = "vendor/llama.cpp"
+KILL_GRACE_S = 5.0
+
+# Options set only where the sources declare them (their names changed between llama.cpp versions): no tests or
+# examples, the server alone, no web UI fetched at build time, no TLS or curl (the engine talks to us on loopback).
+_OPTIONAL_FLAGS = (
+    ("LLAMA_BUILD_TESTS", "OFF"),
+    ("LLAMA_BUILD_EXAMPLES", "OFF"),
+    ("LLAMA_BUILD_TOOLS", "ON"),
+    ("LLAMA_BUILD_SERVER", "ON"),
+    ("LLAMA_BUILD_APP", "OFF"),
+    ("LLAMA_BUILD_UI", "OFF"),
+    ("LLAMA_USE_PREBUILT_UI", "OFF"),
+    ("LLAMA_OPENSSL", "OFF"),
+    ("LLAMA_CURL", "OFF"),
+)
+
+
+class BuildError(Exception):
+    """The build could not be done; the message says why and where the full log is."""
+
+
+@dataclass(frozen=True)
+class BuildResult:
+    executable: Path
+    version: str
+    backend: str
+    flags: tuple[str, ...]
+
+
+def detect_backend() -> tuple[str, str]:
+    """The backend this machine can build for, and why: CUDA needs nvcc and an NVIDIA driver, Metal a Mac."""
+    if sys.platform == "darwin":
+        return "metal", "macOS: Metal"
+    nvcc = shutil.which("nvcc")
+    if nvcc and Path("/proc/driver/nvidia/version").exists():
+        return "cuda", f"CUDA: {nvcc} and an NVIDIA driver"
+    if nvcc:
+        return "cpu", f"CPU: {nvcc} is here but no NVIDIA driver is loaded"
+    return "cpu", "CPU: no CUDA toolkit (nvcc) on PATH"
+
+
+def fetch_sdist(directory: Path, version: str = PINNED_VERSION) -> Path:
+    """Download llama-cpp-python's source distribution with pip (it holds llama.cpp's sources)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    done = subprocess.run(
+        [sys.executable, "-m", "pip", "download", f"llama_cpp_python=={version}", "--no-deps", "--no-binary",
+         ":all:", "-d", str(directory)],
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    found = sorted(directory.glob(f"llama_cpp_python-{version}.tar.gz"))
+    if done.returncode != 0 or not found:
+        raise BuildError(f"pip could not download llama_cpp_python=={version}: {done.stderr.strip()[-500:]}")
+    return found[0]
+
+
+def cmake_flags(source: Path, backend: str) -> list[str]:
+    """The configure flags for `source` (a llama.cpp tree) and `backend`."""
+    if backend not in BACKENDS:
+        raise BuildError(f"unknown backend {backend!r}; choose one of {', '.join(BACKENDS)}")
+    try:
+        declared = set(_OPTION.findall((source / "CMakeLists.txt").read_text(encoding="utf-8", errors="replace")))
+    except OSError as exc:
+        raise BuildError(f"{source} has no readable CMakeLists.txt: {exc}") from exc
+    flags = ["-DCMAKE_BUILD_TYPE=Release", "-DBUILD_SHARED_LIBS=OFF"]
+    flags += [f"-D{name}={value}" for name, value in _OPTIONAL_FLAGS if name in declared]
+    flags.append(f"-DGGML_CUDA={'ON' if backend == 'cuda' else 'OFF'}")
+    if backend == "metal":
+        flags.append("-DGGML_METAL=ON")
+    return flags
+
+
+def _unpack(sdist: Path, work: Path) -> tuple[Path, str]:
+    """llama.cpp's tree out of the sdist (only the vendored part) and the release's version."""
+    target = work / "src"
+    with tarfile.open(sdist) as archive:
+        members = [m for m in archive.getmembers() if f"/{VENDORED}/" in m.name or m.name.endswith("/PKG-INFO")]
+        if not any(f"/{VENDORED}/" in m.name for m in members):
+            raise BuildError(f"{sdist} holds no {VENDORED}: is it llama-cpp-python's source distribution?")
+        if not (target / "done").exists():
+            shutil.rmtree(target, ignore_errors=True)
+            archive.extractall(target, members=members, filter="data")
+            (target / "done").touch()
+    pkg_info = next(target.glob("*/PKG-INFO"), None)
+    version = "unknown"
+    if pkg_info is not None:
+        line = next((ln for ln in pkg_info.read_text(errors="replace").splitlines() if ln.startswith("Version:")), "")
+        version = line.removeprefix("Version:").strip() or version
+    return next(target.glob(f"*/{VENDORED}")), version
+
+
+def _source_tree(source: Path, work: Path) -> tuple[Path, str]:
+    if source.is_file():
+        return _unpack(source, work)
+    if (source / VENDORED / "CMakeLists.txt").is_file():
+        return source / VENDORED, "unknown"
+    if (source / "CMakeLists.txt").is_file():
+        return source, "unknown"
+    raise BuildError(f"{source} is neither an sdist (.tar.gz) nor a directory with a CMakeLists.txt")
+
+
+def build_llama_server(
+    source: Path,
+    dest: Path,
+    state: TaskState,
+    *,
+    backend: str | None = None,
+    version: str | None = None,
+    jobs: int | None = None,
+) -> BuildResult:
+    """Configure and build the `llama-server` target of `source` (an sdist or a source tree), install it under
+    `dest`. Raises BuildError (with the compiler's last lines) or Stopped (pause or cancel)."""
+    if not shutil.which("cmake"):
+        raise BuildError(
+            "cmake is not installed: install it (apt install cmake, brew install cmake, pip install cmake)"
+        )
+    backend = backend or detect_backend()[0]
+    steps = _Percent(state)
+    state.working_on("unpacking the sources")
+    dest.mkdir(parents=True, exist_ok=True)
+    stem = source.name.removesuffix(".tar.gz")
+    work = dest / f".build-{stem}-{backend}"
+    work.mkdir(exist_ok=True)
+    log_path = dest / f"{EXECUTABLE}-{stem}-{backend}.log"
+    try:
+        tree, found_version = _source_tree(source, work)
+        version = version or (found_version if found_version != "unknown" else stem.rpartition("-")[2] or stem)
+        flags = cmake_flags(tree, backend)
+        jobs = jobs or os.cpu_count() or 1
+        with log_path.open("w", encoding="utf-8") as log:
+            state.working_on("configuring")
+            _run(["cmake", "-S", str(tree), "-B", str(work / "build"), *flags], log, steps, log_path, progress=False)
+            state.working_on("compiling")
+            _run(["cmake", "--build", str(work / "build"), "--target", EXECUTABLE, "-j", str(jobs)], log, steps,
+                 log_path, progress=True)  # fmt: skip
+        result = _install(work / "build", dest, version, backend, flags, source)
+    except Stopped as stopped:
+        if stopped.reason == "cancel":
+            shutil.rmtree(work, ignore_errors=True)
+        raise
+    shutil.rmtree(work, ignore_errors=True)
+    state.working_on("done")
+    steps.to(100)
+    state.finish()
+    return result
+
+
+class _Percent:
+    """The build's progress in percent, as cmake's [NN%] lines tell it, passed on to the TaskState."""
+
+    def __init__(self, state: TaskState) -> None:
+        self.state = state
+        self.percent = 0
+        state.begin(100)
+
+    def to(self, percent: int) -> None:
+        if percent > self.percent:
+            self.state.advance(percent - self.percent)
+            self.percent = percent
+
+
+def _run(argv: Sequence[str], log: TextIO, steps: _Percent, log_path: Path, *, progress: bool) -> None:
+    """Run one cmake step in its own process group, its output to the log, its [NN%] lines to the progress; stopped
+    (process group killed) as soon as the state asks."""
+    state = steps.state
+    process = subprocess.Popen(
+        list(argv), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, text=True,
+        errors="replace", start_new_session=True,
+    )  # fmt: skip
+    assert process.stdout is not None
+    lines: queue.Queue[str | None] = queue.Queue()
+    # A reader thread, so that a compile step that prints nothing for a minute can still be cancelled at once.
+    reader = threading.Thread(target=_pump, args=(process.stdout, lines), daemon=True)
+    reader.start()
+    tail: deque[str] = deque(maxlen=25)
+    try:
+        while True:
+            state.check()
+            try:
+                line = lines.get(timeout=0.2)
+            except queue.Empty:
+                continue
+            if line is None:
+                break
+            log.write(line)
+            tail.append(line.rstrip())
+            match = _PERCENT.match(line)
+            if progress and match:
+                steps.to(min(99, int(match.group(1))))
+    except Stopped:
+        _kill_group(process)
+        raise
+    finally:
+        reader.join(timeout=KILL_GRACE_S)
+        process.stdout.close()
+    code = process.wait()
+    if code != 0:
+        errors = [ln for ln in tail if "error" in ln.lower()] or list(tail)[-10:]
+        raise BuildError(f"`{' '.join(argv[:2])}` failed (exit {code}):\n" + "\n".join(errors[-10:]) +
+                         f"\nFull log: {log_path}")  # fmt: skip
+
+
+def _pump(stream: IO[str], lines: queue.Queue[str | None]) -> None:
+    for line in stream:
+        lines.put(line)
+    lines.put(None)
+
+
+def _kill_group(process: subprocess.Popen[str]) -> None:
+    """Stop the compiler and everything it started: TERM to the group, a grace period for cmake to end, then KILL
+    to whatever of the group is left (make's children can outlive cmake by a moment)."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(process.pid, signal.SIGTERM)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        process.wait(timeout=KILL_GRACE_S)
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(process.pid, signal.SIGKILL)
+    process.wait()
+
+
+def _install(build: Path, dest: Path, version: str, backend: str, flags: list[str], source: Path) -> BuildResult:
+    built = next((p for p in (build / "bin" / EXECUTABLE, build / EXECUTABLE) if p.is_file()), None)
+    if built is None:
+        raise BuildError(f"the build finished but no {EXECUTABLE} is in {build}")
+    target = dest / f"{EXECUTABLE}-{version}-{backend}"
+    staging = dest / f".{target.name}.partial"
+    shutil.rmtree(staging, ignore_errors=True)
+    staging.mkdir()
+    shutil.copy2(built, staging / EXECUTABLE)
+    info = {"llama_cpp_python": version, "backend": backend, "flags": flags, "source": str(source)}
+    (staging / BUILD_INFO).write_text(json.dumps(info, indent=2) + "\n", encoding="utf-8")
+    # The directory appears whole or not at all: installed_builds never sees a half-copied build.
+    shutil.rmtree(target, ignore_errors=True)
+    staging.rename(target)
+    return BuildResult(target / EXECUTABLE, version, backend, tuple(flags))

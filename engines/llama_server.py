@@ -1,0 +1,140 @@
+"""llama.cpp's own server (`llama-server`): continuous batching over `--parallel` slots, /health and /metrics.
+
+The executable is found at a configured path, in ModelDeck's engine builds (`<root>/llama-server-<version>-<backend>/`
+with a build-info.json beside it, written by the build driver), or on PATH, in that order.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from engines.base import Capabilities, EngineCommand, Installation, LaunchPlan
+
+EXECUTABLE = "llama-server"
+BUILD_INFO = "build-info.json"
+MAX_PARALLEL = 64
+
+
+@dataclass(frozen=True)
+class Build:
+    """One llama-server build in an engine-builds directory."""
+
+    executable: Path
+    version: str  # the llama-cpp-python release whose vendored sources it was built from
+    backend: str  # cpu, cuda or metal
+
+
+def installed_builds(root: Path) -> list[Build]:
+    """The builds under `root`, newest version first. A directory without a readable build-info.json is not one."""
+    builds: list[Build] = []
+    if not root.is_dir():
+        return builds
+    for directory in sorted(root.glob(f"{EXECUTABLE}-*")):
+        executable = directory / EXECUTABLE
+        try:
+            info = json.loads((directory / BUILD_INFO).read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+        if not executable.is_file() or not isinstance(info, dict):
+            continue
+        version = str(info.get("llama_cpp_python") or "unknown")
+        builds.append(Build(executable, version, str(info.get("backend") or "cpu")))
+    builds.sort(key=lambda b: _version_key(b.version), reverse=True)
+    return builds
+
+
+def _version_key(version: str) -> tuple[int, ...]:
+    return tuple(int(part) if part.isdigit() else -1 for part in version.split("."))
+
+
+def find_executable(configured: Path | None = None, build_roots: Sequence[Path] = ()) -> Path | None:
+    """Where llama-server is: the configured path (even if missing, so that a wrong setting is not hidden by
+    another binary), else the newest build under `build_roots`, else PATH."""
+    if configured is not None:
+        return configured if configured.is_file() else None
+    for root in build_roots:
+        builds = installed_builds(root)
+        if builds:
+            return builds[0].executable
+    on_path = shutil.which(EXECUTABLE)
+    return Path(on_path) if on_path else None
+
+
+class LlamaServerEngine:
+    """`llama-server`: serves `plan.parallel` requests at once, readiness through /health (503 while loading)."""
+
+    name = "llama-server"
+    # Streams carry usage when asked; embeddings need `--embeddings`, which would turn chat off, so none here.
+    capabilities = Capabilities(
+        max_concurrency=MAX_PARALLEL,
+        stream_usage=True,
+        parallel_from_plan=True,
+        tokenize_count_path=None,
+    )
+
+    def __init__(self, configured: Path | None = None, build_roots: Sequence[Path] = ()) -> None:
+        self.configured = configured
+        self.build_roots = tuple(build_roots)
+
+    def executable(self) -> Path | None:
+        return find_executable(self.configured, self.build_roots)
+
+    def detect(self) -> Installation:
+        executable = self.executable()
+        if executable is None:
+            where = f"not at {self.configured}" if self.configured else "not built and not on PATH"
+            return Installation(
+                False, None, f"llama-server is {where}; build it with `modeldeck engines build llama-server`"
+            )
+        try:
+            done = subprocess.run([str(executable), "--version"], capture_output=True, text=True, timeout=30,
+                                  check=False)  # fmt: skip
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            return Installation(False, None, f"{executable} --version failed: {exc}")
+        # It prints "version: 0.5.0-dev (build 1, commit 0c1e570)" on stderr.
+        line = next((ln for ln in (done.stderr + done.stdout).splitlines() if ln.startswith("version:")), None)
+        if done.returncode != 0 or line is None:
+            return Installation(False, None, f"{executable} --version exited with {done.returncode}")
+        version = line.removeprefix("version:").strip()
+        return Installation(True, version, f"llama-server {version} at {executable}")
+
+    def build_command(self, plan: LaunchPlan, port: int, api_key: str) -> EngineCommand:
+        parallel = max(1, min(plan.parallel, MAX_PARALLEL))
+        # A configured path that is missing still shows in the command: the plan says where it is looked for.
+        argv = [
+            str(self.executable() or self.configured or EXECUTABLE),
+            "-m", str(plan.model_path),
+            "--alias", plan.model_id,
+            "--host", "127.0.0.1",
+            "--port", str(port),
+            # The planner has already fitted layers and context; its own fitting would change them behind our back.
+            "--fit", "off",
+            "-ngl", str(plan.gpu_layers),
+            # The context is shared by the slots (unified KV cache), so `-c` is the total, not per slot.
+            "-c", str(plan.context_length),
+            "--parallel", str(parallel),
+            "--kv-unified",
+            "-b", str(plan.batch_size),
+            "--metrics",
+            "--no-webui",
+            "--jinja",
+        ]  # fmt: skip
+        if plan.threads > 0:
+            argv += ["--threads", str(plan.threads), "--threads-batch", str(plan.threads)]
+        if plan.chat_format:
+            argv += ["--chat-template", plan.chat_format]
+        return EngineCommand(
+            argv=tuple(argv),
+            # llama-server reads LLAMA_API_KEY when --api-key is not given, which keeps the key off the command line.
+            # Its ggml threads are OpenMP threads, which spin while waiting by default: on a machine where anything
+            # else runs (the service's own gateway, a desktop), a spinning thread holds the core its peer needs.
+            # Measured here (2 busy cores, 4 streams): 3.6 tokens/s spinning, 46.8 with passive waits.
+            env={"LLAMA_API_KEY": api_key, "OMP_WAIT_POLICY": "passive"},
+            ready_path="/health",
+            secrets=(api_key,),
+        )

@@ -1,0 +1,46 @@
+"""`modeldeck engines` and `modeldeck engines build llama-server` as a user runs them (real subprocesses; the build
+is the tiny cmake project laid out as an sdist, see test_llama_server_build)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from app.installs.available import LLAMA_SERVER_ENV
+from tests.app.test_llama_server_build import tiny_sdist
+from tests.conftest import REPO
+
+
+def modeldeck(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "app", *args], capture_output=True, text=True, timeout=300,
+                          cwd=REPO, env={**os.environ, **(env or {})}, check=False)  # fmt: skip
+
+
+def test_build_shows_progress_and_the_list_shows_the_build(tmp_path: Path) -> None:
+    dest = tmp_path / "builds"
+    built = modeldeck("engines", "build", "llama-server", "--source", str(tiny_sdist(tmp_path)), "--dest", str(dest),
+                      "--backend", "cpu", "--jobs", "2")  # fmt: skip
+    assert built.returncode == 0, built.stderr
+    assert "[" + "#" * 30 + "] 100% done" in built.stderr
+    executable = dest / "llama-server-9.9.9-cpu" / "llama-server"
+    assert f"built {executable}" in built.stdout
+
+    listed = modeldeck("engines", env={LLAMA_SERVER_ENV: str(executable)})
+    assert listed.returncode == 0, listed.stderr
+    line = next(ln for ln in listed.stdout.splitlines() if ln.startswith("llama-server "))
+    assert "installed" in line and "not installed" not in line and str(executable) in line
+
+
+def test_nothing_built_says_how_to_build(tmp_path: Path) -> None:
+    listed = modeldeck("engines", env={"PATH": os.path.dirname(os.path.realpath("/bin/sh"))})
+    line = next(ln for ln in listed.stdout.splitlines() if ln.startswith("llama-server "))
+    assert "not installed" in line and "modeldeck engines build llama-server" in line
+    assert "builds in" in listed.stdout and ": none" in listed.stdout
+
+
+def test_a_missing_source_is_a_clear_error(tmp_path: Path) -> None:
+    built = modeldeck("engines", "build", "llama-server", "--source", str(tmp_path / "nope.tar.gz"), "--backend", "cpu")
+    assert built.returncode == 2
+    assert "nope.tar.gz does not exist" in built.stderr

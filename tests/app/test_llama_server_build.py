@@ -1,0 +1,164 @@
+"""The llama-server build driver against a tiny real cmake project (seconds, not the 6 minutes of llama.cpp):
+configure, build with progress, install where the adapter finds it, cancel, and a failing build explained.
+The real build of the vendored llama.cpp is what installers/test.sh runs; its output is used by the service tests."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import tarfile
+import threading
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from app.hub.task import Progress, Stopped, TaskState
+from app.installs.llama_server_build import BuildError, build_llama_server, cmake_flags
+from engines.llama_server import LlamaServerEngine, installed_builds
+
+MAIN_C = r"""
+#include <stdio.h>
+#include <string.h>
+int main(int argc, char **argv) {
+    if (argc > 1 && strcmp(argv[1], "--version") == 0) { fprintf(stderr, "version: tiny-1 (test)\n"); return 0; }
+    return 1;
+}
+"""
+CMAKELISTS = """
+cmake_minimum_required(VERSION 3.16)
+project(tiny C)
+option(LLAMA_BUILD_SERVER "server" OFF)
+option(LLAMA_OPENSSL "tls" ON)
+add_library(part1 STATIC part1.c)
+add_library(part2 STATIC part2.c)
+add_executable(llama-server main.c)
+target_link_libraries(llama-server part1 part2)
+set_target_properties(llama-server PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/bin)
+add_executable(unrelated main.c)
+"""
+
+
+def tiny_project(root: Path, main_c: str = MAIN_C, extra: str = "") -> Path:
+    root.mkdir(parents=True)
+    (root / "CMakeLists.txt").write_text(CMAKELISTS + extra)
+    (root / "main.c").write_text(main_c)
+    (root / "part1.c").write_text("int part1(void) { return 1; }\n")
+    (root / "part2.c").write_text("int part2(void) { return 2; }\n")
+    return root
+
+
+def tiny_sdist(tmp_path: Path, version: str = "9.9.9") -> Path:
+    """The tiny project laid out as llama-cpp-python's sdist: vendor/llama.cpp and a PKG-INFO with the version."""
+    project = tiny_project(tmp_path / "project")
+    sdist = tmp_path / f"llama_cpp_python-{version}.tar.gz"
+    top = f"llama_cpp_python-{version}"
+    with tarfile.open(sdist, "w:gz") as archive:
+        archive.add(project, arcname=f"{top}/vendor/llama.cpp")
+        info = f"Metadata-Version: 2.1\nName: llama_cpp_python\nVersion: {version}\n".encode()
+        entry = tarfile.TarInfo(f"{top}/PKG-INFO")
+        entry.size = len(info)
+        archive.addfile(entry, io.BytesIO(info))
+    return sdist
+
+
+def test_an_sdist_builds_installs_and_is_found(tmp_path: Path) -> None:
+    events: list[Progress] = []
+    state = TaskState(events.append, interval_s=0.0)
+    dest = tmp_path / "builds"
+    result = build_llama_server(tiny_sdist(tmp_path), dest, state, backend="cpu", jobs=2)
+
+    assert result.executable == dest / "llama-server-9.9.9-cpu" / "llama-server"
+    assert result.version == "9.9.9" and result.backend == "cpu"
+    # Options only where the sources declare them; the server target alone was built.
+    assert "-DLLAMA_BUILD_SERVER=ON" in result.flags and "-DLLAMA_OPENSSL=OFF" in result.flags
+    assert not any("LLAMA_USE_PREBUILT_UI" in flag for flag in result.flags)
+    assert "-DBUILD_SHARED_LIBS=OFF" in result.flags and "-DGGML_CUDA=OFF" in result.flags
+    # Progress from cmake's [NN%] lines: rising, ending at 100 and finished.
+    dones = [event.done for event in events]
+    assert dones == sorted(dones) and len(set(dones)) > 2
+    assert events[-1].finished and events[-1].done == 100
+    # The adapter finds it, as it finds the build installers/test.sh made, and runs it.
+    assert [b.executable for b in installed_builds(dest)] == [result.executable]
+    installation = LlamaServerEngine(build_roots=[dest]).detect()
+    assert installation.installed and installation.version == "tiny-1 (test)"
+    assert not list(dest.glob(".build-*")), "the build directory is removed after a success"
+
+
+def test_a_failing_build_says_what_the_compiler_said(tmp_path: Path) -> None:
+    source = tiny_project(tmp_path / "broken", main_c="int main(void) { return undeclared_thing; }\n")
+    dest = tmp_path / "builds"
+    with pytest.raises(BuildError) as failed:
+        build_llama_server(source, dest, TaskState(), backend="cpu", jobs=1)
+    message = str(failed.value)
+    assert "undeclared_thing" in message and "error" in message
+    log = Path(message.rsplit("Full log: ", 1)[1].strip())
+    assert log.is_file() and "undeclared_thing" in log.read_text()
+    assert installed_builds(dest) == []  # nothing half-installed
+
+
+def test_cancel_stops_the_compiler_at_once_and_installs_nothing(tmp_path: Path) -> None:
+    """The build waits on a slow step (a 60 s sleep standing in for a long compile that prints nothing)."""
+    slow = "add_custom_target(slow COMMAND ${CMAKE_COMMAND} -E sleep 60)\nadd_dependencies(llama-server slow)\n"
+    source = tiny_project(tmp_path / "slow", extra=slow)
+    dest = tmp_path / "builds"
+    state = TaskState()
+    outcome: list[BaseException] = []
+
+    def build() -> None:
+        try:
+            build_llama_server(source, dest, state, backend="cpu", jobs=1)
+        except BaseException as exc:  # handed to the test thread
+            outcome.append(exc)
+
+    def sleeping() -> bool:
+        for process in psutil.Process().children(recursive=True):
+            with contextlib.suppress(psutil.Error):  # a finished step may be a zombie, or gone
+                if "sleep" in " ".join(process.cmdline()):
+                    return True
+        return False
+
+    worker = threading.Thread(target=build)
+    worker.start()
+    try:
+        deadline = time.monotonic() + 60
+        while not sleeping():
+            assert time.monotonic() < deadline and worker.is_alive(), f"the slow step never started: {outcome}"
+            time.sleep(0.05)
+    finally:
+        cancelled_at = time.monotonic()
+        state.cancel()
+        worker.join(timeout=30)
+    assert not worker.is_alive()
+    assert time.monotonic() - cancelled_at < 10
+    assert len(outcome) == 1 and isinstance(outcome[0], Stopped) and outcome[0].reason == "cancel"
+    assert installed_builds(dest) == [] and not list(dest.glob(".build-*"))
+    # (the autouse fixture fails the test if cmake, make or the sleep outlived the cancel)
+
+
+@pytest.mark.parametrize(
+    ("make_source", "words"),
+    [
+        (lambda tmp: tmp, "neither an sdist"),
+        (lambda tmp: _tarball_without_sources(tmp), "holds no vendor/llama.cpp"),
+    ],
+)
+def test_a_source_that_is_not_llama_cpp_is_refused(tmp_path: Path, make_source: object, words: str) -> None:
+    source = make_source(tmp_path)  # type: ignore[operator]
+    with pytest.raises(BuildError, match=words):
+        build_llama_server(source, tmp_path / "builds", TaskState(), backend="cpu")
+
+
+def _tarball_without_sources(tmp_path: Path) -> Path:
+    path = tmp_path / "llama_cpp_python-1.0.tar.gz"
+    with tarfile.open(path, "w:gz") as archive:
+        entry = tarfile.TarInfo("llama_cpp_python-1.0/README.md")
+        archive.addfile(entry, io.BytesIO(b""))
+    return path
+
+
+def test_an_unknown_backend_is_refused(tmp_path: Path) -> None:
+    source = tiny_project(tmp_path / "p")
+    with pytest.raises(BuildError, match="unknown backend 'rocm'"):
+        cmake_flags(source, "rocm")
