@@ -10,10 +10,12 @@ from typing import Any
 from PySide6.QtCore import Qt, Signal, Slot
 from PySide6.QtWidgets import (
     QAbstractItemView,
+    QFrame,
     QHBoxLayout,
     QHeaderView,
     QLabel,
     QPushButton,
+    QScrollArea,
     QTableWidget,
     QTableWidgetItem,
     QVBoxLayout,
@@ -117,6 +119,7 @@ class RecommendationPage(QWizardPage):
             if header_item is not None:
                 header_item.setToolTip(tip)
         self.engines_table.setAccessibleName("Engines")
+        self.engines_table.setTabKeyNavigation(False)
         self.engines_table.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
         self.engines_table.verticalHeader().hide()
         self.engines_table.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
@@ -132,7 +135,14 @@ class RecommendationPage(QWizardPage):
         connection.sig_engine_changed.connect(self._on_connection_engine_changed)
 
     def _build_layout(self) -> None:
-        layout = QVBoxLayout(self)
+        # The page scrolls rather than squeezing its texts in a small wizard (or at 200 %).
+        content = QWidget()
+        scroll = QScrollArea()
+        scroll.setWidgetResizable(True)
+        scroll.setFrameShape(QFrame.Shape.NoFrame)
+        scroll.setWidget(content)
+        QVBoxLayout(self).addWidget(scroll)
+        layout = QVBoxLayout(content)
         layout.addWidget(self.headline_label)
         layout.addWidget(self.plan_label)
         layout.addWidget(self.reasons_label)
