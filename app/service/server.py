@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import errno
-import ipaddress
 import json
 import logging
 import os
@@ -43,6 +42,7 @@ from app.service.request_log import RequestLog
 from app.service.series_history import SeriesHistory
 from app.service.settings_routes import RunningValues, SettingsRoutes
 from app.service.upstream import UpstreamPool
+from app.settings import is_loopback_address
 from engines.processes import reap_leftover_engines
 from engines.states import EngineState
 from engines.supervisor import SupervisorPolicy
@@ -79,15 +79,6 @@ class _Server(uvicorn.Server):
     @contextlib.contextmanager
     def capture_signals(self) -> Generator[None, None, None]:
         yield
-
-
-def is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 def bind_socket(host: str, port: int, what: str) -> socket.socket:
@@ -141,7 +132,7 @@ class Service:
         unknown = [m for m in (*options.models, *(m for m, _ in options.model_ttls)) if m not in models]
         if unknown:
             raise ServiceError(f"Unknown model {', '.join(unknown)}. Known models: {', '.join(models) or 'none'}.")
-        if not options.require_api_key and not is_loopback(options.host):
+        if not options.require_api_key and not is_loopback_address(options.host):
             raise ServiceError(
                 f"Refusing to listen on {options.host} without an API key: anyone on the network could use it. "
                 "Drop --no-api-key, or bind to 127.0.0.1."
@@ -179,7 +170,7 @@ class Service:
         endpoint = EndpointInfo(url, key_value, api_key.source if api_key else "none", api_key.note if api_key else "")
         token = secrets.token_urlsafe(32)
         write_private(paths.control_token_file, token + "\n")
-        allowed = LOOPBACK_HOSTS if is_loopback(options.host) else allowed_hosts(options.host)
+        allowed = LOOPBACK_HOSTS if is_loopback_address(options.host) else allowed_hosts(options.host)
         pool = UpstreamPool()
         # Engines' own /metrics are scraped once a second: off the hot path, so aiohttp is fine there.
         scrape_session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=5))
