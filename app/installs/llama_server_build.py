@@ -8,24 +8,21 @@ running it again continues where cmake stopped; a cancel or a success removes it
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
-import queue
 import re
 import shutil
-import signal
 import subprocess
 import sys
 import tarfile
-import threading
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, TextIO
+from typing import TextIO
 
 from app.hub.task import Stopped, TaskState
+from app.installs.child_output import output_lines, stop_group
 from engines.llama_server import BUILD_INFO, EXECUTABLE
 
 PINNED_VERSION = "0.3.36"
@@ -201,55 +198,23 @@ def _run(argv: Sequence[str], log: TextIO, steps: _Percent, log_path: Path, *, p
         list(argv), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, text=True,
         errors="replace", start_new_session=True,
     )  # fmt: skip
-    assert process.stdout is not None
-    lines: queue.Queue[str | None] = queue.Queue()
-    # A reader thread, so that a compile step that prints nothing for a minute can still be cancelled at once.
-    reader = threading.Thread(target=_pump, args=(process.stdout, lines), daemon=True)
-    reader.start()
     tail: deque[str] = deque(maxlen=25)
     try:
-        while True:
-            state.check()
-            try:
-                line = lines.get(timeout=0.2)
-            except queue.Empty:
-                continue
-            if line is None:
-                break
+        for line in output_lines(process, state.check):
             log.write(line)
             tail.append(line.rstrip())
             match = _PERCENT.match(line)
             if progress and match:
                 steps.to(min(99, int(match.group(1))))
     except Stopped:
-        _kill_group(process)
+        # make's children can outlive cmake by a moment: TERM to the group, a grace period, then KILL
+        stop_group(process, KILL_GRACE_S)
         raise
-    finally:
-        reader.join(timeout=KILL_GRACE_S)
-        process.stdout.close()
     code = process.wait()
     if code != 0:
         errors = [ln for ln in tail if "error" in ln.lower()] or list(tail)[-10:]
         raise BuildError(f"`{' '.join(argv[:2])}` failed (exit {code}):\n" + "\n".join(errors[-10:]) +
                          f"\nFull log: {log_path}")  # fmt: skip
-
-
-def _pump(stream: IO[str], lines: queue.Queue[str | None]) -> None:
-    for line in stream:
-        lines.put(line)
-    lines.put(None)
-
-
-def _kill_group(process: subprocess.Popen[str]) -> None:
-    """Stop the compiler and everything it started: TERM to the group, a grace period for cmake to end, then KILL
-    to whatever of the group is left (make's children can outlive cmake by a moment)."""
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(process.pid, signal.SIGTERM)
-    with contextlib.suppress(subprocess.TimeoutExpired):
-        process.wait(timeout=KILL_GRACE_S)
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(process.pid, signal.SIGKILL)
-    process.wait()
 
 
 def _install(build: Path, dest: Path, version: str, backend: str, flags: list[str], source: Path) -> BuildResult:

@@ -10,22 +10,19 @@ A failed or cancelled install removes the environment it was creating and leaves
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
 import os
-import queue
 import shutil
-import signal
 import subprocess
 import sys
-import threading
 from collections import deque
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from app.hub.task import TaskState
+from app.installs.child_output import output_lines, stop_group
 from app.installs.pip_progress import RAW_PROGRESS_PIP, parse_pip_line, pip_version
 from app.paths import AppPaths
 from engines.base import Engine
@@ -209,23 +206,10 @@ def _run(argv: list[str], task: TaskState, env: Mapping[str, str], what: str) ->
         )  # fmt: skip
     except OSError as exc:
         raise InstallError(f"{what} could not start: {exc}") from exc
-    lines: queue.Queue[str | None] = queue.Queue()
-    # A reader thread, so that a silent pip (resolving, building) never delays a cancel.
-    reader = threading.Thread(target=_read_lines, args=(process, lines), daemon=True)
-    reader.start()
     tail: deque[str] = deque(maxlen=ERROR_LINES)
     downloaded = 0
     try:
-        while True:
-            if task.stop_requested is not None:
-                _stop(process)
-                task.check()
-            try:
-                line = lines.get(timeout=0.2)
-            except queue.Empty:
-                continue
-            if line is None:
-                break
+        for line in output_lines(process, task.check):
             tail.append(line.rstrip())
             step = parse_pip_line(line)
             if step is None:
@@ -243,28 +227,10 @@ def _run(argv: list[str], task: TaskState, env: Mapping[str, str], what: str) ->
             task.advance(0)
     finally:
         if process.poll() is None:
-            _stop(process)
-        reader.join(timeout=5)
+            stop_group(process)  # pip and whatever build it started
     code = process.wait()
     if code != 0:
         raise InstallError(f"{what} failed with exit code {code}:\n" + "\n".join(tail))
-
-
-def _read_lines(process: subprocess.Popen[str], lines: queue.Queue[str | None]) -> None:
-    assert process.stdout is not None
-    with process.stdout:
-        for line in process.stdout:
-            lines.put(line)
-    lines.put(None)
-
-
-def _stop(process: subprocess.Popen[str]) -> None:
-    if os.name == "nt":
-        process.kill()
-    else:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(process.pid, signal.SIGKILL)  # pip and whatever build it started
-    process.wait()
 
 
 __all__ = [
