@@ -466,7 +466,7 @@ class EngineManager:
             if (startup := self._startups.get(model_id))
             else None,
             "vllm": folder.describe(startup) if (folder := self._folders.get(model_id)) else None,
-            "max_concurrent_requests": self._capacity(model_id) if spec.url is None else None,
+            "max_concurrent_requests": queue.capacity if queue else None,  # what the gateway lets through at once
         }
 
     def logs(self, model_id: str, count: int | None = None) -> list[str]:
