@@ -114,8 +114,9 @@ def plan_folder(spec: ModelSpec, engine: Engine, hardware: HardwareProfile, stor
                 gpu_memory=Budgets.of(hardware).gpus[0].memory_total,
                 architecture=variants[0].facts.architecture or "unknown",
             )
-        problems = [*result.problems, *(options[0].reasons if options else ())]
-    raise FolderRefused(f"{spec.id} does not fit this machine with vLLM: {'; '.join(problems)}")
+        # The option's reasons say where it falls short (its KV cache); without one, the planner's problems say why.
+        problems = list(options[0].reasons if options else result.problems)
+    raise FolderRefused(f"{spec.id} has no vLLM plan that fits this machine: {'; '.join(problems)}")
 
 
 def record_startup(store: CalibrationStore, model_id: str, launch: FolderLaunch, startup: VLLMStartup) -> bool:

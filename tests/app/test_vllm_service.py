@@ -53,9 +53,10 @@ MODEL_ID = "tiny-llama"
 ANSWER = "Hello from the vLLM stand-in."
 
 
-def tiny_folder(folder: Path) -> Path:
+def tiny_folder(folder: Path, elements: int = 1024) -> Path:
     """A model folder as vLLM reads it: config.json with a 7B-like attention layout (so the KV cache per token, and
-    with it the concurrency, are those of a real model) beside a real, tiny, safetensors file."""
+    with it the concurrency, are those of a real model) beside a real, tiny, safetensors file. `elements` above 1024
+    make its header claim more weights than the file holds (for the planner, which reads headers only)."""
     folder.mkdir(parents=True)
     config = {
         "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 4096, "intermediate_size": 11008,
@@ -63,7 +64,8 @@ def tiny_folder(folder: Path) -> Path:
         "max_position_embeddings": 8192, "torch_dtype": "bfloat16",
     }  # fmt: skip
     (folder / "config.json").write_text(json.dumps(config), encoding="utf-8")
-    header = json.dumps({"model.embed_tokens.weight": {"dtype": "BF16", "shape": [64, 16], "data_offsets": [0, 2048]}})
+    tensor = {"dtype": "BF16", "shape": [elements], "data_offsets": [0, 2 * elements]}
+    header = json.dumps({"model.embed_tokens.weight": tensor})
     (folder / "model.safetensors").write_bytes(struct.pack("<Q", len(header)) + header.encode() + bytes(2048))
     return folder
 
@@ -177,8 +179,9 @@ def test_openai_stream_starts_the_folder_model_on_vllm_and_stop_ends_it(
         stop_service_process(service)
 
 
-def _manager(paths: AppPaths, machine: str, vllm: Path) -> EngineManager:
-    spec = ModelSpec(MODEL_ID, MODEL_ID, tiny_folder(paths.models_dir / MODEL_ID), 2056, "local", engine="vllm")
+def _manager(paths: AppPaths, machine: str, vllm: Path, elements: int = 1024) -> EngineManager:
+    folder = tiny_folder(paths.models_dir / MODEL_ID, elements)
+    spec = ModelSpec(MODEL_ID, MODEL_ID, folder, 2056, "local", engine="vllm")
     engines = {**ENGINES, "vllm": VLLMEngine(vllm)}
     return EngineManager(
         {MODEL_ID: spec}, paths, EventBus(), engines=engines, hardware=lambda: profile(PROFILES / machine)
@@ -230,3 +233,14 @@ def test_launch_overrides_are_refused_for_a_folder_model(paths: AppPaths, tmp_pa
     manager = _manager(paths, "h200.json", _script_vllm(tmp_path / "bin"))
     with pytest.raises(BadOverrides, match="launch overrides apply to GGUF models only"):
         asyncio.run(manager.check_start(MODEL_ID, PlanOverrides(context=4096)))
+
+
+def test_a_folder_model_too_large_for_the_gpu_is_refused_with_the_planners_reasons(
+    paths: AppPaths, tmp_path: Path
+) -> None:
+    manager = _manager(paths, "rtx4090_24gb.json", _script_vllm(tmp_path / "bin"), elements=20_000_000_000)  # 40 GB
+    assert asyncio.run(manager.start(MODEL_ID)) == EngineState.FAILED
+    message = manager.describe(MODEL_ID)["message"]
+    assert message.startswith(f"{MODEL_ID} has no vLLM plan that fits this machine: ")
+    assert "continuous batching for 1 users" in message  # the last try: one user at a time (chat)
+    assert "KV cache 0 tokens: 0 requests of 8192 tokens at once" in message
