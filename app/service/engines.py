@@ -240,7 +240,9 @@ class EngineManager:
         if spec.path is None:
             raise BadOverrides(f"{model_id} is an external server: ModelDeck does not launch it.")
         if spec.path.is_dir():
-            raise BadOverrides(overrides_refusal(model_id))
+            if overrides != PlanOverrides():  # an empty set is what the wizard's Launch sends for vLLM
+                raise BadOverrides(overrides_refusal(model_id))
+            return
         try:
             info = await asyncio.to_thread(read_gguf_info, spec.path)
         except GGUFError:
@@ -348,7 +350,7 @@ class EngineManager:
 
     async def _prepare_folder(self, spec: ModelSpec, overrides: PlanOverrides | None) -> _Prepared | None:
         """A safetensors folder for vLLM: planned from its config.json and headers for this machine."""
-        if overrides is not None:  # checked before the start
+        if overrides is not None and overrides != PlanOverrides():  # checked before the start
             self._refuse(spec.id, overrides_refusal(spec.id))
             return None
         try:

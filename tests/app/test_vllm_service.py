@@ -233,6 +233,7 @@ def test_launch_overrides_are_refused_for_a_folder_model(paths: AppPaths, tmp_pa
     manager = _manager(paths, "h200.json", _script_vllm(tmp_path / "bin"))
     with pytest.raises(BadOverrides, match="launch overrides apply to GGUF models only"):
         asyncio.run(manager.check_start(MODEL_ID, PlanOverrides(context=4096)))
+    asyncio.run(manager.check_start(MODEL_ID, PlanOverrides()))  # `{}`: what the wizard sends for a vLLM option
 
 
 def test_a_folder_model_too_large_for_the_gpu_is_refused_with_the_planners_reasons(
