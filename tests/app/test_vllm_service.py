@@ -34,8 +34,9 @@ from app.hub.task import TaskState
 from app.installs.vllm_env import VLLMInstall, install_vllm
 from app.paths import AppPaths
 from app.planner.calibration import CalibrationStore
-from app.service.engines import EngineManager
+from app.service.engines import EngineManager, LifecyclePolicy
 from app.service.events import EventBus
+from app.service.folder_models import plan_folder
 from app.service.overrides import BadOverrides, PlanOverrides
 from engines.registry import ENGINES
 from engines.states import EngineState
@@ -179,13 +180,16 @@ def test_openai_stream_starts_the_folder_model_on_vllm_and_stop_ends_it(
         stop_service_process(service)
 
 
-def _manager(paths: AppPaths, machine: str, vllm: Path, elements: int = 1024) -> EngineManager:
+def _manager(
+    paths: AppPaths, machine: str, vllm: Path, elements: int = 1024, lifecycle: LifecyclePolicy | None = None
+) -> EngineManager:
     folder = tiny_folder(paths.models_dir / MODEL_ID, elements)
     spec = ModelSpec(MODEL_ID, MODEL_ID, folder, 2056, "local", engine="vllm")
     engines = {**ENGINES, "vllm": VLLMEngine(vllm)}
     return EngineManager(
-        {MODEL_ID: spec}, paths, EventBus(), engines=engines, hardware=lambda: profile(PROFILES / machine)
-    )
+        {MODEL_ID: spec}, paths, EventBus(), lifecycle=lifecycle, engines=engines,
+        hardware=lambda: profile(PROFILES / machine),
+    )  # fmt: skip
 
 
 def _script_vllm(directory: Path) -> Path:
@@ -245,3 +249,18 @@ def test_a_folder_model_too_large_for_the_gpu_is_refused_with_the_planners_reaso
     assert message.startswith(f"{MODEL_ID} has no vLLM plan that fits this machine: ")
     assert "continuous batching for 1 users" in message  # the last try: one user at a time (chat)
     assert "KV cache 0 tokens: 0 requests of 8192 tokens at once" in message
+
+
+def test_the_memory_cap_counts_the_vllm_plan_not_the_folder_size(paths: AppPaths, tmp_path: Path) -> None:
+    """The footprint against --max-memory is the vLLM plan's (its share of GPU memory and host memory), not the
+    2 KB of the folder's files."""
+    vllm = _script_vllm(tmp_path / "bin")
+    manager = _manager(paths, "h200.json", vllm, lifecycle=LifecyclePolicy(max_loaded_bytes=100 << 30))
+    spec = manager.models[MODEL_ID]
+    planned = plan_folder(spec, VLLMEngine(vllm), profile(H200), CalibrationStore(tmp_path / "c.sqlite"))
+    memory = planned.option.memory
+    assert planned.footprint == memory.ram + memory.vram > 100 << 30  # 90 % of the H200 and the host's runtime
+    assert asyncio.run(manager.start(MODEL_ID)) == EngineState.FAILED
+    assert manager.describe(MODEL_ID)["message"] == (
+        f"{MODEL_ID} needs about {planned.footprint >> 20} MiB, more than the cap of {100 << 10} MiB"
+    )
