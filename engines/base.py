@@ -29,6 +29,7 @@ class LaunchPlan:
     distributed_executor_backend: str | None = None  # "ray" across nodes; None: vLLM's default
     gpu_memory_utilization: float | None = None
     max_num_seqs: int | None = None
+    max_num_batched_tokens: int | None = None  # tokens one scheduler step takes (prefill chunks included)
     dtype: str | None = None
     quantization: str | None = None
     # llama-server: request slots served at once by continuous batching (they share `context_length`)

@@ -54,6 +54,8 @@ class VLLMEngine:
             argv += ["--gpu-memory-utilization", str(plan.gpu_memory_utilization)]
         if plan.max_num_seqs is not None:
             argv += ["--max-num-seqs", str(plan.max_num_seqs)]
+        if plan.max_num_batched_tokens is not None:
+            argv += ["--max-num-batched-tokens", str(plan.max_num_batched_tokens)]
         if plan.dtype:
             argv += ["--dtype", plan.dtype]
         if plan.quantization:

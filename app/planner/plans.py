@@ -151,6 +151,7 @@ def launch_plan(model_id: str, option: Option) -> LaunchPlan:
             tensor_parallel_size=p["tensor_parallel_size"],
             gpu_memory_utilization=p["gpu_memory_utilization"],
             max_num_seqs=p["max_num_seqs"],
+            max_num_batched_tokens=p.get("max_num_batched_tokens"),
             dtype=p["dtype"],
             quantization=p["quantization"],
             embeddings=False,

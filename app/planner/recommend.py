@@ -25,6 +25,7 @@ DECODE_EFFICIENCY = 0.6  # share of peak memory bandwidth decode reaches in prac
 APPLE_GPU_SHARE = 0.75  # macOS lets Metal wire about this much of unified memory (recommendedMaxWorkingSetSize)
 LOW_QUALITY_BITS = 4.0  # below this many bits per weight, answers degrade noticeably
 MAX_PARALLEL = 64  # llama-server slots: beyond this, per-slot bookkeeping outweighs what batching gains
+VLLM_BATCHED_TOKENS = 8192  # vLLM's tokens per scheduler step: what its profiling run (and the memory model) sizes
 
 
 @dataclass(frozen=True)
@@ -290,8 +291,9 @@ def _vllm_option(hw: HardwareProfile, budgets: Budgets, variant: Variant, need: 
     tp = 1
     while True:
         memory = vllm_memory(
-            facts, gpu.memory_total, max_model_len=max_len, gpu_memory_utilization=utilization, tensor_parallel=tp
-        )
+            facts, gpu.memory_total, max_model_len=max_len, gpu_memory_utilization=utilization, tensor_parallel=tp,
+            max_num_batched_tokens=VLLM_BATCHED_TOKENS,
+        )  # fmt: skip
         if (memory.kv_tokens or 0) >= max_len * need.users or tp * 2 > len(budgets.gpus):
             break
         tp *= 2
@@ -309,6 +311,7 @@ def _vllm_option(hw: HardwareProfile, budgets: Budgets, variant: Variant, need: 
         else "gpu memory utilization 0.9: vLLM's default",
         f"KV cache {memory.kv_tokens} tokens: {concurrency} requests of {max_len} tokens at once",
         f"max sequences {max_seqs}: the concurrency the KV cache holds, at most 256",
+        f"max batched tokens {VLLM_BATCHED_TOKENS}: the prefill chunk of one step, as the memory was profiled",
     )
     return Option(
         engine="vllm",
@@ -324,6 +327,7 @@ def _vllm_option(hw: HardwareProfile, budgets: Budgets, variant: Variant, need: 
             "max_model_len": max_len,
             "gpu_memory_utilization": utilization,
             "max_num_seqs": max_seqs,
+            "max_num_batched_tokens": VLLM_BATCHED_TOKENS,
             "dtype": "bfloat16" if (gpu.compute_capability or (0, 0)) >= (8, 0) else "float16",
             "quantization": variant.name.lower() if variant.name in ("AWQ", "GPTQ", "FP8") else None,
         },

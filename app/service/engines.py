@@ -7,13 +7,15 @@ from __future__ import annotations
 import asyncio
 import secrets
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import psutil
 
+from app.hardware.detect import detect_hardware
 from app.hardware.nvidia import process_vram
+from app.hardware.profile import HardwareProfile
 from app.hub.library import ModelSpec
 from app.paths import AppPaths
 from app.planner.calibration import CalibrationStore
@@ -22,6 +24,7 @@ from app.planner.facts import facts_from_gguf
 from app.planner.memory import MissingFacts, llama_cpp_memory
 from app.service.admission import EngineQueue
 from app.service.events import EventBus
+from app.service.folder_models import FolderLaunch, FolderRefused, overrides_refusal, plan_folder, record_startup
 from app.service.memory_check import MemoryCheck
 from app.service.overrides import BadOverrides, PlanOverrides, plan_summary
 from engines.base import Engine, LaunchPlan
@@ -76,6 +79,17 @@ class RemoteEndpoint:
     models: tuple[str, ...]  # their ids at the remote
 
 
+@dataclass(frozen=True)
+class _Prepared:
+    """A checked start: the plan, its engine and predicted peak memory, with the GGUF header or the vLLM launch."""
+
+    plan: LaunchPlan
+    engine_name: str
+    footprint: int
+    info: GGUFInfo | None = None
+    folder: FolderLaunch | None = None
+
+
 class EngineManager:
     """Owns every engine supervisor of the service, by model id."""
 
@@ -87,6 +101,7 @@ class EngineManager:
         policy: SupervisorPolicy | None = None,
         lifecycle: LifecyclePolicy | None = None,
         engines: Mapping[str, Engine] | None = None,
+        hardware: Callable[[], HardwareProfile] | None = None,
     ) -> None:
         self.models = models
         self._paths = paths
@@ -105,7 +120,12 @@ class EngineManager:
         self._last_used: dict[str, float] = {}
         self._start_locks: dict[str, asyncio.Lock] = {}
         self._startups: dict[str, VLLMStartup] = {}  # model id -> what its vLLM said while starting
-        self.memory_check = MemoryCheck(CalibrationStore(paths.calibration_db))
+        self._calibration = CalibrationStore(paths.calibration_db)
+        self.memory_check = MemoryCheck(self._calibration)
+        # This machine's profile for planning folder models (blocking: called on a worker thread).
+        self._hardware = hardware or (lambda: detect_hardware(paths.models_dir))
+        self._folders: dict[str, FolderLaunch] = {}  # model id -> the vLLM launch of its folder
+        self._calibrated: set[str] = set()  # folder models whose current launch was recorded for calibration
         # Engines accept only this key; it never leaves the service.
         self.internal_key = secrets.token_urlsafe(32)
         self.remotes: dict[str, RemoteEndpoint] = {}
@@ -149,6 +169,9 @@ class EngineManager:
 
     def _capacity(self, model_id: str) -> int:
         capabilities = self.engine(model_id).capabilities
+        folder = self._folders.get(model_id)
+        if folder is not None:
+            return min(capabilities.max_concurrency, folder.capacity(self._startups.get(model_id)))
         plan = self._plans.get(model_id)
         if capabilities.parallel_from_plan:
             return max(1, min(plan.parallel if plan else 1, capabilities.max_concurrency))
@@ -216,6 +239,10 @@ class EngineManager:
             return
         if spec.path is None:
             raise BadOverrides(f"{model_id} is an external server: ModelDeck does not launch it.")
+        if spec.path.is_dir():
+            if overrides != PlanOverrides():  # an empty set is what the wizard's Launch sends for vLLM
+                raise BadOverrides(overrides_refusal(model_id))
+            return
         try:
             info = await asyncio.to_thread(read_gguf_info, spec.path)
         except GGUFError:
@@ -264,9 +291,43 @@ class EngineManager:
     ) -> EngineSupervisor | None:
         model_id = spec.id
         assert spec.path is not None, "only external models have no file, and they have no supervisor"
-        if spec.path.is_dir():  # a safetensors folder for vLLM: there is no GGUF header to read
-            self._refuse(model_id, self._folder_refusal(spec))
+        prepared = await (self._prepare_folder if spec.path.is_dir() else self._prepare_gguf)(spec, overrides)
+        if prepared is None:
             return None
+        self._footprints[model_id] = prepared.footprint
+        if not await self._make_room(spec):
+            return None
+        plan = prepared.plan
+        self._plans[model_id], self._engine_names[model_id] = plan, prepared.engine_name
+        if prepared.info is not None:
+            self._infos[model_id] = prepared.info
+        if prepared.folder is not None:
+            self._folders[model_id] = prepared.folder
+        else:
+            self._folders.pop(model_id, None)
+        self._startups.pop(model_id, None)
+        self._calibrated.discard(model_id)
+        engine = self.engine(model_id)
+        if model_id in self._queues:
+            self._queues[model_id].set_capacity(self._capacity(model_id))
+        if old is not None:
+            await old.stop()  # a failed one: reaps what is left and closes its log
+        supervisor = EngineSupervisor(
+            model_id,
+            lambda port: engine.build_command(plan, port, self.internal_key),
+            log_path=self._paths.engine_logs / f"{model_id}.log",
+            records_dir=self._paths.engine_records,
+            on_event=self._on_engine_event,
+            on_log=self._on_engine_log,
+            policy=self._policy,
+            gpu_memory_probe=process_vram,  # a stop returns once the GPU memory is free (at once without NVIDIA)
+        )
+        self._supervisors[model_id] = supervisor
+        return supervisor
+
+    async def _prepare_gguf(self, spec: ModelSpec, overrides: PlanOverrides | None) -> _Prepared | None:
+        model_id = spec.id
+        assert spec.path is not None
         try:
             info = await asyncio.to_thread(read_gguf_info, spec.path)
         except GGUFError as exc:
@@ -285,38 +346,22 @@ class EngineManager:
             except BadOverrides as exc:  # checked before the start; the file changed since
                 self._refuse(model_id, str(exc))
                 return None
-        self._footprints[model_id] = self._footprint(spec, info, plan, engine_name)
-        if not await self._make_room(spec):
-            return None
-        self._infos[model_id], self._plans[model_id] = info, plan
-        self._engine_names[model_id] = engine_name
-        engine = self.engine(model_id)
-        if model_id in self._queues:
-            self._queues[model_id].set_capacity(self._capacity(model_id))
-        if old is not None:
-            await old.stop()  # a failed one: reaps what is left and closes its log
-        supervisor = EngineSupervisor(
-            model_id,
-            lambda port: engine.build_command(plan, port, self.internal_key),
-            log_path=self._paths.engine_logs / f"{model_id}.log",
-            records_dir=self._paths.engine_records,
-            on_event=self._on_engine_event,
-            on_log=self._on_engine_log,
-            policy=self._policy,
-            gpu_memory_probe=process_vram,  # a stop returns once the GPU memory is free (at once without NVIDIA)
-        )
-        self._supervisors[model_id] = supervisor
-        self._startups.pop(model_id, None)
-        return supervisor
+        return _Prepared(plan, engine_name, self._footprint(spec, info, plan, engine_name), info=info)
 
-    def _folder_refusal(self, spec: ModelSpec) -> str:
-        installation = self.engine(spec.id).detect()
-        if not installation.installed:
-            return f"{spec.engine} cannot run here: {installation.detail}"
-        return (
-            f"{spec.id} is a safetensors folder and the service starts GGUF models only so far: start it with the "
-            f"vLLM command `modeldeck recommend {spec.id} --use serve` prints"
-        )
+    async def _prepare_folder(self, spec: ModelSpec, overrides: PlanOverrides | None) -> _Prepared | None:
+        """A safetensors folder for vLLM: planned from its config.json and headers for this machine."""
+        if overrides is not None and overrides != PlanOverrides():  # checked before the start
+            self._refuse(spec.id, overrides_refusal(spec.id))
+            return None
+        try:
+            hardware = await asyncio.to_thread(self._hardware)
+            engine = self.engines[spec.engine]
+            folder = await asyncio.to_thread(plan_folder, spec, engine, hardware, self._calibration)
+        except FolderRefused as exc:
+            self._refuse(spec.id, str(exc))
+            return None
+        self._preflight_errors.pop(spec.id, None)
+        return _Prepared(folder.plan, spec.engine, folder.footprint, folder=folder)
 
     def _refuse(self, model_id: str, message: str) -> None:
         previous = self.state(model_id)
@@ -422,6 +467,8 @@ class EngineManager:
             "startup": {**startup.to_dict(), "summary": startup.summary()}
             if (startup := self._startups.get(model_id))
             else None,
+            "vllm": folder.describe(startup) if (folder := self._folders.get(model_id)) else None,
+            "max_concurrent_requests": queue.capacity if queue else None,  # what the gateway lets through at once
         }
 
     def logs(self, model_id: str, count: int | None = None) -> list[str]:
@@ -438,6 +485,8 @@ class EngineManager:
         if event.state == EngineState.READY and event.pid and info and plan:
             engine = self.engine_name(event.model_id)
             self.memory_check.engine_ready(event.model_id, engine, facts_from_gguf(info), plan, event.pid)
+        if event.state == EngineState.READY:
+            self._record_folder_startup(event.model_id)
         self._bus.publish({"type": "engine", **asdict(event)})
 
     def _on_engine_log(self, model_id: str, line: str) -> None:
@@ -447,7 +496,23 @@ class EngineManager:
             if after is not before:
                 self._startups[model_id] = after
                 self._bus.publish({"type": "startup", "model_id": model_id, **after.to_dict()})
+                if model_id in self._queues and model_id in self._folders:
+                    self._queues[model_id].set_capacity(self._capacity(model_id))
+                self._record_folder_startup(model_id)
         self._bus.publish({"type": "log", "model_id": model_id, "line": line})
+
+    def _record_folder_startup(self, model_id: str) -> None:
+        """Once per launch of a folder model, when it is ready and its log has said its KV cache memory (in either
+        order: the log is read while readiness is probed), its start-up goes to calibration."""
+        folder, startup, supervisor = (
+            self._folders.get(model_id),
+            self._startups.get(model_id),
+            self.supervisor(model_id),
+        )
+        if folder is None or startup is None or supervisor is None or supervisor.state != EngineState.READY:
+            return
+        if model_id not in self._calibrated and record_startup(self._calibration, model_id, folder, startup):
+            self._calibrated.add(model_id)
 
 
 __all__ = ["EngineManager", "LifecyclePolicy", "PlanConflict", "RemoteEndpoint", "UnknownModel"]

@@ -303,7 +303,8 @@ def test_a_safetensors_model_is_found_shown_downloaded_and_listed_for_vllm(
     assert client.verify_model(done["model_id"])["ok"]
     # No vLLM here: starting it says so, rather than reading the folder as a GGUF.
     started = client.start_model(done["model_id"], wait=True)
-    assert started["state"] == "failed" and "vllm cannot run here: vLLM is not installed" in started["message"]
+    assert started["state"] == "failed" and "for vLLM, which cannot start here" in started["message"]
+    assert "vLLM is not installed" in started["message"] and "`modeldeck vllm-env install`" in started["message"]
 
 
 def test_serve_models_dir_downloads_into_it_and_a_kept_job_resumes_there(

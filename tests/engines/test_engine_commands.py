@@ -29,16 +29,18 @@ PLANS = [
         tensor_parallel_size=tp,
         gpu_memory_utilization=utilization,
         max_num_seqs=seqs,
+        max_num_batched_tokens=batched,
         dtype=dtype,
         quantization=quantization,
         embeddings=False,
     )
-    for context, ref, tp, utilization, seqs, dtype, quantization in itertools.product(
+    for context, ref, tp, utilization, seqs, batched, dtype, quantization in itertools.product(
         (4096, 32768),
         ("Qwen/Qwen2.5-7B-Instruct", None),
         (1, 2),
         (None, 0.85),
         (None, 64),
+        (None, 8192),
         ("bfloat16", "float16", None),
         (None, "awq", "fp8"),
     )
@@ -107,3 +109,6 @@ def test_vllm_serve_carries_the_plan_and_keeps_the_key_in_its_environment() -> N
         assert value(command.argv, "--tensor-parallel-size") == str(plan.tensor_parallel_size)
         assert value(command.argv, "--max-model-len") == str(plan.context_length)
         assert "--enable-prefix-caching" in command.argv
+        assert value(command.argv, "--max-num-batched-tokens") == (
+            str(plan.max_num_batched_tokens) if plan.max_num_batched_tokens else None
+        )
