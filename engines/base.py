@@ -56,6 +56,11 @@ class Installation:
     detail: str
 
 
+# GPU servers compile kernels, capture CUDA graphs or build engines for minutes while starting, their progress
+# bars rewriting one unended line: the supervisor waits this long for output before it gives up.
+GPU_SERVER_QUIET_START_S = 600.0
+
+
 @dataclass(frozen=True)
 class Capabilities:
     """What the gateway must know to serve an engine well."""
@@ -66,6 +71,7 @@ class Capabilities:
     embeddings_pooled: bool = True  # False: /v1/embeddings returns one vector per token
     logprobs: bool = True  # answers `logprobs` requests
     parallel_from_plan: bool = False  # True: it serves `plan.parallel` requests at once (at most max_concurrency)
+    quiet_start_s: float | None = None  # it may print nothing this long while starting (compiling, capturing)
 
 
 class Engine(Protocol):

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from engines.base import Capabilities, EngineCommand, Installation, LaunchPlan
+from engines.base import GPU_SERVER_QUIET_START_S, Capabilities, EngineCommand, Installation, LaunchPlan
 from engines.installed import distribution_version, find_executable, sibling_python
 
 DISTRIBUTION = "sglang"
@@ -20,7 +20,7 @@ class SGLangEngine:
     """RadixAttention prefix caching and continuous batching on NVIDIA (and AMD) GPUs; readiness through /health."""
 
     name = "sglang"
-    capabilities = Capabilities(max_concurrency=256, stream_usage=True)
+    capabilities = Capabilities(max_concurrency=256, stream_usage=True, quiet_start_s=GPU_SERVER_QUIET_START_S)
 
     def __init__(self, python: Path | None = None, path: str | None = None) -> None:
         self.python = python  # an interpreter that has sglang; otherwise the one beside `sglang` on PATH

@@ -10,7 +10,7 @@ from __future__ import annotations
 import tempfile
 from pathlib import Path
 
-from engines.base import Capabilities, EngineCommand, Installation, LaunchPlan
+from engines.base import GPU_SERVER_QUIET_START_S, Capabilities, EngineCommand, Installation, LaunchPlan
 from engines.installed import command_output, find_executable
 
 EXECUTABLE = "text-generation-launcher"
@@ -22,7 +22,7 @@ class TGIEngine:
     """Continuous batching and tensor parallelism (`--num-shard`) on NVIDIA GPUs; readiness through /health."""
 
     name = "tgi"
-    capabilities = Capabilities(max_concurrency=128, stream_usage=True)
+    capabilities = Capabilities(max_concurrency=128, stream_usage=True, quiet_start_s=GPU_SERVER_QUIET_START_S)
 
     def __init__(self, executable: Path | None = None, path: str | None = None) -> None:
         self.executable = executable

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from engines.base import Capabilities, EngineCommand, Installation, LaunchPlan
+from engines.base import GPU_SERVER_QUIET_START_S, Capabilities, EngineCommand, Installation, LaunchPlan
 from engines.installed import distribution_version, find_executable, sibling_python
 
 EXECUTABLE = "trtllm-serve"
@@ -21,7 +21,7 @@ class TRTLLMEngine:
     """In-flight batching with TensorRT kernels on NVIDIA GPUs; readiness through /health."""
 
     name = "trtllm"
-    capabilities = Capabilities(max_concurrency=256, stream_usage=True)
+    capabilities = Capabilities(max_concurrency=256, stream_usage=True, quiet_start_s=GPU_SERVER_QUIET_START_S)
 
     def __init__(self, executable: Path | None = None, path: str | None = None) -> None:
         self.executable = executable

@@ -6,14 +6,16 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from engines.base import Capabilities, EngineCommand, Installation, LaunchPlan
+from engines.base import GPU_SERVER_QUIET_START_S, Capabilities, EngineCommand, Installation, LaunchPlan
 
 
 class VLLMEngine:
     """`vllm serve`: continuous batching on NVIDIA GPUs, readiness through /health."""
 
     name = "vllm"
-    capabilities = Capabilities(max_concurrency=256, stream_usage=True, tokenize_count_path=None)
+    capabilities = Capabilities(
+        max_concurrency=256, stream_usage=True, tokenize_count_path=None, quiet_start_s=GPU_SERVER_QUIET_START_S
+    )
 
     def __init__(self, executable: Path | None = None) -> None:
         self.executable = executable

@@ -8,7 +8,7 @@ import asyncio
 import secrets
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 import psutil
@@ -27,7 +27,7 @@ from app.service.events import EventBus
 from app.service.folder_models import FolderLaunch, FolderRefused, overrides_refusal, plan_folder, record_startup
 from app.service.memory_check import MemoryCheck
 from app.service.overrides import BadOverrides, PlanOverrides, plan_summary
-from engines.base import Engine, LaunchPlan
+from engines.base import Capabilities, Engine, LaunchPlan
 from engines.gguf import GGUFError, GGUFInfo, read_gguf_info
 from engines.registry import ENGINES
 from engines.states import ACTIVE_STATES, EngineEvent, EngineState
@@ -319,7 +319,7 @@ class EngineManager:
             records_dir=self._paths.engine_records,
             on_event=self._on_engine_event,
             on_log=self._on_engine_log,
-            policy=self._policy,
+            policy=_policy_for(self._policy, engine.capabilities),
             gpu_memory_probe=process_vram,  # a stop returns once the GPU memory is free (at once without NVIDIA)
         )
         self._supervisors[model_id] = supervisor
@@ -513,6 +513,15 @@ class EngineManager:
             return
         if model_id not in self._calibrated and record_startup(self._calibration, model_id, folder, startup):
             self._calibrated.add(model_id)
+
+
+def _policy_for(policy: SupervisorPolicy | None, capabilities: Capabilities) -> SupervisorPolicy:
+    """The supervisor's timing, waiting longer for an engine that may start in silence."""
+    policy = policy or SupervisorPolicy()
+    quiet = capabilities.quiet_start_s
+    if quiet is not None and quiet > policy.ready_timeout_s:
+        return replace(policy, ready_timeout_s=quiet)
+    return policy
 
 
 __all__ = ["EngineManager", "LifecyclePolicy", "PlanConflict", "RemoteEndpoint", "UnknownModel"]
