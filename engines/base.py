@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 
 @dataclass(frozen=True)
@@ -91,3 +91,11 @@ class Engine(Protocol):
         """The command that serves `plan` on 127.0.0.1:`port`, accepting only `api_key`."""
         ...
 
+
+@runtime_checkable
+class EmbeddingModeEngine(Protocol):
+    """An engine that serves embeddings only from a second process of the model in embedding mode."""
+
+    def embedding_command(self, plan: LaunchPlan, port: int, api_key: str) -> EngineCommand:
+        """The command that serves /v1/embeddings for `plan`'s model on 127.0.0.1:`port`, pooled as OpenAI's."""
+        ...
