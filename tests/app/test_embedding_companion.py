@@ -79,7 +79,7 @@ def test_embeddings_come_from_a_companion_that_lives_and_dies_with_the_model(
         assert all(math.isclose(norm(v), 1.0, rel_tol=1e-3) for v in vectors)  # pooled and normalized, as OpenAI's
         assert close(vectors[0], one.data[0].embedding) and close(vectors[0], vectors[2])
         assert not close(vectors[0], vectors[1], 1e-2)
-        assert several.usage.prompt_tokens > 0
+        assert several.usage.prompt_tokens > 0 and several.model == BUNDLED_ID and several.object == "list"
 
         # base64: little-endian float32, the same numbers; the client's default asks for it and decodes it itself.
         encoded = client.embeddings.create(model=BUNDLED_ID, input=TEXTS, encoding_format="base64")
@@ -165,5 +165,22 @@ def test_the_companion_counts_under_the_memory_cap(
         assert model_state(service)["embedding_companion"]["state"] == "ready"
         second = model_state(service, "second")
         assert second["state"] == "stopped" and f"make room for {BUNDLED_ID}" in second["message"]
+    finally:
+        stop_service_process(service)
+
+
+def test_the_companion_stops_with_the_models_idle_ttl(
+    paths: AppPaths, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, llama_server_binary: Path
+) -> None:
+    monkeypatch.setenv(LLAMA_SERVER_ENV, str(llama_server_binary))
+    service = start_service_process(paths, tmp_path, "--idle-ttl", "3")
+    try:
+        start_on_llama_server(service, parallel=1)
+        service.openai_client().embeddings.create(model=BUNDLED_ID, input="hello", encoding_format="float")
+        pid = model_state(service)["embedding_companion"]["pid"]
+        assert psutil.pid_exists(pid)
+        stopped = wait_for(lambda: (m := model_state(service))["state"] == "stopped" and m, 30, "the idle stop")
+        assert "idle" in stopped["message"] and stopped["embedding_companion"] is None
+        assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
     finally:
         stop_service_process(service)
