@@ -10,7 +10,6 @@ import os
 import signal
 import struct
 import threading
-import time
 from pathlib import Path
 from typing import Any
 
@@ -26,23 +25,13 @@ from app.planner.facts import facts_from_gguf
 from app.planner.memory import llama_cpp_memory
 from app.service.companions import companion_plan
 from engines.gguf import read_gguf_info
-from tests.conftest import RunningService, start_service_process, stop_service_process
+from tests.conftest import RunningService, start_service_process, stop_service_process, wait_for
 
 TEXTS = ["The sea is calm tonight.", "Quarterly tax forms are due in April.", "The sea is calm tonight."]
 
 
 def model_state(service: RunningService, model_id: str = BUNDLED_ID) -> dict[str, Any]:
     return next(m for m in service.client.models() if m["id"] == model_id)
-
-
-def wait_for(check: Any, timeout_s: float, what: str) -> Any:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        value = check()
-        if value:
-            return value
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.2)
 
 
 def norm(vector: list[float]) -> float:
