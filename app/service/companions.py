@@ -11,6 +11,7 @@ from typing import Any
 
 from app.hardware.nvidia import process_vram
 from app.paths import AppPaths
+from app.service.memory_check import tree_rss
 from engines.base import EmbeddingModeEngine, LaunchPlan
 from engines.states import ACTIVE_STATES, EngineEvent, EngineState
 from engines.supervisor import EngineSupervisor, SupervisorPolicy
@@ -114,7 +115,8 @@ class EmbeddingCompanions:
             "pid": supervisor.pid,
             "port": supervisor.port if supervisor.pid else None,
             "restarts": supervisor.restarts,
-            "footprint_bytes": self.footprint(model_id),
+            "footprint_bytes": self.footprint(model_id),  # predicted peak, as counted under the memory cap
+            "rss_bytes": tree_rss(supervisor.pid) if supervisor.pid else None,
         }
 
     def _on_event(self, event: EngineEvent) -> None:

@@ -80,7 +80,7 @@ def test_embeddings_come_from_a_companion_that_lives_and_dies_with_the_model(
 
         state = model_state(service)
         companion = state["embedding_companion"]
-        assert companion["state"] == "ready" and companion["footprint_bytes"] > 0
+        assert companion["state"] == "ready" and companion["footprint_bytes"] > 0 and companion["rss_bytes"] > 0
         assert companion["pid"] not in (None, state["pid"]) and companion["port"] != state["port"]
         assert psutil.Process(companion["pid"]).name().startswith("llama-server")
 
