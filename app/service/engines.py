@@ -229,7 +229,8 @@ class EngineManager:
         return await self.companions.route(model_id, engine, plan, footprint, self._room_next_to)
 
     async def _room_next_to(self, model_id: str, extra: int) -> str | None:
-        return await self._free_memory(model_id, self._loaded_bytes(model_id) + extra)
+        need = self._loaded_bytes(model_id) + extra
+        return await self._free_memory(model_id, need, f"{model_id} with its embedding process")
 
     async def engine_refused(self, model_id: str) -> bool:
         """The model's engine refused a connection: True if its process turns out to have exited (its
@@ -411,18 +412,18 @@ class EngineManager:
             self._refuse(spec.id, problem)
         return problem is None
 
-    async def _free_memory(self, model_id: str, need: int) -> str | None:
-        """Stop least recently used idle engines other than `model_id`'s until `need` bytes fit under the memory
-        cap next to the rest; why they cannot, if they cannot."""
+    async def _free_memory(self, model_id: str, need: int, what: str | None = None) -> str | None:
+        """Stop least recently used idle engines other than `model_id`'s until `need` bytes (for `what`, the model
+        by default) fit under the memory cap next to the rest; why they cannot, if they cannot."""
         cap = self.lifecycle.max_loaded_bytes
         if cap is None:
             return None
         if need > cap:
-            return f"{model_id} needs about {need >> 20} MiB, more than the cap of {cap >> 20} MiB"
+            return f"{what or model_id} needs about {need >> 20} MiB, more than the cap of {cap >> 20} MiB"
         while sum(self._loaded_bytes(m) for m in self._loaded(model_id)) + need > cap:
             idle = sorted((m for m in self._loaded(model_id) if self._is_idle(m)), key=self._last_used_at)
             if not idle:
-                return f"{model_id} does not fit under the memory cap next to engines in use"
+                return f"{what or model_id} does not fit under the memory cap next to engines in use"
             await self._stop_for(idle[0], f"stopped to make room for {model_id}")
         return None
 

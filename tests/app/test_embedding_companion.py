@@ -158,6 +158,30 @@ def test_the_companion_counts_under_the_memory_cap(
         stop_service_process(service)
 
 
+def test_a_companion_over_the_memory_cap_is_refused_clearly_and_chat_goes_on(
+    paths: AppPaths, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, llama_server_binary: Path, bundled_gguf: Path
+) -> None:
+    monkeypatch.setenv(LLAMA_SERVER_ENV, str(llama_server_binary))
+    info = read_gguf_info(bundled_gguf)
+    facts, plan = facts_from_gguf(info), default_plan(BUNDLED_ID, info)
+    model_peak = llama_cpp_memory(facts, plan.context_length, batch=plan.batch_size).ram
+    service = start_service_process(paths, tmp_path, "--max-memory", str(model_peak + (1 << 20)))
+    try:
+        start_on_llama_server(service, parallel=1)
+        client = service.openai_client()
+        with pytest.raises(openai.APIStatusError) as refused:
+            client.embeddings.create(model=BUNDLED_ID, input="hello", encoding_format="float")
+        assert refused.value.status_code == 503
+        assert f"embedding process of `{BUNDLED_ID}` cannot start" in refused.value.message
+        assert "with its embedding process needs about" in refused.value.message
+        assert model_state(service)["embedding_companion"] is None and model_state(service)["state"] == "ready"
+        reply = client.chat.completions.create(model=BUNDLED_ID, max_tokens=4,
+                                               messages=[{"role": "user", "content": "Hi"}])  # fmt: skip
+        assert reply.choices[0].message.content
+    finally:
+        stop_service_process(service)
+
+
 def test_the_companion_stops_with_the_models_idle_ttl(
     paths: AppPaths, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, llama_server_binary: Path
 ) -> None:
