@@ -69,7 +69,8 @@ class LlamaServerEngine:
     """`llama-server`: serves `plan.parallel` requests at once, readiness through /health (503 while loading)."""
 
     name = "llama-server"
-    # Streams carry usage when asked. Embeddings need `--embeddings`, which turns chat off: they are served by a
+    # Streams carry usage when asked. Embeddings need `--embeddings`, documented as restricting the server to them
+    # (the pinned build still answers chat with it, but marks every prompt token as an output): they are served by a
     # second process of the same model in embedding mode (`embedding_command`), pooled as OpenAI's are.
     capabilities = Capabilities(
         max_concurrency=MAX_PARALLEL,

@@ -1,6 +1,7 @@
-"""Embedding companions: for a model whose engine cannot embed while it chats (llama-server, where `--embeddings`
-turns chat off), a second process of the same model file in embedding mode, started on the first /v1/embeddings
-request, supervised like any engine, and stopped with the model (EngineManager calls `stop`)."""
+"""Embedding companions: for a model whose engine does not embed while it chats (llama-server: its `--help` says
+`--embeddings` restricts it to embeddings, for dedicated embedding models), a second process of the same model file
+in embedding mode, started on the first /v1/embeddings request, supervised like any engine, and stopped with the
+model (EngineManager calls `stop`)."""
 
 from __future__ import annotations
 
@@ -9,12 +10,10 @@ from collections.abc import Awaitable, Callable
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
-from app.hardware.nvidia import process_vram
-from app.paths import AppPaths
 from app.service.memory_check import tree_rss
 from engines.base import EmbeddingModeEngine, LaunchPlan
 from engines.states import ACTIVE_STATES, EngineEvent, EngineState
-from engines.supervisor import EngineSupervisor, SupervisorPolicy
+from engines.supervisor import CommandFactory, EngineSupervisor, EventSink
 
 # Tokens: one input at a time, embedded in one physical batch, whose compute buffer grows with it; a longer input
 # gets llama-server's own error.
@@ -24,6 +23,8 @@ SUFFIX = "+embeddings"  # the companion's name: its log file, its engine record 
 # Whether `need` bytes more fit under the memory cap next to the model (stopping idle engines to make room):
 # None when they do, else why not.
 RoomCheck = Callable[[str, int], Awaitable[str | None]]
+# The service's supervisor for one engine process: its name, command and event sink.
+SupervisorFactory = Callable[[str, CommandFactory, EventSink], EngineSupervisor]
 
 
 @dataclass(frozen=True)
@@ -44,16 +45,11 @@ class EmbeddingCompanions:
     """One companion supervisor per model at most, with the memory it is predicted to use."""
 
     def __init__(
-        self,
-        paths: AppPaths,
-        internal_key: str,
-        publish: Callable[[dict[str, Any]], None],
-        policy: SupervisorPolicy | None = None,
+        self, new_supervisor: SupervisorFactory, internal_key: str, publish: Callable[[dict[str, Any]], None]
     ) -> None:
-        self._paths = paths
+        self._new_supervisor = new_supervisor
         self._key = internal_key
         self._publish = publish
-        self._policy = policy
         self._supervisors: dict[str, EngineSupervisor] = {}
         self._footprints: dict[str, int] = {}
         self._locks: dict[str, asyncio.Lock] = {}
@@ -78,15 +74,8 @@ class EmbeddingCompanions:
         return EmbeddingRoute(supervisor.base_url)
 
     def _new(self, model_id: str, engine: EmbeddingModeEngine, plan: LaunchPlan) -> EngineSupervisor:
-        name = model_id + SUFFIX
-        return EngineSupervisor(
-            name,
-            lambda port: engine.embedding_command(plan, port, self._key),
-            log_path=self._paths.engine_logs / f"{name}.log",
-            records_dir=self._paths.engine_records,
-            on_event=self._on_event,
-            policy=self._policy,
-            gpu_memory_probe=process_vram,
+        return self._new_supervisor(
+            model_id + SUFFIX, lambda port: engine.embedding_command(plan, port, self._key), self._on_event
         )
 
     def footprint(self, model_id: str) -> int:

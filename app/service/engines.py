@@ -32,7 +32,7 @@ from engines.base import Capabilities, EmbeddingModeEngine, Engine, LaunchPlan
 from engines.gguf import GGUFError, GGUFInfo, read_gguf_info
 from engines.registry import ENGINES
 from engines.states import ACTIVE_STATES, EngineEvent, EngineState
-from engines.supervisor import EngineSupervisor, SupervisorPolicy
+from engines.supervisor import CommandFactory, EngineSupervisor, EventSink, LogSink, SupervisorPolicy
 from engines.vllm_log import VLLMStartup, parse_line
 
 
@@ -129,7 +129,7 @@ class EngineManager:
         self._calibrated: set[str] = set()  # folder models whose current launch was recorded for calibration
         # Engines accept only this key; it never leaves the service.
         self.internal_key = secrets.token_urlsafe(32)
-        self.companions = EmbeddingCompanions(paths, self.internal_key, bus.publish, policy)
+        self.companions = EmbeddingCompanions(self._engine_supervisor, self.internal_key, bus.publish)
         self._companion_stops: set[asyncio.Task[None]] = set()
         self.remotes: dict[str, RemoteEndpoint] = {}
         self._remote_models: dict[str, tuple[str, str]] = {}  # model id -> (remote name, its id at the remote)
@@ -331,18 +331,32 @@ class EngineManager:
             self._queues[model_id].set_capacity(self._capacity(model_id))
         if old is not None:
             await old.stop()  # a failed one: reaps what is left and closes its log
-        supervisor = EngineSupervisor(
-            model_id,
-            lambda port: engine.build_command(plan, port, self.internal_key),
-            log_path=self._paths.engine_logs / f"{model_id}.log",
-            records_dir=self._paths.engine_records,
-            on_event=self._on_engine_event,
-            on_log=self._on_engine_log,
-            policy=_policy_for(self._policy, engine.capabilities),
-            gpu_memory_probe=process_vram,  # a stop returns once the GPU memory is free (at once without NVIDIA)
-        )
+        supervisor = self._engine_supervisor(
+            model_id, lambda port: engine.build_command(plan, port, self.internal_key), self._on_engine_event,
+            self._on_engine_log, _policy_for(self._policy, engine.capabilities),
+        )  # fmt: skip
         self._supervisors[model_id] = supervisor
         return supervisor
+
+    def _engine_supervisor(
+        self,
+        name: str,
+        command: CommandFactory,
+        on_event: EventSink,
+        on_log: LogSink | None = None,
+        policy: SupervisorPolicy | None = None,
+    ) -> EngineSupervisor:
+        """A supervisor for one engine process of the service, its log in `<logs>/engines/<name>.log`."""
+        return EngineSupervisor(
+            name,
+            command,
+            log_path=self._paths.engine_logs / f"{name}.log",
+            records_dir=self._paths.engine_records,
+            on_event=on_event,
+            on_log=on_log,
+            policy=policy or self._policy,
+            gpu_memory_probe=process_vram,  # a stop returns once the GPU memory is free (at once without NVIDIA)
+        )
 
     async def _prepare_gguf(self, spec: ModelSpec, overrides: PlanOverrides | None) -> _Prepared | None:
         model_id = spec.id
