@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 
 @dataclass(frozen=True)
@@ -45,6 +45,9 @@ class EngineCommand:
     ready_path: str = "/v1/models"
     ready_headers: dict[str, str] = field(default_factory=dict)
     secrets: tuple[str, ...] = ()  # values to redact from every log line
+    # Files the engine reads (an options file), by absolute path: the supervisor writes them readable only by the
+    # user before it starts the engine and removes them once it has stopped; the adapter never writes anything.
+    files: dict[Path, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -86,4 +89,13 @@ class Engine(Protocol):
 
     def build_command(self, plan: LaunchPlan, port: int, api_key: str) -> EngineCommand:
         """The command that serves `plan` on 127.0.0.1:`port`, accepting only `api_key`."""
+        ...
+
+
+@runtime_checkable
+class EmbeddingModeEngine(Protocol):
+    """An engine that serves embeddings only from a second process of the model in embedding mode."""
+
+    def embedding_command(self, plan: LaunchPlan, port: int, api_key: str) -> EngineCommand:
+        """The command that serves /v1/embeddings for `plan`'s model on 127.0.0.1:`port`, pooled as OpenAI's."""
         ...

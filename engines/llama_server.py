@@ -69,7 +69,9 @@ class LlamaServerEngine:
     """`llama-server`: serves `plan.parallel` requests at once, readiness through /health (503 while loading)."""
 
     name = "llama-server"
-    # Streams carry usage when asked; embeddings need `--embeddings`, which would turn chat off, so none here.
+    # Streams carry usage when asked. Embeddings need `--embeddings`, documented as restricting the server to them
+    # (the pinned build still answers chat with it, but marks every prompt token as an output): they are served by a
+    # second process of the same model in embedding mode (`embedding_command`), pooled as OpenAI's are.
     capabilities = Capabilities(
         max_concurrency=MAX_PARALLEL,
         stream_usage=True,
@@ -105,6 +107,31 @@ class LlamaServerEngine:
 
     def build_command(self, plan: LaunchPlan, port: int, api_key: str) -> EngineCommand:
         parallel = max(1, min(plan.parallel, MAX_PARALLEL))
+        chat = ["--chat-template", plan.chat_format] if plan.chat_format else []
+        return self._command(plan, port, api_key, [
+            # The context is shared by the slots (unified KV cache), so `-c` is the total, not per slot.
+            "-c", str(plan.context_length),
+            "--parallel", str(parallel),
+            "--kv-unified",
+            "-b", str(plan.batch_size),
+            "--metrics",
+            "--jinja",
+            *chat,
+        ])  # fmt: skip
+
+    def embedding_command(self, plan: LaunchPlan, port: int, api_key: str) -> EngineCommand:
+        """`plan`'s model in embedding mode: /v1/embeddings only, one mean-pooled, normalized vector per input.
+        One slot; an input is embedded in one physical batch, so the batch is the whole context."""
+        return self._command(plan, port, api_key, [
+            "--embeddings",
+            "--pooling", "mean",
+            "-c", str(plan.context_length),
+            "--parallel", "1",
+            "-b", str(plan.context_length),
+            "-ub", str(plan.context_length),
+        ])  # fmt: skip
+
+    def _command(self, plan: LaunchPlan, port: int, api_key: str, mode: list[str]) -> EngineCommand:
         # A configured path that is missing still shows in the command: the plan says where it is looked for.
         argv = [
             str(self.executable() or self.configured or EXECUTABLE),
@@ -115,19 +142,11 @@ class LlamaServerEngine:
             # The planner has already fitted layers and context; its own fitting would change them behind our back.
             "--fit", "off",
             "-ngl", str(plan.gpu_layers),
-            # The context is shared by the slots (unified KV cache), so `-c` is the total, not per slot.
-            "-c", str(plan.context_length),
-            "--parallel", str(parallel),
-            "--kv-unified",
-            "-b", str(plan.batch_size),
-            "--metrics",
+            *mode,
             "--no-webui",
-            "--jinja",
         ]  # fmt: skip
         if plan.threads > 0:
             argv += ["--threads", str(plan.threads), "--threads-batch", str(plan.threads)]
-        if plan.chat_format:
-            argv += ["--chat-template", plan.chat_format]
         return EngineCommand(
             argv=tuple(argv),
             # llama-server reads LLAMA_API_KEY when --api-key is not given, which keeps the key off the command line.

@@ -2,7 +2,9 @@
 that turns counters into rates across scrapes.
 
 Our names (what the dashboard charts): `kv_cache_usage` (0-1 fraction), `requests_running`, `requests_waiting`,
-`prompt_tokens_per_s`, `generation_tokens_per_s`. Rates always come from `_total` counters between two scrapes:
+`prompt_tokens_per_s`, `generation_tokens_per_s`; where the engine reports them, `requests_prefill` and
+`requests_decode` (the running requests by phase), `iteration_latency_s` (its last scheduler step) and
+`gpu_memory_bytes` (the GPU memory it says it uses). Rates always come from `_total` counters between two scrapes:
 llama-server's `*_tokens_seconds` gauges reset on every scrape, so two scrapers would each see half the truth.
 """
 
@@ -88,7 +90,8 @@ TGI = MetricsConfig(
     ),
 )
 
-# trtllm-serve serves Prometheus text at /prometheus/metrics (its /metrics is JSON iteration stats).
+# trtllm-serve serves Prometheus text at /prometheus/metrics (its /metrics is JSON iteration stats). Every gauge
+# here but the token counters is filled from iteration statistics (`enable_iter_perf_stats`, engines.trtllm).
 TRTLLM = MetricsConfig(
     "/prometheus/metrics",
     (
@@ -97,6 +100,10 @@ TRTLLM = MetricsConfig(
         MetricRule("trtllm_num_requests_waiting", "requests_waiting"),
         MetricRule("trtllm_prompt_tokens_total", "prompt_tokens_per_s", Kind.COUNTER),
         MetricRule("trtllm_generation_tokens_total", "generation_tokens_per_s", Kind.COUNTER),
+        MetricRule("trtllm_num_context_requests", "requests_prefill"),
+        MetricRule("trtllm_num_generation_requests", "requests_decode"),
+        MetricRule("trtllm_iteration_latency_seconds", "iteration_latency_s"),
+        MetricRule("trtllm_gpu_memory_usage_bytes", "gpu_memory_bytes"),
     ),
 )
 

@@ -65,6 +65,15 @@ def write_record(directory: Path, record: EngineRecord) -> Path:
     return path
 
 
+def write_private_file(path: Path, text: str) -> None:
+    """Write a file only this user can read, in a directory only this user can enter when it is created here."""
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+    os.fchmod(fd, 0o600)  # a file left with another mode keeps that mode on O_CREAT
+    with os.fdopen(fd, "w", encoding="utf-8") as handle:
+        handle.write(text)
+
+
 def _signal_group(pid: int, sig: signal.Signals) -> None:
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pid, sig)

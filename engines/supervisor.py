@@ -25,6 +25,7 @@ from engines.processes import (
     spawn_engine,
     stop_process_tree,
     wait_for_exit,
+    write_private_file,
     write_record,
 )
 from engines.states import ACTIVE_STATES, EngineEvent, EngineState
@@ -86,6 +87,7 @@ class EngineSupervisor:
         self.restarts = 0
         self._process: asyncio.subprocess.Process | None = None
         self._record_path: Path | None = None
+        self._files: tuple[Path, ...] = ()  # what the running command asked to be written for it
         self._lifecycle: asyncio.Task[None] | None = None
         self._settled: asyncio.Event = asyncio.Event()
         self._last_output = 0.0
@@ -195,6 +197,12 @@ class EngineSupervisor:
         self.log.add_secrets(command.secrets)
         self._ready_path = command.ready_path
         self._ready_headers = command.ready_headers
+        for path, text in command.files.items():
+            try:
+                write_private_file(path, text)
+            except OSError as exc:
+                raise StartFailed(f"could not write {exc.filename} for {command.argv[0]}: {exc.strerror}") from exc
+            self._files += (path,)
         marker = uuid.uuid4().hex
         env = {**command.env, "MODELDECK_MODEL_ID": self.model_id}
         try:
@@ -258,6 +266,9 @@ class EngineSupervisor:
         if self._record_path is not None:
             self._record_path.unlink(missing_ok=True)
             self._record_path = None
+        for path in self._files:
+            path.unlink(missing_ok=True)
+        self._files = ()
 
     def _exit_report(self, what: str, returncode: int | None) -> str:
         """What happened, why if the exit status or the log tells, and the last lines the engine printed."""

@@ -7,9 +7,10 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import openai
 import psutil
@@ -115,6 +116,17 @@ def start_service_process(
                 break
             time.sleep(0.1)
     return service
+
+
+def wait_for(check: Callable[[], Any], timeout_s: float, what: str) -> Any:
+    """The first true value `check` returns, polled until `timeout_s` has passed (then the test fails)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        value = check()
+        if value:
+            return value
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.2)
 
 
 def stop_service_process(service: RunningService) -> None:

@@ -23,15 +23,16 @@ from app.planner.defaults import DEFAULT_CONTEXT, default_plan
 from app.planner.facts import facts_from_gguf
 from app.planner.memory import MissingFacts, llama_cpp_memory
 from app.service.admission import EngineQueue
+from app.service.companions import EmbeddingCompanions, EmbeddingRoute, companion_plan
 from app.service.events import EventBus
 from app.service.folder_models import FolderLaunch, FolderRefused, overrides_refusal, plan_folder, record_startup
 from app.service.memory_check import MemoryCheck
 from app.service.overrides import BadOverrides, PlanOverrides, plan_summary
-from engines.base import Capabilities, Engine, LaunchPlan
+from engines.base import Capabilities, EmbeddingModeEngine, Engine, LaunchPlan
 from engines.gguf import GGUFError, GGUFInfo, read_gguf_info
 from engines.registry import ENGINES
 from engines.states import ACTIVE_STATES, EngineEvent, EngineState
-from engines.supervisor import EngineSupervisor, SupervisorPolicy
+from engines.supervisor import CommandFactory, EngineSupervisor, EventSink, LogSink, SupervisorPolicy
 from engines.vllm_log import VLLMStartup, parse_line
 
 
@@ -128,6 +129,8 @@ class EngineManager:
         self._calibrated: set[str] = set()  # folder models whose current launch was recorded for calibration
         # Engines accept only this key; it never leaves the service.
         self.internal_key = secrets.token_urlsafe(32)
+        self.companions = EmbeddingCompanions(self._engine_supervisor, self.internal_key, bus.publish)
+        self._companion_stops: set[asyncio.Task[None]] = set()
         self.remotes: dict[str, RemoteEndpoint] = {}
         self._remote_models: dict[str, tuple[str, str]] = {}  # model id -> (remote name, its id at the remote)
 
@@ -212,6 +215,22 @@ class EngineManager:
             return spec.url
         supervisor = self._supervisors.get(model_id)
         return supervisor.base_url if supervisor and supervisor.state == EngineState.READY else None
+
+    async def embedding_target(self, model_id: str, url: str) -> EmbeddingRoute:
+        """Where /v1/embeddings for the model goes, once its engine is ready at `url`: there, unless that engine
+        embeds only in a process of its own (app.service.companions), which is then started on demand."""
+        engine, spec = self.engine(model_id), self.models[model_id]
+        plan, info = self._plans.get(model_id), self._infos.get(model_id)
+        if not isinstance(engine, EmbeddingModeEngine) or plan is None or info is None or spec.url is not None:
+            return EmbeddingRoute(url)
+        if self.state(model_id) != EngineState.READY:  # stopped while the request waited: nothing to start beside
+            return EmbeddingRoute(None, f"The model `{model_id}` stopped before its embeddings could be made.")
+        footprint = self._footprint(spec, info, companion_plan(plan), engine.name)
+        return await self.companions.route(model_id, engine, plan, footprint, self._room_next_to)
+
+    async def _room_next_to(self, model_id: str, extra: int) -> str | None:
+        need = self._loaded_bytes(model_id) + extra
+        return await self._free_memory(model_id, need, f"{model_id} with its embedding process")
 
     async def engine_refused(self, model_id: str) -> bool:
         """The model's engine refused a connection: True if its process turns out to have exited (its
@@ -312,18 +331,32 @@ class EngineManager:
             self._queues[model_id].set_capacity(self._capacity(model_id))
         if old is not None:
             await old.stop()  # a failed one: reaps what is left and closes its log
-        supervisor = EngineSupervisor(
-            model_id,
-            lambda port: engine.build_command(plan, port, self.internal_key),
-            log_path=self._paths.engine_logs / f"{model_id}.log",
-            records_dir=self._paths.engine_records,
-            on_event=self._on_engine_event,
-            on_log=self._on_engine_log,
-            policy=_policy_for(self._policy, engine.capabilities),
-            gpu_memory_probe=process_vram,  # a stop returns once the GPU memory is free (at once without NVIDIA)
-        )
+        supervisor = self._engine_supervisor(
+            model_id, lambda port: engine.build_command(plan, port, self.internal_key), self._on_engine_event,
+            self._on_engine_log, _policy_for(self._policy, engine.capabilities),
+        )  # fmt: skip
         self._supervisors[model_id] = supervisor
         return supervisor
+
+    def _engine_supervisor(
+        self,
+        name: str,
+        command: CommandFactory,
+        on_event: EventSink,
+        on_log: LogSink | None = None,
+        policy: SupervisorPolicy | None = None,
+    ) -> EngineSupervisor:
+        """A supervisor for one engine process of the service, its log in `<logs>/engines/<name>.log`."""
+        return EngineSupervisor(
+            name,
+            command,
+            log_path=self._paths.engine_logs / f"{name}.log",
+            records_dir=self._paths.engine_records,
+            on_event=on_event,
+            on_log=on_log,
+            policy=policy or self._policy,
+            gpu_memory_probe=process_vram,  # a stop returns once the GPU memory is free (at once without NVIDIA)
+        )
 
     async def _prepare_gguf(self, spec: ModelSpec, overrides: PlanOverrides | None) -> _Prepared | None:
         model_id = spec.id
@@ -388,27 +421,37 @@ class EngineManager:
 
     async def _make_room(self, spec: ModelSpec) -> bool:
         """Stop least recently used idle engines until `spec` fits under the memory cap (predicted peaks)."""
+        problem = await self._free_memory(spec.id, self._footprints[spec.id])
+        if problem is not None:
+            self._refuse(spec.id, problem)
+        return problem is None
+
+    async def _free_memory(self, model_id: str, need: int, what: str | None = None) -> str | None:
+        """Stop least recently used idle engines other than `model_id`'s until `need` bytes (for `what`, the model
+        by default) fit under the memory cap next to the rest; why they cannot, if they cannot."""
         cap = self.lifecycle.max_loaded_bytes
         if cap is None:
-            return True
-        need = self._footprints[spec.id]
+            return None
         if need > cap:
-            self._refuse(spec.id, f"{spec.id} needs about {need >> 20} MiB, more than the cap of {cap >> 20} MiB")
-            return False
-        while sum(self._footprints.get(m, self.models[m].size_bytes) for m in self._loaded(spec.id)) + need > cap:
-            idle = sorted((m for m in self._loaded(spec.id) if self._is_idle(m)), key=self._last_used_at)
+            return f"{what or model_id} needs about {need >> 20} MiB, more than the cap of {cap >> 20} MiB"
+        while sum(self._loaded_bytes(m) for m in self._loaded(model_id)) + need > cap:
+            idle = sorted((m for m in self._loaded(model_id) if self._is_idle(m)), key=self._last_used_at)
             if not idle:
-                self._refuse(spec.id, f"{spec.id} does not fit under the memory cap next to engines in use")
-                return False
-            await self._stop_for(idle[0], f"stopped to make room for {spec.id}")
-        return True
+                return f"{what or model_id} does not fit under the memory cap next to engines in use"
+            await self._stop_for(idle[0], f"stopped to make room for {model_id}")
+        return None
+
+    def _loaded_bytes(self, model_id: str) -> int:
+        """The predicted peak memory of the model's engine, and of its embedding companion if one runs."""
+        engine = self._footprints.get(model_id, self.models[model_id].size_bytes)
+        return engine + self.companions.footprint(model_id)
 
     def _last_used_at(self, model_id: str) -> float:
         return self._last_used.get(model_id, 0.0)
 
     async def _stop_for(self, model_id: str, reason: str) -> None:
         supervisor = self._supervisors[model_id]
-        await supervisor.stop()
+        await asyncio.gather(supervisor.stop(), self.companions.stop(model_id))
         supervisor.message = reason
         self._on_engine_event(EngineEvent(model_id, EngineState.STOPPED, EngineState.STOPPED, reason))
 
@@ -432,10 +475,11 @@ class EngineManager:
         self._preflight_errors.pop(model_id, None)
         supervisor = self._supervisors.get(model_id)
         if supervisor is not None:
-            await supervisor.stop()
+            await asyncio.gather(supervisor.stop(), self.companions.stop(model_id))
 
     async def stop_all(self) -> None:
-        await asyncio.gather(*(supervisor.stop() for supervisor in self._supervisors.values()))
+        await asyncio.gather(*(supervisor.stop() for supervisor in self._supervisors.values()),
+                             self.companions.stop_all())  # fmt: skip
 
     def describe(self, model_id: str) -> dict[str, Any]:
         """The model and its engine's state, as the control API and /v1/models report it."""
@@ -469,6 +513,7 @@ class EngineManager:
             else None,
             "vllm": folder.describe(startup) if (folder := self._folders.get(model_id)) else None,
             "max_concurrent_requests": queue.capacity if queue else None,  # what the gateway lets through at once
+            "embedding_companion": self.companions.describe(model_id),
         }
 
     def logs(self, model_id: str, count: int | None = None) -> list[str]:
@@ -487,6 +532,10 @@ class EngineManager:
             self.memory_check.engine_ready(event.model_id, engine, facts_from_gguf(info), plan, event.pid)
         if event.state == EngineState.READY:
             self._record_folder_startup(event.model_id)
+        if event.state == EngineState.FAILED and self.companions.describe(event.model_id) is not None:
+            stopping = asyncio.create_task(self.companions.stop(event.model_id))  # the model is down: it goes too
+            self._companion_stops.add(stopping)
+            stopping.add_done_callback(self._companion_stops.discard)
         self._bus.publish({"type": "engine", **asdict(event)})
 
     def _on_engine_log(self, model_id: str, line: str) -> None:

@@ -221,6 +221,11 @@ class Gateway:
         try:
             self._manager.touch(model)
             base_url = await self._engine_url(model, send, outcome)
+            if base_url is not None and path == "/v1/embeddings":
+                route = await self._manager.embedding_target(model, base_url)  # llama-server embeds elsewhere
+                if (base_url := route.url) is None:
+                    outcome.status, outcome.error = 503, route.error
+                    await send_error(send, 503, route.error, "server_error", "model_unavailable")
             if base_url is not None:
                 await self._forward(base_url, path, body, payload, checked, send, outcome)
             self._manager.touch(model)

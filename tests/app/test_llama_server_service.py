@@ -16,7 +16,7 @@ from app.client import ControlError
 from app.hub.library import BUNDLED_ID
 from app.installs.available import LLAMA_SERVER_ENV
 from app.paths import AppPaths
-from tests.conftest import RunningService, start_service_process, stop_service_process
+from tests.conftest import RunningService, start_service_process, stop_service_process, wait_for
 
 PARALLEL = 4
 
@@ -34,16 +34,6 @@ def stream_times(service: RunningService, index: int, times: list[tuple[float, f
     )  # fmt: skip
     arrivals = [time.monotonic() for chunk in stream if chunk.choices and chunk.choices[0].delta.content]
     times.append((arrivals[0], arrivals[-1], len(arrivals)))
-
-
-def wait_for(check: Any, timeout_s: float, what: str) -> Any:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        value = check()
-        if value:
-            return value
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.2)
 
 
 def test_parallel_streams_metrics_and_restart(

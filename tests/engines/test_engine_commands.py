@@ -102,6 +102,23 @@ def test_trtllm_takes_the_model_as_its_argument() -> None:
     assert KEY not in command.argv  # trtllm-serve has no key option: the gateway checks keys
 
 
+def test_trtllm_asks_for_its_metrics_through_an_options_file_in_the_run_dir(tmp_path: Path) -> None:
+    """/prometheus/metrics exists only with return_perf_metrics, its iteration gauges only with
+    enable_iter_perf_stats; `serve` takes both only from the YAML file of --extra_llm_api_options."""
+    engine = TRTLLMEngine(run_dir=tmp_path)
+    schema = load_schema(SCHEMAS["trtllm"])
+    for plan in PLANS:
+        command = engine.build_command(plan, 41234, KEY)
+        assert check_command(schema, list(command.argv[1:])) == []
+        options = Path(value(command.argv, "--extra_llm_api_options") or "")
+        assert options.parent == tmp_path and list(command.files) == [options]
+        settings = dict(line.split(": ") for line in command.files[options].splitlines())
+        assert settings == {"return_perf_metrics": "true", "enable_iter_perf_stats": "true"}
+    assert not any(tmp_path.iterdir())  # the adapter writes nothing: the supervisor does, when it starts the engine
+    # Two engines on two ports never share one file (each removes its own when it stops).
+    assert engine.build_command(PLANS[0], 1, KEY).files.keys() != engine.build_command(PLANS[0], 2, KEY).files.keys()
+
+
 def test_vllm_serve_carries_the_plan_and_keeps_the_key_in_its_environment() -> None:
     for plan, command in commands("vllm"):
         assert command.argv[1] == "serve" and command.argv[2] == (plan.model_ref or str(plan.model_path))

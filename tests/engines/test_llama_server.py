@@ -90,6 +90,22 @@ def test_commands_fit_the_real_schema(name: str) -> None:
     assert parsed["--alias"] == plan.model_id
 
 
+@pytest.mark.parametrize("name", PLANS)
+def test_embedding_commands_fit_the_real_schema(name: str) -> None:
+    """The embedding companion: the same model and placement, embeddings only, mean-pooled, one slot, and a batch
+    as large as its context (llama-server embeds an input in one physical batch)."""
+    plan = PLANS[name]
+    command = LlamaServerEngine(configured=Path("/opt/llama/llama-server")).embedding_command(plan, 8124, "sekret")
+    parsed = check_against_schema(command.argv)
+    assert "--embeddings" in parsed and parsed["--pooling"] == "mean" and parsed["--parallel"] == "1"
+    assert parsed["--ctx-size"] == parsed["--batch-size"] == parsed["--ubatch-size"] == str(plan.context_length)
+    assert parsed["--n-gpu-layers"] == str(plan.gpu_layers) and parsed["--port"] == "8124"
+    assert parsed["--host"] == "127.0.0.1" and parsed["--alias"] == plan.model_id
+    assert not {"--metrics", "--chat-template", "--jinja"} & set(command.argv)  # no chat in embedding mode
+    assert command.env["LLAMA_API_KEY"] == "sekret" and "sekret" not in command.argv
+    assert command.ready_path == "/health"
+
+
 def test_the_key_travels_in_the_environment_variable_llama_server_reads() -> None:
     command = LlamaServerEngine().build_command(PLANS["cpu, one slot"], 8123, "sekret")
     assert "sekret" not in " ".join(command.argv)

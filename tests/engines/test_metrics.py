@@ -83,7 +83,17 @@ def test_a_restarted_engine_gives_no_negative_rate() -> None:
 
 
 def test_every_table_names_only_our_vocabulary() -> None:
-    ours = {"kv_cache_usage", "requests_running", "requests_waiting", "prompt_tokens_per_s", "generation_tokens_per_s"}
+    ours = {
+        "kv_cache_usage",
+        "requests_running",
+        "requests_waiting",
+        "prompt_tokens_per_s",
+        "generation_tokens_per_s",
+        "requests_prefill",
+        "requests_decode",
+        "iteration_latency_s",
+        "gpu_memory_bytes",
+    }
     for config in METRICS_CONFIGS.values():
         assert {rule.target for rule in config.rules} <= ours
 
@@ -110,7 +120,19 @@ COUNTERS = {
     ("engine", "fixture", "gauges"),
     [
         ("sglang", "sglang_metrics.txt", {"kv_cache_usage": 0.425, "requests_running": 3.0, "requests_waiting": 2.0}),
-        ("trtllm", "trtllm_metrics.txt", {"kv_cache_usage": 0.425, "requests_running": 3.0, "requests_waiting": 2.0}),
+        (
+            "trtllm",
+            "trtllm_metrics.txt",
+            {
+                "kv_cache_usage": 0.425,
+                "requests_running": 3.0,
+                "requests_waiting": 2.0,
+                "requests_prefill": 1.0,
+                "requests_decode": 2.0,
+                "iteration_latency_s": 0.021,
+                "gpu_memory_bytes": 12 * 2.0**30,
+            },
+        ),
         ("tgi", "tgi_metrics.txt", {"requests_running": 3.0, "requests_waiting": 2.0}),  # TGI has no KV gauge
     ],
 )

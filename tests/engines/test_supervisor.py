@@ -183,3 +183,32 @@ async def test_stop_kills_engine_ignoring_sigterm_and_its_children(tmp_path: Pat
     assert not alive
     assert supervisor.state == EngineState.STOPPED
     assert not list((tmp_path / "records").glob("*.json")), "the engine record outlived the engine"
+
+
+async def test_files_of_the_command_are_private_while_it_runs_and_gone_after(tmp_path: Path) -> None:
+    options = tmp_path / "run" / "options.yaml"
+
+    def build(port: int) -> EngineCommand:
+        command = fault_command()(port)
+        return EngineCommand(command.argv, files={options: "enable_iter_perf_stats: true\n"})
+
+    supervisor, _ = make(tmp_path, build)
+    assert await supervisor.start() == EngineState.READY
+    assert options.read_text(encoding="utf-8") == "enable_iter_perf_stats: true\n"
+    assert options.stat().st_mode & 0o777 == 0o600 and options.parent.stat().st_mode & 0o777 == 0o700
+    await supervisor.stop()
+    assert not options.exists()
+
+
+async def test_a_file_that_cannot_be_written_fails_the_start_clearly(tmp_path: Path) -> None:
+    blocker = tmp_path / "not-a-dir"
+    blocker.write_text("", encoding="utf-8")
+
+    def build(port: int) -> EngineCommand:
+        return EngineCommand(fault_command()(port).argv, files={blocker / "options.yaml": "x: 1\n"})
+
+    supervisor, _ = make(tmp_path, build)
+    assert await supervisor.start() == EngineState.FAILED
+    assert f"could not write {blocker}" in supervisor.message
+    assert supervisor.pid is None
+    await supervisor.stop()
