@@ -105,6 +105,10 @@ def _parser() -> argparse.ArgumentParser:
         help="keep each request's prompt and completion text in the request log (off: measurements only)",
     )  # fmt: skip
     serve.add_argument("--models-dir", action="append", default=[], type=Path, metavar="DIR", help=MODELS_DIR_HELP)
+    serve.add_argument(
+        "--gateway-server", choices=("own", "uvicorn"), default="own",
+        help="HTTP server of the OpenAI endpoint: ModelDeck's own (default) or uvicorn, to compare them",
+    )  # fmt: skip
     models = commands.add_parser("models", help="list the models ModelDeck can serve")
     models.add_argument("--models-dir", action="append", default=[], type=Path, metavar="DIR", help=MODELS_DIR_HELP)
     commands.add_parser("ps", help="list the running engines")
@@ -170,6 +174,7 @@ def _serve(args: argparse.Namespace, paths: AppPaths, loaded: LoadedSettings) ->
         models_dirs=tuple(folder.expanduser().resolve() for folder in args.models_dir),
         remotes=tuple(dict(args.remote).items()),
         settings_problem=loaded.problem,
+        gateway_server=args.gateway_server,
     )
     loop_factory: Callable[[], asyncio.AbstractEventLoop]
     try:
