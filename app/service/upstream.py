@@ -69,7 +69,8 @@ class Response:
     `read_chunk` (what arrived since the last call) or `read` (all of it)."""
 
     __slots__ = (
-        "_abandoned", "_chunks", "_connection", "_done", "_error", "_sink", "_waiter", "headers", "status",
+        "_abandoned", "_chunks", "_connection", "_done", "_error", "_pending", "_sink", "_waiter", "headers",
+        "status",
     )  # fmt: skip
 
     def __init__(self, connection: _Connection) -> None:
@@ -82,19 +83,18 @@ class Response:
         self._error: UpstreamError | None = None
         self._abandoned = False
         self._sink: Callable[[bytes], bool] | None = None
+        self._pending: list[bytes] = []  # body pieces of the current read, for the sink
 
     def divert(self, sink: Callable[[bytes], bool]) -> None:
         """Hand body pieces to `sink` in the connection's own callback as they arrive, instead of keeping them for
-        `read_chunk`: no task wakes up per piece. Pieces already kept go to `sink` first. A piece `sink` declines
-        (returns False) is kept, and so is every later one. `read_chunk` still raises the connection's errors and
-        returns b"" once the body is complete."""
+        `read_chunk`: no task wakes up per piece. The pieces of one read go together, in one call, as do the
+        pieces already kept. A chunk `sink` declines (returns False) is kept, and so is every later one.
+        `read_chunk` still raises the connection's errors and returns b"" once the body is complete."""
         self._sink = sink
-        chunks, self._chunks = self._chunks, []
-        for index, chunk in enumerate(chunks):
-            if not sink(chunk):
-                self._sink = None
-                self._chunks = chunks[index:]
-                return
+        self._pending, self._chunks = self._chunks, []
+        self._flush()
+        if self._connection.paused:  # paused while the pieces waited for the reader: they are gone now
+            self._connection.resume()
 
     def pause(self) -> None:
         """Stop reading from the engine (its sends then block): the client does not keep up."""
@@ -153,16 +153,25 @@ class Response:
             waiter.set_result(None)
 
     def _push(self, data: bytes) -> None:
-        sink = self._sink
-        if sink is not None:
-            if sink(data):
-                return
-            self._sink = None
+        if self._sink is not None:
+            self._pending.append(data)
+            return
         if self._abandoned:
             return
         self._chunks.append(data)
         if len(self._chunks) > _PAUSE_AFTER and not self._connection.paused:
             self._connection.pause()
+
+    def _flush(self) -> None:
+        """Hand the pieces of the last read to the sink."""
+        pending, self._pending = self._pending, []
+        if not pending or self._sink is None:
+            return
+        data = pending[0] if len(pending) == 1 else b"".join(pending)
+        if not self._sink(data):
+            self._sink = None
+            self._chunks.append(data)
+            self._wake()
 
     def _complete(self) -> None:
         self._done = True
@@ -197,13 +206,17 @@ class _Connection(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         self.received = True
+        response = self._response  # the parser may finish the answer and let it go
         try:
             self._parser.feed_data(data)
         except httptools.HttpParserError as exc:
             self._abort(UpstreamError(f"the engine's answer is not valid HTTP: {exc}"))
             return
-        if self._response is not None and self._response._chunks:  # one wake-up for all the pieces of this read
-            self._response._wake()
+        if response is not None:
+            if response._pending:  # one write to the client for all the body pieces of this read
+                response._flush()
+            elif response._chunks:  # one wake-up for all of them
+                response._wake()
 
     def eof_received(self) -> bool:
         return False  # close our side too
