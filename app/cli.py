@@ -8,6 +8,7 @@ import json
 import logging
 import logging.handlers
 import math
+import os
 import sys
 import urllib.parse
 from collections.abc import Callable, Sequence
@@ -106,8 +107,9 @@ def _parser() -> argparse.ArgumentParser:
     )  # fmt: skip
     serve.add_argument("--models-dir", action="append", default=[], type=Path, metavar="DIR", help=MODELS_DIR_HELP)
     serve.add_argument(
-        "--gateway-server", choices=("own", "uvicorn"), default="own",
-        help="HTTP server of the OpenAI endpoint: ModelDeck's own (default) or uvicorn, to compare them",
+        "--gateway-server", choices=("own", "uvicorn"), default=os.environ.get("MODELDECK_GATEWAY_SERVER", "uvicorn"),
+        help="HTTP server of the OpenAI endpoint: uvicorn, or ModelDeck's own (app/service/http_server.py), which "
+        "relays streamed chunks in a callback and enforces HTTP limits ($MODELDECK_GATEWAY_SERVER; uvicorn)",
     )  # fmt: skip
     models = commands.add_parser("models", help="list the models ModelDeck can serve")
     models.add_argument("--models-dir", action="append", default=[], type=Path, metavar="DIR", help=MODELS_DIR_HELP)

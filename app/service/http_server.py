@@ -258,7 +258,6 @@ class _Connection(asyncio.Protocol):
         self._active: _Exchange | None = None  # being answered
         self._parsing: _Exchange | None = None  # its headers are in, its body may still be arriving
         self._queue: deque[_Exchange] = deque()  # read ahead (pipelined), waiting for their turn
-        self._task: asyncio.Task[None] | None = None
         self._in_head = False
         self._discarding = False  # an error was answered: what the client still sends is dropped
         self._url = b""
@@ -410,7 +409,9 @@ class _Connection(asyncio.Protocol):
             self._disarm()
         else:  # its body is still to come
             self._arm(self.limits.body_timeout_s, self._too_slow)
-        self._task = self.loop.create_task(self._run(exchange))
+        task = self.loop.create_task(self._run(exchange))
+        self.server.tasks.add(task)  # the loop keeps only weak references to tasks
+        task.add_done_callback(self.server.tasks.discard)
 
     async def _run(self, exchange: _Exchange) -> None:
         try:
@@ -549,6 +550,7 @@ class HttpServer:
         self.error_body = error_body
         self.limits = limits or HttpLimits()
         self.connections: set[_Connection] = set()
+        self.tasks: set[asyncio.Task[None]] = set()  # the app, one task per request being answered
         self.started = False
         self.stopping = False
         self._stop = asyncio.Event()

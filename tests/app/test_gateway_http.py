@@ -1,6 +1,6 @@
-"""The /v1 endpoint at the HTTP level, on the real service (`modeldeck serve`) and its own HTTP server: what
-reaches a client for HTTP that is odd, too big or malformed. No engine is needed: these requests end in the
-gateway."""
+"""The /v1 endpoint at the HTTP level, on the real service (`modeldeck serve --gateway-server own`, its own HTTP
+server): what reaches a client for HTTP that is odd, too big or malformed. No engine is needed: these requests
+end in the gateway. (The gateway's other tests run on either server: MODELDECK_GATEWAY_SERVER=own.)"""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ KEY = "test-key"
 
 @pytest.fixture
 def gateway(paths: AppPaths, tmp_path: Path) -> Iterator[RunningService]:
-    service = start_service_process(paths, tmp_path, api_key=KEY)
+    service = start_service_process(paths, tmp_path, "--gateway-server", "own", api_key=KEY)
     yield service
     stop_service_process(service)
 
