@@ -8,6 +8,7 @@ import json
 import logging
 import logging.handlers
 import math
+import os
 import sys
 import urllib.parse
 from collections.abc import Callable, Sequence
@@ -105,6 +106,11 @@ def _parser() -> argparse.ArgumentParser:
         help="keep each request's prompt and completion text in the request log (off: measurements only)",
     )  # fmt: skip
     serve.add_argument("--models-dir", action="append", default=[], type=Path, metavar="DIR", help=MODELS_DIR_HELP)
+    serve.add_argument(
+        "--gateway-server", choices=("own", "uvicorn"), default=os.environ.get("MODELDECK_GATEWAY_SERVER", "uvicorn"),
+        help="HTTP server of the OpenAI endpoint: uvicorn, or ModelDeck's own (app/service/http_server.py), which "
+        "relays streamed chunks in a callback and enforces HTTP limits ($MODELDECK_GATEWAY_SERVER; uvicorn)",
+    )  # fmt: skip
     models = commands.add_parser("models", help="list the models ModelDeck can serve")
     models.add_argument("--models-dir", action="append", default=[], type=Path, metavar="DIR", help=MODELS_DIR_HELP)
     commands.add_parser("ps", help="list the running engines")
@@ -170,6 +176,7 @@ def _serve(args: argparse.Namespace, paths: AppPaths, loaded: LoadedSettings) ->
         models_dirs=tuple(folder.expanduser().resolve() for folder in args.models_dir),
         remotes=tuple(dict(args.remote).items()),
         settings_problem=loaded.problem,
+        gateway_server=args.gateway_server,
     )
     loop_factory: Callable[[], asyncio.AbstractEventLoop]
     try:

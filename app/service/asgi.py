@@ -8,15 +8,29 @@ from __future__ import annotations
 import hmac
 import json
 from collections.abc import Awaitable, Callable, Iterable
-from typing import Any
+from typing import Any, Protocol
 
 Scope = dict[str, Any]
 Message = dict[str, Any]
 Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
 
+DIRECT_BODY = "modeldeck.direct_body"  # scope["extensions"] key of a server's DirectBody, where it has one
 LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "[::1]", "::1"})
 JSON_HEADERS = [(b"content-type", b"application/json")]
+
+
+class DirectBody(Protocol):
+    """A server extension (app.service.http_server): response body bytes written to the client at once, from any
+    callback, with no message per write. Only after http.response.start; the last body message ends the answer."""
+
+    def write(self, data: bytes) -> None: ...
+
+    def watch_pressure(self, pause: Callable[[], None], resume: Callable[[], None]) -> None:
+        """`pause` is called while the client does not keep up with what is written to it, `resume` after."""
+
+    @property
+    def closed(self) -> bool: ...
 
 
 class ClientGone(Exception):

@@ -20,9 +20,11 @@ from typing import Any
 
 from app.service.admission import QueueFull
 from app.service.asgi import (
+    DIRECT_BODY,
     LOOPBACK_HOSTS,
     BodyTooLarge,
     ClientGone,
+    DirectBody,
     Message,
     Receive,
     Scope,
@@ -189,7 +191,8 @@ class Gateway:
         assert handler is not None
         watcher = asyncio.create_task(_cancel_when_gone(receive, handler, outcome))
         try:
-            await self._serve(path, body, payload, checked, send, outcome)
+            direct: DirectBody | None = scope.get("extensions", {}).get(DIRECT_BODY)
+            await self._serve(path, body, payload, checked, send, direct, outcome)
         except asyncio.CancelledError:
             if not outcome.gone:
                 raise  # the service is stopping
@@ -203,7 +206,14 @@ class Gateway:
         self._manager.request_finished(checked.model)
 
     async def _serve(
-        self, path: str, body: bytes, payload: dict[str, Any], checked: CheckedRequest, send: Send, outcome: _Outcome
+        self,
+        path: str,
+        body: bytes,
+        payload: dict[str, Any],
+        checked: CheckedRequest,
+        send: Send,
+        direct: DirectBody | None,
+        outcome: _Outcome,
     ) -> None:
         model = checked.model
         queue = self._manager.queue(model)
@@ -227,7 +237,7 @@ class Gateway:
                     outcome.status, outcome.error = 503, route.error
                     await send_error(send, 503, route.error, "server_error", "model_unavailable")
             if base_url is not None:
-                await self._forward(base_url, path, body, payload, checked, send, outcome)
+                await self._forward(base_url, path, body, payload, checked, send, direct, outcome)
             self._manager.touch(model)
         finally:
             queue.release(acquired)
@@ -269,6 +279,7 @@ class Gateway:
         payload: dict[str, Any],
         checked: CheckedRequest,
         send: Send,
+        direct: DirectBody | None,
         outcome: _Outcome,
     ) -> None:
         capabilities = self._manager.engine(checked.model).capabilities
@@ -298,7 +309,7 @@ class Gateway:
             await send({"type": "http.response.start", "status": 200, "headers": headers})
             # A remote may not honour include_usage either: add it when its stream ends without one.
             add_usage = checked.include_usage and (not capabilities.stream_usage or remote is not None)
-            await self._stream(upstream, base_url, path, payload, checked, send, outcome, add_usage)
+            await self._stream(upstream, base_url, path, payload, checked, send, direct, outcome, add_usage)
         except UpstreamError as exc:
             message = f"The engine stopped answering: {exc}."
             outcome.status, outcome.error = 502, message
@@ -347,12 +358,18 @@ class Gateway:
         payload: dict[str, Any],
         checked: CheckedRequest,
         send: Send,
+        direct: DirectBody | None,
         outcome: _Outcome,
         add_usage: bool,
     ) -> None:
-        """Pass the engine's events on as they arrive, measuring them on the way."""
+        """Pass the engine's events on as they arrive, measuring them on the way. With a server that can write
+        to the client directly, they are passed on in the engine connection's callback (`_relay`), and this
+        loop only sees the end of the stream, its errors, and a last event that needs a usage event added."""
         meter = outcome.meter = StreamMeter(time.monotonic())
         keep = outcome.text.answer.append if outcome.text is not None else None
+        if direct is not None:
+            upstream.divert(_relay(direct, meter, keep, outcome, add_usage))
+            direct.watch_pressure(upstream.pause, upstream.resume)
         read, feed = upstream.read_chunk, meter.feed
         while chunk := await read():
             feed(chunk)
@@ -391,6 +408,32 @@ class Gateway:
                 self._pool, self._endpoint(base_url + count_path, checked.model), text
             )
         return before + usage_event(meter.first_event, outcome.prompt_tokens, meter.completion_tokens) + done
+
+
+def _relay(
+    client: DirectBody,
+    meter: StreamMeter,
+    keep: Callable[[bytes], None] | None,
+    outcome: _Outcome,
+    add_usage: bool,
+) -> Callable[[bytes], bool]:
+    """What `_stream`'s loop does with a chunk, done in the engine connection's callback; declines the chunk that
+    ends the stream when a usage event is to be added before it (that needs a request to the engine)."""
+    feed, write = meter.feed, client.write
+
+    def relay(chunk: bytes) -> bool:
+        finished = ends_with_done(chunk)
+        if finished and add_usage:
+            return False
+        feed(chunk)
+        if keep is not None:
+            keep(chunk)
+        # A client may leave as soon as it has read [DONE], before the engine closes the stream.
+        outcome.complete = outcome.complete or finished
+        write(chunk)
+        return True
+
+    return relay
 
 
 async def _cancel_when_gone(receive: Receive, handler: asyncio.Task[Any], outcome: _Outcome) -> None:

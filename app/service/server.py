@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable, Generator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import aiohttp
 import uvicorn
@@ -26,13 +26,14 @@ from app.installs.available import available_engines
 from app.keys import ApiKey, load_api_key
 from app.paths import AppPaths, write_private
 from app.service.advisor import Advisor
-from app.service.asgi import LOOPBACK_HOSTS
+from app.service.asgi import LOOPBACK_HOSTS, openai_error
 from app.service.bench_routes import BenchRoutes
 from app.service.bench_runs import BenchRuns
 from app.service.control import ControlApi, EndpointInfo
 from app.service.engines import EngineManager, LifecyclePolicy
 from app.service.events import EventBus
 from app.service.gateway import Gateway, GatewayConfig
+from app.service.http_server import HttpLimits, HttpServer
 from app.service.hub_routes import HubRoutes, hub_endpoint
 from app.service.lan import allowed_hosts
 from app.service.metrics_pipeline import MetricsPipeline
@@ -71,6 +72,7 @@ class ServeOptions:
     models_dirs: tuple[Path, ...] = ()  # the user's models folders, scanned besides ModelDeck's own
     remotes: tuple[tuple[str, str], ...] = ()  # (name, base URL) of remote OpenAI-compatible servers
     settings_problem: str | None = None  # why the settings file could not be used, when it could not
+    gateway_server: str = "uvicorn"  # or "own": app.service.http_server (see README, "What the gateway costs")
 
 
 class _Server(uvicorn.Server):
@@ -79,6 +81,20 @@ class _Server(uvicorn.Server):
     @contextlib.contextmanager
     def capture_signals(self) -> Generator[None, None, None]:
         yield
+
+    async def serve_socket(self, sock: socket.socket) -> None:
+        await self.serve(sockets=[sock])
+
+    def stop(self) -> None:
+        self.should_exit = True
+
+
+class _Listener(Protocol):
+    started: bool
+
+    async def serve_socket(self, sock: socket.socket) -> None: ...
+
+    def stop(self) -> None: ...
 
 
 def bind_socket(host: str, port: int, what: str) -> socket.socket:
@@ -101,13 +117,24 @@ def bind_socket(host: str, port: int, what: str) -> socket.socket:
     return sock
 
 
-def _uvicorn_server(app: Callable[..., object], sock: socket.socket) -> tuple[_Server, socket.socket]:
+def _uvicorn_server(app: Callable[..., object]) -> _Server:
     # No proxy-headers middleware: clients' X-Forwarded-* are not to be believed, and it costs every request.
     config = uvicorn.Config(
         app, http="httptools", loop="none", lifespan="off", access_log=False, log_level="warning",
         proxy_headers=False, timeout_graceful_shutdown=2, timeout_keep_alive=30,
     )  # fmt: skip
-    return _Server(config), sock
+    return _Server(config)
+
+
+def _gateway_server(gateway: Gateway, which: str, max_body_bytes: int) -> _Listener:
+    if which == "uvicorn":
+        return _uvicorn_server(gateway)
+    return HttpServer(gateway, _error_body, HttpLimits(max_body_bytes=max_body_bytes))
+
+
+def _error_body(status: int, message: str) -> bytes:
+    """An error the gateway's HTTP server answers by itself, shaped as OpenAI's."""
+    return json.dumps(openai_error(message, "server_error" if status >= 500 else "invalid_request_error")).encode()
 
 
 class Service:
@@ -212,11 +239,14 @@ class Service:
             settings,
             bench,
         )
-        servers = [_uvicorn_server(gateway, gateway_sock), _uvicorn_server(control, control_sock)]
+        servers: list[tuple[_Listener, socket.socket]] = [
+            (_gateway_server(gateway, options.gateway_server, gateway_config.max_body_bytes), gateway_sock),
+            (_uvicorn_server(control), control_sock),
+        ]
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, self.request_stop)
-        tasks = [asyncio.create_task(server.serve(sockets=[sock])) for server, sock in servers]
+        tasks = [asyncio.create_task(server.serve_socket(sock)) for server, sock in servers]
         preloads: list[asyncio.Task[None]] = [
             asyncio.create_task(manager.stop_idle_engines()),
             asyncio.create_task(remotes.refresh_forever()),
@@ -241,7 +271,7 @@ class Service:
         finally:
             log.info("stopping")
             for server, _ in servers:
-                server.should_exit = True
+                server.stop()
             for preload in preloads:
                 preload.cancel()
             await hub.downloads.pause_all()  # partial files stay for the next run to resume

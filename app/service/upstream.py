@@ -14,6 +14,7 @@ import functools
 import socket
 import ssl
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import cast
 from urllib.parse import urlsplit
@@ -67,7 +68,10 @@ class Response:
     """An answer being read. `status` and `headers` are set when it is returned; the body is read with
     `read_chunk` (what arrived since the last call) or `read` (all of it)."""
 
-    __slots__ = ("_abandoned", "_chunks", "_connection", "_done", "_error", "_waiter", "headers", "status")
+    __slots__ = (
+        "_abandoned", "_chunks", "_connection", "_done", "_error", "_pending", "_sink", "_waiter", "headers",
+        "status",
+    )  # fmt: skip
 
     def __init__(self, connection: _Connection) -> None:
         self._connection = connection
@@ -78,6 +82,28 @@ class Response:
         self._done = False
         self._error: UpstreamError | None = None
         self._abandoned = False
+        self._sink: Callable[[bytes], bool] | None = None
+        self._pending: list[bytes] = []  # body pieces of the current read, for the sink
+
+    def divert(self, sink: Callable[[bytes], bool]) -> None:
+        """Hand body pieces to `sink` in the connection's own callback as they arrive, instead of keeping them for
+        `read_chunk`: no task wakes up per piece. The pieces of one read go together, in one call, as do the
+        pieces already kept. A chunk `sink` declines (returns False) is kept, and so is every later one.
+        `read_chunk` still raises the connection's errors and returns b"" once the body is complete."""
+        self._sink = sink
+        self._pending, self._chunks = self._chunks, []
+        self._flush()
+        if self._connection.paused:  # paused while the pieces waited for the reader: they are gone now
+            self._connection.resume()
+
+    def pause(self) -> None:
+        """Stop reading from the engine (its sends then block): the client does not keep up."""
+        if not self._connection.paused:
+            self._connection.pause()
+
+    def resume(self) -> None:
+        if self._connection.paused:
+            self._connection.resume()
 
     async def read_chunk(self) -> bytes:
         """The body bytes received since the last call, waiting for some; b"" once the body is complete."""
@@ -107,6 +133,7 @@ class Response:
         """Give the connection back: to the pool if the answer was read in full, else closed, which tells the
         engine to stop working on the request. `answered`: the caller needs no more of it (a client that
         leaves right after `data: [DONE]`); the rest is then awaited briefly to keep the connection."""
+        self._sink = None
         if self._done or self._error is not None or not answered:
             self._connection.finish(self._done and self._error is None)
         else:
@@ -126,11 +153,25 @@ class Response:
             waiter.set_result(None)
 
     def _push(self, data: bytes) -> None:
+        if self._sink is not None:
+            self._pending.append(data)
+            return
         if self._abandoned:
             return
         self._chunks.append(data)
         if len(self._chunks) > _PAUSE_AFTER and not self._connection.paused:
             self._connection.pause()
+
+    def _flush(self) -> None:
+        """Hand the pieces of the last read to the sink."""
+        pending, self._pending = self._pending, []
+        if not pending or self._sink is None:
+            return
+        data = pending[0] if len(pending) == 1 else b"".join(pending)
+        if not self._sink(data):
+            self._sink = None
+            self._chunks.append(data)
+            self._wake()
 
     def _complete(self) -> None:
         self._done = True
@@ -165,13 +206,17 @@ class _Connection(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         self.received = True
+        response = self._response  # the parser may finish the answer and let it go
         try:
             self._parser.feed_data(data)
         except httptools.HttpParserError as exc:
             self._abort(UpstreamError(f"the engine's answer is not valid HTTP: {exc}"))
             return
-        if self._response is not None:  # one wake-up for all the body pieces of this read
-            self._response._wake()
+        if response is not None:
+            if response._pending:  # one write to the client for all the body pieces of this read
+                response._flush()
+            elif response._chunks:  # one wake-up for all of them
+                response._wake()
 
     def eof_received(self) -> bool:
         return False  # close our side too

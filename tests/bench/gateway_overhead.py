@@ -39,6 +39,10 @@ Targets, three sections:
   C. the same three again with the synthetic engine pacing tokens (`--paced-token-delay-ms`, 5; 0 to skip),
      as a real engine does: one event per read, so CPU per chunk is the cost of forwarding one token.
 
+ModelDeck runs twice side by side (`--gateway-servers`): `modeldeck` with its own HTTP server for the
+endpoint (app/service/http_server.py, streamed chunks relayed in the engine connection's callback) and
+`md-uvicorn` with uvicorn, as the endpoint was served before.
+
 Reported per section, concurrency and target: requests (failed or cut), TTFT p50/p99 and the TTFT added to
 direct's, ITL p50, throughput in content chunks/s and as % of direct, proxy and client CPU per chunk; then
 the LiteLLM / ModelDeck ratios of added TTFT and CPU per chunk. With a few dozen requests p99 is close to the
@@ -85,7 +89,9 @@ PROMPT = "Write a long, detailed essay about the history of the city of Rome, fr
 # An SSE event whose content or text is not empty (as the gateway's own meter and `vllm bench serve` count).
 CONTENT = re.compile(rb'"(?:content|text)": ?"(?:[^"\\]|\\.)')
 DONE = b"data: [DONE]"
-DIRECT, MODELDECK, LITELLM = "direct", "modeldeck", "litellm"
+DIRECT, MODELDECK, MODELDECK_UVICORN, LITELLM = "direct", "modeldeck", "md-uvicorn", "litellm"
+# ModelDeck with each HTTP server for its endpoint (`serve --gateway-server`): its own, and uvicorn to compare.
+GATEWAY_SERVERS = {MODELDECK: "own", MODELDECK_UVICORN: "uvicorn"}
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -415,18 +421,32 @@ def wait_ready(procs: Processes, name: str, pid: int, port: int, timeout_s: floa
     raise RuntimeError(f"{name} not ready within {timeout_s:.0f} s:\n{procs.log_tail(name)}")
 
 
-def start_modeldeck(procs: Processes, home: Path, model_id: str, upstream_port: int) -> tuple[int, int]:
+def start_modeldeck(
+    procs: Processes, home: Path, model_id: str, upstream_port: int, name: str = MODELDECK
+) -> tuple[int, int]:
     port = free_port()
+    home = home / name
+    home.mkdir()
     env = {**os.environ, "MODELDECK_API_KEY": API_KEY, "MODELDECK_HOME": str(home)}
-    cmd = [str(VENV_PYTHON), "-m", "app", "serve", "--port", str(port),
+    cmd = [str(VENV_PYTHON), "-m", "app", "serve", "--port", str(port), "--gateway-server", GATEWAY_SERVERS[name],
            "--upstream", f"{model_id}=http://127.0.0.1:{upstream_port}"]  # fmt: skip
-    pid = procs.start(MODELDECK, cmd, PROXY_CPU, env)
+    pid = procs.start(name, cmd, PROXY_CPU, env)
     try:
-        wait_ready(procs, MODELDECK, pid, port)
+        wait_ready(procs, name, pid, port)
     except RuntimeError:
         procs.stop(pid)
         raise
     return pid, port
+
+
+def start_modeldecks(
+    procs: Processes, home: Path, model_id: str, upstream_port: int, names: Sequence[str]
+) -> list[Target]:
+    targets = []
+    for name in names:
+        pid, port = start_modeldeck(procs, home, model_id, upstream_port, name)
+        targets.append(Target(name, port, model_id, pid))
+    return targets
 
 
 def start_litellm(procs: Processes, work: Path, upstream_port: int) -> tuple[int, int]:
@@ -561,11 +581,29 @@ def report(summaries: list[Summary]) -> None:
               f"{_ms(p50):>9} {_ms(p99):>9} {_ms(add50, True):>8} {_ms(add99, True):>8} "
               f"{_ms3(pct(s.itls, 0.5)):>8} {s.throughput:>9.0f} {share:>6} "
               f"{proxy_text:>11} {client_text:>12}")  # fmt: skip
+    for slower, faster in ((LITELLM, MODELDECK), (LITELLM, MODELDECK_UVICORN), (MODELDECK_UVICORN, MODELDECK)):
+        ratios = _ratios(summaries, keyed, slower, faster)
+        if ratios:
+            print(f"\n{slower} / {faster} (a '-' where {faster} added nothing measurable):")
+            print("\n".join(ratios))
+    problems = [(s, e, n) for s in summaries for e, n in s.errors.items()]
+    if problems or any(s.timed_out for s in summaries):
+        print("\nFailures (failed, cut or incomplete streams):")
+        for s, error, count in problems:
+            print(f"  {s.section} c={s.concurrency} {s.target}: {count} x {error}")
+        for s in summaries:
+            if s.timed_out:
+                print(f"  {s.section} c={s.concurrency} {s.target}: {s.timed_out} batch(es) hit the batch time limit")
+
+
+def _ratios(
+    summaries: list[Summary], keyed: dict[tuple[str, int, str], Summary], slower: str, faster: str
+) -> list[str]:
     ratios = []
     for s in summaries:
-        if s.target != LITELLM:
+        if s.target != slower:
             continue
-        md, direct = keyed.get((s.section, s.concurrency, MODELDECK)), keyed.get((s.section, s.concurrency, DIRECT))
+        md, direct = keyed.get((s.section, s.concurrency, faster)), keyed.get((s.section, s.concurrency, DIRECT))
         if md is None or direct is None:
             continue
         d50, d99 = pct(direct.ttfts, 0.5), pct(direct.ttfts, 0.99)
@@ -575,17 +613,7 @@ def report(summaries: list[Summary]) -> None:
             f"{_ratio(_diff(pct(s.ttfts, 0.99), d99), _diff(pct(md.ttfts, 0.99), d99)):>8}   CPU per chunk "
             f"{_ratio(s.proxy_us_per_chunk(), md.proxy_us_per_chunk()):>8}"
         )
-    if ratios:
-        print("\nLiteLLM / ModelDeck (a '-' where ModelDeck added nothing measurable):")
-        print("\n".join(ratios))
-    problems = [(s, e, n) for s in summaries for e, n in s.errors.items()]
-    if problems or any(s.timed_out for s in summaries):
-        print("\nFailures (failed, cut or incomplete streams):")
-        for s, error, count in problems:
-            print(f"  {s.section} c={s.concurrency} {s.target}: {count} x {error}")
-        for s in summaries:
-            if s.timed_out:
-                print(f"  {s.section} c={s.concurrency} {s.target}: {s.timed_out} batch(es) hit the batch time limit")
+    return ratios
 
 
 def machine_facts() -> list[str]:
@@ -711,15 +739,18 @@ async def _llama_section(args: argparse.Namespace, procs: Processes, work: Path,
         wait_ready(procs, "llama", engine, port)
         home = work / "home-llama"
         home.mkdir()
-        md_pid, md_port = start_modeldeck(procs, home, "smol", port)
+        proxies = []
         try:
-            targets = [Target(DIRECT, port, "smol", None), Target(MODELDECK, md_port, "smol", md_pid)]
+            proxies = start_modeldecks(procs, home, "smol", port, args.gateway_servers)
+            targets = [Target(DIRECT, port, "smol", None), *proxies]
             return await measure_section("llama.cpp", targets, [c for c in args.concurrency if c <= 8],
                                          args.llama_requests, 1, args.llama_max_tokens, args.rounds,
                                          args.batch_timeout)  # fmt: skip
         finally:
-            _check_exit(procs, MODELDECK, md_pid, notes, "llama.cpp")
-            procs.stop(md_pid)
+            for proxy in proxies:
+                assert proxy.pid is not None
+                _check_exit(procs, proxy.name, proxy.pid, notes, "llama.cpp")
+                procs.stop(proxy.pid)
     finally:
         procs.stop(engine)
 
@@ -735,8 +766,8 @@ async def _synthetic_section(
         wait_ready(procs, "synthetic", engine, port)
         home = work / f"home-{section}"
         home.mkdir()
-        md_pid, md_port = start_modeldeck(procs, home, "synth", port)
-        targets = [Target(DIRECT, port, "synth", None), Target(MODELDECK, md_port, "synth", md_pid)]
+        targets = [Target(DIRECT, port, "synth", None), *start_modeldecks(procs, home, "synth", port,
+                                                                          args.gateway_servers)]  # fmt: skip
         if args.skip_litellm:
             notes.append(f"[{section}] LiteLLM skipped (--skip-litellm)")
         elif not LITELLM_BIN.exists():
@@ -751,7 +782,7 @@ async def _synthetic_section(
                                      args.rounds, args.batch_timeout)  # fmt: skip
     finally:
         for name, proc in list(procs.procs):
-            if name in (MODELDECK, LITELLM):
+            if name in (*GATEWAY_SERVERS, LITELLM):
                 _check_exit(procs, name, proc.pid, notes, section)
                 procs.stop(proc.pid)
         procs.stop(engine)
@@ -777,6 +808,13 @@ def _levels(text: str) -> list[int]:
     return levels
 
 
+def _servers(text: str) -> list[str]:
+    names = [part.strip() for part in text.split(",") if part.strip()]
+    if not names or any(name not in GATEWAY_SERVERS for name in names):
+        raise argparse.ArgumentTypeError(f"expected some of {', '.join(GATEWAY_SERVERS)}, got {text!r}")
+    return names
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--concurrency", type=_levels, default=[1, 8, 64], help="levels, comma-separated (1,8,64)")
@@ -792,6 +830,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--llama-max-tokens", type=int, default=32, help="llama.cpp: max_tokens per request (32)")
     parser.add_argument("--rounds", type=int, default=2, help="alternations of the targets per level (2)")
     parser.add_argument("--batch-timeout", type=float, default=120.0, help="limit for one batch, seconds (120)")
+    parser.add_argument(
+        "--gateway-servers", type=_servers, default=list(GATEWAY_SERVERS),
+        help="ModelDeck targets, by the HTTP server of its endpoint: modeldeck (its own), md-uvicorn (both)",
+    )  # fmt: skip
     parser.add_argument("--skip-llama", action="store_true", help="only the synthetic engine")
     parser.add_argument("--skip-litellm", action="store_true", help="no LiteLLM target")
     parser.add_argument("--keep-logs", action="store_true", help="keep the servers' logs (path printed)")
