@@ -107,9 +107,9 @@ def _parser() -> argparse.ArgumentParser:
     )  # fmt: skip
     serve.add_argument("--models-dir", action="append", default=[], type=Path, metavar="DIR", help=MODELS_DIR_HELP)
     serve.add_argument(
-        "--gateway-server", choices=("own", "uvicorn"), default=os.environ.get("MODELDECK_GATEWAY_SERVER", "uvicorn"),
-        help="HTTP server of the OpenAI endpoint: uvicorn, or ModelDeck's own (app/service/http_server.py), which "
-        "relays streamed chunks in a callback and enforces HTTP limits ($MODELDECK_GATEWAY_SERVER; uvicorn)",
+        "--gateway-server", choices=("own", "uvicorn"), default=os.environ.get("MODELDECK_GATEWAY_SERVER", "own"),
+        help="HTTP server of the OpenAI endpoint: ModelDeck's own (app/service/http_server.py), which enforces HTTP "
+        "limits and relays streamed chunks in a callback, or uvicorn as a fallback ($MODELDECK_GATEWAY_SERVER; own)",
     )  # fmt: skip
     models = commands.add_parser("models", help="list the models ModelDeck can serve")
     models.add_argument("--models-dir", action="append", default=[], type=Path, metavar="DIR", help=MODELS_DIR_HELP)

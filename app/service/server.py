@@ -72,7 +72,7 @@ class ServeOptions:
     models_dirs: tuple[Path, ...] = ()  # the user's models folders, scanned besides ModelDeck's own
     remotes: tuple[tuple[str, str], ...] = ()  # (name, base URL) of remote OpenAI-compatible servers
     settings_problem: str | None = None  # why the settings file could not be used, when it could not
-    gateway_server: str = "uvicorn"  # or "own": app.service.http_server (see README, "What the gateway costs")
+    gateway_server: str = "own"  # app.service.http_server, or "uvicorn" (see README, "What the gateway costs")
 
 
 class _Server(uvicorn.Server):

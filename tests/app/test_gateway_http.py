@@ -1,6 +1,6 @@
-"""The /v1 endpoint at the HTTP level, on the real service (`modeldeck serve --gateway-server own`, its own HTTP
-server): what reaches a client for HTTP that is odd, too big or malformed. No engine is needed: these requests
-end in the gateway. (The gateway's other tests run on either server: MODELDECK_GATEWAY_SERVER=own.)"""
+"""The /v1 endpoint at the HTTP level, on the real service (`modeldeck serve`, its own HTTP server by default):
+what reaches a client for HTTP that is odd, too big or malformed. No engine is needed: these requests end in the
+gateway. (The gateway's other tests run on either server: MODELDECK_GATEWAY_SERVER=uvicorn for the fallback.)"""
 
 from __future__ import annotations
 
@@ -43,6 +43,21 @@ def assert_openai_error(answer: Answer, status: int) -> None:
     error = json.loads(answer.body)["error"]
     assert error["message"] and error["type"]
     assert b"Traceback" not in answer.body
+
+
+def test_the_uvicorn_fallback_serves_the_endpoint(paths: AppPaths, tmp_path: Path) -> None:
+    service = start_service_process(paths, tmp_path, "--gateway-server", "uvicorn", api_key=KEY)
+    try:
+        with connect(service) as sock:
+            sock.sendall(request("GET", "/v1/models"))
+            answer = read_answer(sock, bytearray())
+        assert answer.status == 200
+        assert {model["id"] for model in json.loads(answer.body)["data"]} >= {"smollm2-135m-instruct"}
+        with connect(service) as sock:
+            sock.sendall(request("GET", "/v1/models").replace(KEY.encode(), b"wrong-key"))
+            assert_openai_error(read_answer(sock, bytearray()), 401)
+    finally:
+        stop_service_process(service)
 
 
 def test_oversized_and_malformed_requests_get_openai_errors(gateway: RunningService) -> None:
