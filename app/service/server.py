@@ -159,6 +159,12 @@ class Service:
         unknown = [m for m in (*options.models, *(m for m, _ in options.model_ttls)) if m not in models]
         if unknown:
             raise ServiceError(f"Unknown model {', '.join(unknown)}. Known models: {', '.join(models) or 'none'}.")
+        upstream_ttls = [m for m, _ in options.model_ttls if models[m].url is not None]
+        if upstream_ttls:
+            raise ServiceError(
+                f"--model-ttl {', '.join(upstream_ttls)}: an --upstream model is not started or stopped by ModelDeck, "
+                "so it has no idle TTL."
+            )
         if not options.require_api_key and not is_loopback_address(options.host):
             raise ServiceError(
                 f"Refusing to listen on {options.host} without an API key: anyone on the network could use it. "

@@ -52,6 +52,15 @@ def test_serve_refuses_a_bad_model_ttl() -> None:
         assert "expected ID=SECONDS" in result.stderr
 
 
+def test_serve_refuses_a_ttl_for_an_upstream_model() -> None:
+    result = modeldeck(
+        "serve", "--port", str(free_port()), "--upstream", "far=http://127.0.0.1:9/v1", "--model-ttl", "far=5",
+        env={"MODELDECK_API_KEY": "k"},
+    )  # fmt: skip
+    assert result.returncode == 2
+    assert "--model-ttl far: an --upstream model is not started or stopped by ModelDeck" in result.stderr
+
+
 def test_serve_refuses_a_ttl_for_an_unknown_model() -> None:
     result = modeldeck("serve", "--port", str(free_port()), "--model-ttl", "nope=5", env={"MODELDECK_API_KEY": "k"})
     assert result.returncode == 2
