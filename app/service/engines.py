@@ -489,6 +489,7 @@ class EngineManager:
         supervisor = self._supervisors.get(model_id)
         state, message = self._state_and_message(model_id)
         queue = self._queues.get(model_id)
+        folder = self._folders.get(model_id)
         return {
             "id": spec.id,
             "name": spec.name,
@@ -506,12 +507,13 @@ class EngineManager:
             "running_requests": queue.running if queue else 0,
             "waiting_requests": queue.waiting if queue else 0,
             "memory": self.memory_check.describe(model_id),
-            "plan": plan_summary(plan) if (plan := self._plans.get(model_id)) else None,
+            # What a launch can override; a folder model's vLLM plan takes no overrides: see "vllm".
+            "plan": plan_summary(plan) if (plan := self._plans.get(model_id)) and folder is None else None,
             "idle_ttl_s": None if spec.url is not None else self.lifecycle.ttl_for(model_id),
             "startup": {**startup.to_dict(), "summary": startup.summary()}
             if (startup := self._startups.get(model_id))
             else None,
-            "vllm": folder.describe(startup) if (folder := self._folders.get(model_id)) else None,
+            "vllm": folder.describe(startup) if folder else None,
             "max_concurrent_requests": queue.capacity if queue else None,  # what the gateway lets through at once
             "embedding_companion": self.companions.describe(model_id),
         }

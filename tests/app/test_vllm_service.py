@@ -132,6 +132,7 @@ def test_openai_stream_starts_the_folder_model_on_vllm_and_stop_ends_it(
         # What vLLM said while starting, in the listing beside what the planner predicted.
         startup, planned = described["startup"], described["vllm"]
         assert startup is not None and planned is not None
+        assert described["plan"] is None  # nothing a client could override (the GGUF-shaped summary would mislead)
         assert startup["kv_cache_tokens"] > 100_000 and startup["concurrency_length"] == 8192
         assert startup["max_concurrency"] == pytest.approx(startup["kv_cache_tokens"] / 8192, abs=0.01)
         assert any(line.startswith("KV cache: ") for line in startup["summary"])
