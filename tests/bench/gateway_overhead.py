@@ -34,9 +34,11 @@ Targets, three sections:
   B. the synthetic engine (tests/bench/synthetic_engine.py) as fast as it can (`--token-delay-ms` to slow it):
      direct vs ModelDeck vs LiteLLM's proxy (`.bench-venv/bin/litellm`, no master key, which recent releases
      allow only with LITELLM_DANGEROUSLY_PERMIT_WEAK_OR_UNSET_MASTER_KEY; loopback only), at `--concurrency` (1,8,64),
-     `--requests` per level and target (at least 2 per stream), `--max-tokens` (128). Here the proxy often
-     reads many events at once, so its cost per chunk is amortized and throughput shows what it can pump.
-  C. the same three again with the synthetic engine pacing tokens (`--paced-token-delay-ms`, 5; 0 to skip),
+     `--requests` per level and target (at least 2 per stream), `--max-tokens` (128); and `relay`
+     (tests/bench/byte_relay.py, `--no-relay` to skip): bytes forwarded both ways on uvloop, no HTTP, no
+     measurement, the least any Python proxy can spend. Here the proxy often reads many events at once, so its
+     cost per chunk is amortized and throughput shows what it can pump.
+  C. the same targets again with the synthetic engine pacing tokens (`--paced-token-delay-ms`, 5; 0 to skip),
      as a real engine does: one event per read, so CPU per chunk is the cost of forwarding one token.
 
 ModelDeck runs twice side by side (`--gateway-servers`): `modeldeck` with its own HTTP server for the
@@ -45,8 +47,9 @@ endpoint (app/service/http_server.py, streamed chunks relayed in the engine conn
 
 Reported per section, concurrency and target: requests (failed or cut), TTFT p50/p99 and the TTFT added to
 direct's, ITL p50, throughput in content chunks/s and as % of direct, proxy and client CPU per chunk; then
-the LiteLLM / ModelDeck ratios of added TTFT and CPU per chunk. With a few dozen requests p99 is close to the
-maximum: read it as "the tail", not as a precise percentile.
+the LiteLLM / ModelDeck ratios of added TTFT and CPU per chunk, and LiteLLM / relay next to them: the ratio
+that no Python gateway can beat on this machine (ModelDeck / relay says how far ModelDeck is from it). With a
+few dozen requests p99 is close to the maximum: read it as "the tail", not as a precise percentile.
 """
 
 from __future__ import annotations
@@ -80,6 +83,7 @@ REPO = Path(__file__).resolve().parents[2]
 VENV_PYTHON = REPO / ".venv" / "bin" / "python"
 LITELLM_BIN = REPO / ".bench-venv" / "bin" / "litellm"
 SYNTHETIC_ENGINE = Path(__file__).resolve().parent / "synthetic_engine.py"
+BYTE_RELAY = Path(__file__).resolve().parent / "byte_relay.py"
 API_KEY = "bench-key"
 CLIENT_CPU, PROXY_CPU = 0, 1
 READY_TIMEOUT_S = 120.0
@@ -89,7 +93,7 @@ PROMPT = "Write a long, detailed essay about the history of the city of Rome, fr
 # An SSE event whose content or text is not empty (as the gateway's own meter and `vllm bench serve` count).
 CONTENT = re.compile(rb'"(?:content|text)": ?"(?:[^"\\]|\\.)')
 DONE = b"data: [DONE]"
-DIRECT, MODELDECK, MODELDECK_UVICORN, LITELLM = "direct", "modeldeck", "md-uvicorn", "litellm"
+DIRECT, MODELDECK, MODELDECK_UVICORN, RELAY, LITELLM = "direct", "modeldeck", "md-uvicorn", "relay", "litellm"
 # ModelDeck with each HTTP server for its endpoint (`serve --gateway-server`): its own, and uvicorn to compare.
 GATEWAY_SERVERS = {MODELDECK: "own", MODELDECK_UVICORN: "uvicorn"}
 
@@ -449,6 +453,18 @@ def start_modeldecks(
     return targets
 
 
+def start_relay(procs: Processes, upstream_port: int) -> Target:
+    port = free_port()
+    cmd = [str(VENV_PYTHON), str(BYTE_RELAY), "--port", str(port), "--upstream-port", str(upstream_port)]
+    pid = procs.start(RELAY, cmd, PROXY_CPU)
+    try:
+        wait_ready(procs, RELAY, pid, port)  # the engine's /v1/models, through the relay
+    except RuntimeError:
+        procs.stop(pid)
+        raise
+    return Target(RELAY, port, "synth", pid)
+
+
 def start_litellm(procs: Processes, work: Path, upstream_port: int) -> tuple[int, int]:
     port = free_port()
     config = work / "litellm.yaml"
@@ -581,7 +597,9 @@ def report(summaries: list[Summary]) -> None:
               f"{_ms(p50):>9} {_ms(p99):>9} {_ms(add50, True):>8} {_ms(add99, True):>8} "
               f"{_ms3(pct(s.itls, 0.5)):>8} {s.throughput:>9.0f} {share:>6} "
               f"{proxy_text:>11} {client_text:>12}")  # fmt: skip
-    for slower, faster in ((LITELLM, MODELDECK), (LITELLM, MODELDECK_UVICORN), (MODELDECK_UVICORN, MODELDECK)):
+    pairs = ((LITELLM, MODELDECK), (LITELLM, RELAY), (LITELLM, MODELDECK_UVICORN), (MODELDECK_UVICORN, MODELDECK),
+             (MODELDECK, RELAY))  # fmt: skip
+    for slower, faster in pairs:
         ratios = _ratios(summaries, keyed, slower, faster)
         if ratios:
             print(f"\n{slower} / {faster} (a '-' where {faster} added nothing measurable):")
@@ -768,6 +786,8 @@ async def _synthetic_section(
         home.mkdir()
         targets = [Target(DIRECT, port, "synth", None), *start_modeldecks(procs, home, "synth", port,
                                                                           args.gateway_servers)]  # fmt: skip
+        if args.relay:
+            targets.append(start_relay(procs, port))
         if args.skip_litellm:
             notes.append(f"[{section}] LiteLLM skipped (--skip-litellm)")
         elif not LITELLM_BIN.exists():
@@ -782,7 +802,7 @@ async def _synthetic_section(
                                      args.rounds, args.batch_timeout)  # fmt: skip
     finally:
         for name, proc in list(procs.procs):
-            if name in (*GATEWAY_SERVERS, LITELLM):
+            if name in (*GATEWAY_SERVERS, RELAY, LITELLM):
                 _check_exit(procs, name, proc.pid, notes, section)
                 procs.stop(proc.pid)
         procs.stop(engine)
@@ -836,6 +856,10 @@ def main(argv: list[str] | None = None) -> int:
     )  # fmt: skip
     parser.add_argument("--skip-llama", action="store_true", help="only the synthetic engine")
     parser.add_argument("--skip-litellm", action="store_true", help="no LiteLLM target")
+    parser.add_argument(
+        "--relay", action=argparse.BooleanOptionalAction, default=True,
+        help="synthetic: the byte relay (tests/bench/byte_relay.py) as a target, the floor of a Python proxy",
+    )  # fmt: skip
     parser.add_argument("--keep-logs", action="store_true", help="keep the servers' logs (path printed)")
     args = parser.parse_args(argv)
     if not 1 <= args.requests <= 4096 or not 1 <= args.llama_requests <= 256 or not 1 <= args.rounds <= 10:
