@@ -19,8 +19,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import signal
 from typing import cast
+
+from synthetic_engine import parse_loopback_args, run, serve_until_signalled  # run as a script beside it
 
 
 class _Side(asyncio.Protocol):
@@ -96,31 +97,14 @@ class _ClientSide(_Side):
 
 async def serve(host: str, port: int, upstream_port: int) -> None:
     loop = asyncio.get_running_loop()
-    server = await loop.create_server(lambda: _ClientSide(upstream_port), host, port, backlog=1024)
-    stop = asyncio.Event()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
-    async with server:
-        await stop.wait()
+    await serve_until_signalled(await loop.create_server(lambda: _ClientSide(upstream_port), host, port, backlog=1024))
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--host", default="127.0.0.1")
-    parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--upstream-port", type=int, required=True, help="the engine's port on 127.0.0.1")
-    args = parser.parse_args(argv)
-    if args.host not in ("127.0.0.1", "localhost", "::1"):
-        parser.error("loopback only")
-    try:
-        import uvloop
-
-        runner = asyncio.Runner(loop_factory=uvloop.new_event_loop)
-    except ImportError:
-        runner = asyncio.Runner()
-    with runner:
-        runner.run(serve(args.host, args.port, args.upstream_port))
-    return 0
+    args = parse_loopback_args(parser, argv)
+    return run(serve(args.host, args.port, args.upstream_port))
 
 
 if __name__ == "__main__":

@@ -24,6 +24,7 @@ import asyncio
 import contextlib
 import json
 import signal
+from collections.abc import Coroutine
 from typing import Any
 
 MODEL = "synth"
@@ -217,9 +218,8 @@ async def _send_json(writer: asyncio.StreamWriter, status: int, obj: dict[str, A
     await writer.drain()
 
 
-async def serve(host: str, port: int, token_delay_ms: float) -> None:
-    engine = SyntheticEngine(token_delay_ms / 1000.0)
-    server = await asyncio.start_server(engine.handle, host, port, backlog=1024, limit=MAX_HEADER)
+async def serve_until_signalled(server: asyncio.AbstractServer) -> None:
+    """Serve until SIGTERM or SIGINT (the benchmark stops its servers with SIGTERM)."""
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -228,14 +228,23 @@ async def serve(host: str, port: int, token_delay_ms: float) -> None:
         await stop.wait()
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+async def serve(host: str, port: int, token_delay_ms: float) -> None:
+    engine = SyntheticEngine(token_delay_ms / 1000.0)
+    await serve_until_signalled(await asyncio.start_server(engine.handle, host, port, backlog=1024, limit=MAX_HEADER))
+
+
+def parse_loopback_args(parser: argparse.ArgumentParser, argv: list[str] | None) -> argparse.Namespace:
+    """`parser`'s arguments plus --host (loopback only) and --port."""
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, required=True)
-    parser.add_argument("--token-delay-ms", type=float, default=0.0, help="pause before each content chunk (0)")
     args = parser.parse_args(argv)
     if args.host not in ("127.0.0.1", "localhost", "::1"):
         parser.error("loopback only")
+    return args
+
+
+def run(main: Coroutine[Any, Any, None]) -> int:
+    """Run `main` on uvloop where it is installed."""
     try:
         import uvloop
 
@@ -243,8 +252,15 @@ def main(argv: list[str] | None = None) -> int:
     except ImportError:
         runner = asyncio.Runner()
     with runner:
-        runner.run(serve(args.host, args.port, args.token_delay_ms))
+        runner.run(main)
     return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--token-delay-ms", type=float, default=0.0, help="pause before each content chunk (0)")
+    args = parse_loopback_args(parser, argv)
+    return run(serve(args.host, args.port, args.token_delay_ms))
 
 
 if __name__ == "__main__":
