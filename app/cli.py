@@ -111,6 +111,13 @@ def _parser() -> argparse.ArgumentParser:
         help="HTTP server of the OpenAI endpoint: ModelDeck's own (app/service/http_server.py), which enforces HTTP "
         "limits and relays streamed chunks in a callback, or uvicorn as a fallback ($MODELDECK_GATEWAY_SERVER; own)",
     )  # fmt: skip
+    serve.add_argument(
+        "--tls", choices=("auto", "on", "off"), default="auto",
+        help="HTTPS for the OpenAI endpoint: auto (default) when it listens beyond loopback, with a self-signed "
+        "certificate made on first use (its fingerprint is in the log and Settings), on, or off",
+    )  # fmt: skip
+    serve.add_argument("--tls-cert", type=Path, metavar="PEM", help="serve HTTPS with this certificate (and --tls-key)")
+    serve.add_argument("--tls-key", type=Path, metavar="PEM", help="the unencrypted private key of --tls-cert")
     models = commands.add_parser("models", help="list the models ModelDeck can serve")
     models.add_argument("--models-dir", action="append", default=[], type=Path, metavar="DIR", help=MODELS_DIR_HELP)
     commands.add_parser("ps", help="list the running engines")
@@ -177,6 +184,9 @@ def _serve(args: argparse.Namespace, paths: AppPaths, loaded: LoadedSettings) ->
         remotes=tuple(dict(args.remote).items()),
         settings_problem=loaded.problem,
         gateway_server=args.gateway_server,
+        tls=args.tls,
+        tls_cert=args.tls_cert,
+        tls_key=args.tls_key,
     )
     loop_factory: Callable[[], asyncio.AbstractEventLoop]
     try:

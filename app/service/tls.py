@@ -75,7 +75,7 @@ def own_certificate(directory: Path, hosts: Iterable[str], now: datetime.datetim
     names = host_names(hosts)
     now = now or datetime.datetime.now(datetime.UTC)
     cert_path, key_path = directory / CERT_FILE, directory / KEY_FILE
-    why_new = "made on first use"
+    why_new = ""  # first use
     if cert_path.exists() or key_path.exists():
         try:
             identity = _load(cert_path, key_path, own=True)
@@ -88,7 +88,9 @@ def own_certificate(directory: Path, hosts: Iterable[str], now: datetime.datetim
             why_new = f"the one kept there could not be used ({exc})"
     _make(cert_path, key_path, names, now)
     identity = _load(cert_path, key_path, own=True)
-    return replace(identity, note=f"a new self-signed certificate, {why_new}: clients must trust the new one")
+    if not why_new:
+        return replace(identity, note="a self-signed certificate made on first use: clients trust this file")
+    return replace(identity, note=f"a new self-signed certificate, as {why_new}: clients must trust the new one")
 
 
 def user_certificate(cert_path: Path, key_path: Path, now: datetime.datetime | None = None) -> TlsIdentity:
