@@ -5,6 +5,7 @@ certificate/key pair stops the service before it listens. All traffic stays on l
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import os
 import socket
@@ -18,6 +19,7 @@ import httpx
 import openai
 import pytest
 
+from app.bench.load import LoadSpec, run_level
 from app.client import stream_chat
 from app.hub.library import BUNDLED_ID
 from app.paths import AppPaths
@@ -34,7 +36,7 @@ def _trusting(cert_path: str) -> ssl.SSLContext:
 
 
 def _served_fingerprint(port: int) -> str:
-    """The SHA-256 fingerprint of the certificate the port actually presents."""
+    """The SHA-256 fingerprint of the certificate the port actually presents (not verified: only looked at)."""
     der = ssl.PEM_cert_to_DER_cert(ssl.get_server_certificate(("127.0.0.1", port), timeout=10))
     return ":".join(f"{byte:02X}" for byte in hashlib.sha256(der).digest())
 
@@ -91,6 +93,10 @@ def test_a_lan_bind_streams_a_chat_over_tls_to_a_client_that_trusts_the_certific
 
         # The GUI's chat and "Test it" go through app.client with the endpoint as the control API describes it.
         assert "".join(stream_chat(endpoint, BUNDLED_ID, [{"role": "user", "content": "Hi"}], 8)).strip()
+        # So does the benchmark's load generator (modeldeck bench, the Benchmark page).
+        spec = LoadSpec(endpoint["url"], running.api_key, BUNDLED_ID, 1, 1, 16, 4, tls["cert_path"])
+        results, _ = asyncio.run(run_level(spec))
+        assert results[0].error is None and results[0].ttft_s is not None, results[0].error
     finally:
         stop_service_process(running)
     assert running.process.returncode == 0
