@@ -51,6 +51,12 @@ def _plain_http_gets_no_answer(port: int) -> bytes:
         return received
 
 
+def _status() -> str:
+    result = subprocess.run([sys.executable, "-m", "app", "status"], capture_output=True, text=True, timeout=60,
+                            cwd=REPO, check=True)  # fmt: skip
+    return result.stdout
+
+
 @pytest.mark.parametrize("server", ["own", "uvicorn"])
 def test_a_lan_bind_streams_a_chat_over_tls_to_a_client_that_trusts_the_certificate(
     paths: AppPaths, tmp_path: Path, server: str
@@ -113,6 +119,10 @@ def test_the_certificate_survives_restarts_and_loopback_stays_plain(paths: AppPa
             tls = running.client.endpoint()["tls"]
             fingerprints.append(tls["fingerprint_sha256"])
             assert _served_fingerprint(_port(running)) == tls["fingerprint_sha256"]
+            if args == ("--tls", "on"):  # TLS on loopback too, when asked; `modeldeck status` shows it
+                status = _status()
+                assert f"https://127.0.0.1:{_port(running)}/v1" in status
+                assert f"SHA-256 {tls['fingerprint_sha256']}" in status and tls["cert_path"] in status
         finally:
             stop_service_process(running)
     assert len(set(fingerprints)) == 1, f"the fingerprint changed across restarts: {fingerprints}"
@@ -123,6 +133,7 @@ def test_the_certificate_survives_restarts_and_loopback_stays_plain(paths: AppPa
     try:
         endpoint = running.client.endpoint()
         assert endpoint["url"].startswith("http://127.0.0.1:") and endpoint["tls"] is None
+        assert "TLS          off: plain HTTP" in _status()
         assert running.openai_client().models.list()
     finally:
         stop_service_process(running)
