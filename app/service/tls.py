@@ -89,7 +89,7 @@ def own_certificate(directory: Path, hosts: Iterable[str], now: datetime.datetim
     _make(cert_path, key_path, names, now)
     identity = _load(cert_path, key_path, own=True)
     if not why_new:
-        return replace(identity, note="a self-signed certificate made on first use: clients trust this file")
+        return identity  # first use: the serve banner says that ModelDeck made it, and where it is
     return replace(identity, note=f"a new self-signed certificate, as {why_new}: clients must trust the new one")
 
 
