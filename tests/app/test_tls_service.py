@@ -139,6 +139,19 @@ def test_the_certificate_survives_restarts_and_loopback_stays_plain(paths: AppPa
         stop_service_process(running)
 
 
+def test_tls_off_on_a_lan_bind_serves_plain_http_with_a_warning(paths: AppPaths, tmp_path: Path) -> None:
+    """For a LAN bind behind a proxy that does TLS: allowed, and said in the log."""
+    running = start_service_process(paths, tmp_path, "--host", "0.0.0.0", "--tls", "off")
+    try:
+        endpoint = running.client.endpoint()
+        assert endpoint["url"].startswith("http://0.0.0.0:") and endpoint["tls"] is None
+        assert running.openai_client().models.list()
+    finally:
+        stop_service_process(running)
+    assert "TLS is off on 0.0.0.0: the API key crosses the network in clear" in running.output()
+    assert not paths.tls_dir.exists()
+
+
 def test_the_users_own_certificate_is_served(paths: AppPaths, tmp_path: Path) -> None:
     mine = own_certificate(tmp_path / "mine", ["127.0.0.1", "0.0.0.0"])
     running = start_service_process(
