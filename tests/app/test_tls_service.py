@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import json
 import os
+import shutil
 import socket
 import ssl
 import stat
@@ -21,6 +23,7 @@ import pytest
 
 from app.bench.load import LoadSpec, run_level
 from app.client import stream_chat
+from app.gui.snippets_panel import snippets
 from app.hub.library import BUNDLED_ID
 from app.paths import AppPaths
 from app.service.tls import own_certificate
@@ -109,6 +112,27 @@ def test_a_lan_bind_streams_a_chat_over_tls_to_a_client_that_trusts_the_certific
     log = running.output()
     assert tls["fingerprint_sha256"] in log, "the serve banner shows the fingerprint"
     assert "Traceback" not in log and " ERROR " not in log, log
+
+
+def test_the_snippets_run_as_shown_over_tls(paths: AppPaths, tmp_path: Path) -> None:
+    """The code the snippets panel shows for a TLS endpoint, run as it is: Python (the official client), curl, and
+    Node where it is installed (it is on the machines this was written on; elsewhere that part does not run)."""
+    running = start_service_process(paths, tmp_path, "--host", "0.0.0.0", "--model", BUNDLED_ID)
+    try:
+        endpoint = running.client.endpoint()
+        code = snippets(endpoint["url"], BUNDLED_ID, endpoint["tls"])
+        env = {**os.environ, "MODELDECK_API_KEY": running.api_key}
+        runs = {"Python": [sys.executable, "-c", code["Python"]], "curl": ["bash", "-c", code["curl"]]}
+        if shutil.which("node"):
+            runs["JavaScript"] = ["node", "--input-type=module", "-e", code["JavaScript"]]
+            env["NODE_EXTRA_CA_CERTS"] = endpoint["tls"]["cert_path"]  # as the snippet's comment says
+        for language, command in runs.items():
+            done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=120)
+            assert done.returncode == 0 and done.stdout.strip(), (language, done.stderr)
+            if language == "curl":
+                assert json.loads(done.stdout)["choices"][0]["message"]["content"]
+    finally:
+        stop_service_process(running)
 
 
 def test_the_certificate_survives_restarts_and_loopback_stays_plain(paths: AppPaths, tmp_path: Path) -> None:
