@@ -34,6 +34,8 @@ class LaunchPlan:
     quantization: str | None = None
     # llama-server: request slots served at once by continuous batching (they share `context_length`)
     parallel: int = 1
+    # llama-cpp-python: bytes its RAM prompt cache may hold (the states of recent conversations); 0: no cache
+    prompt_cache_bytes: int = 0
 
 
 @dataclass(frozen=True)
