@@ -6,7 +6,7 @@ import sys
 from importlib import metadata
 from pathlib import Path
 
-from engines.base import Capabilities, EngineCommand, Installation, LaunchPlan
+from engines.base import Capabilities, EngineCommand, Installation, LaunchPlan, openmp_wait_env
 
 DISTRIBUTION = "llama-cpp-python"
 # Its server with a prompt cache that counts all each entry holds (see the module): used when the plan has a cache.
@@ -66,7 +66,7 @@ class LlamaCppPythonEngine:
         return EngineCommand(
             argv=tuple(argv),
             # The server's settings read API_KEY from the environment, which keeps the key off the command line.
-            env={"API_KEY": api_key},
+            env={"API_KEY": api_key, **openmp_wait_env(plan)},
             ready_path="/v1/models",
             ready_headers={"Authorization": f"Bearer {api_key}"},
             secrets=(api_key,),

@@ -31,6 +31,19 @@ def physical_cores() -> int:
     return psutil.cpu_count(logical=False) or os.cpu_count() or 1
 
 
+def logical_cores() -> int:
+    return psutil.cpu_count(logical=True) or os.cpu_count() or 1
+
+
+def spin_wait_fits(threads: int, load: float | None = None) -> bool:
+    """Whether the engine's threads may spin while they wait for each other (engines.base.openmp_wait_env): only
+    where each of them finds a core free of other work. `load`: the one-minute load average, read now when None;
+    half a core of background work is tolerated."""
+    if load is None:
+        load = psutil.getloadavg()[0]
+    return load + threads <= logical_cores() + 0.5
+
+
 def prompt_cache_state_bytes(facts: ModelFacts, context: int, batch: int) -> int | None:
     """What one entry of llama-cpp-python's prompt cache holds at most: the KV cache of a full context, the copy of
     its logits buffer (one row per token of a batch) and the tokens. None where the facts do not say."""
@@ -52,16 +65,24 @@ def prompt_cache_bytes(facts: ModelFacts, context: int, batch: int, room: int | 
     return states * one
 
 
-def default_plan(model_id: str, info: GGUFInfo, engine: str = LLAMA_CPP_PYTHON) -> LaunchPlan:
-    """A plan for serving a GGUF model on the CPU with `engine`."""
+def default_plan(
+    model_id: str, info: GGUFInfo, engine: str = LLAMA_CPP_PYTHON, load: float | None = None
+) -> LaunchPlan:
+    """A plan for serving a GGUF model on the CPU with `engine`; `load` as for spin_wait_fits (None: read now).
+
+    One thread per physical core: llama-cpp-python's own default, half the logical CPUs, is one thread on 2 cores
+    and costs 1.6-1.9x; on a busy machine one thread was no better than two with passive waits (10.9 against 20.5
+    tokens/s, tests/bench/engine_defaults.py)."""
     trained = info.context_length
     context = min(DEFAULT_CONTEXT, trained) if trained else DEFAULT_CONTEXT
     server = engine == LLAMA_SERVER
+    threads = physical_cores()
     return LaunchPlan(
         model_id=model_id,
         model_path=info.path,
         context_length=context,
-        threads=physical_cores(),
+        threads=threads,
+        spin_wait=spin_wait_fits(threads, load),
         batch_size=DEFAULT_BATCH,
         gpu_layers=0,
         parallel=DEFAULT_SLOTS if server else 1,

@@ -19,7 +19,7 @@ from app.hardware.profile import HardwareProfile
 from app.hub.library import ModelSpec
 from app.paths import AppPaths
 from app.planner.calibration import CalibrationStore
-from app.planner.defaults import DEFAULT_CONTEXT, LLAMA_CPP_PYTHON, LLAMA_SERVER, default_plan
+from app.planner.defaults import DEFAULT_CONTEXT, LLAMA_CPP_PYTHON, LLAMA_SERVER, default_plan, spin_wait_fits
 from app.planner.facts import facts_from_gguf
 from app.planner.memory import MissingFacts, llama_cpp_memory
 from app.service.admission import EngineQueue
@@ -382,6 +382,7 @@ class EngineManager:
             except BadOverrides as exc:  # checked before the start; the file changed since
                 self._refuse(model_id, str(exc))
                 return None
+            plan = replace(plan, spin_wait=spin_wait_fits(plan.threads))  # the threads asked for may differ
         return _Prepared(plan, engine_name, self._footprint(spec, info, plan, engine_name), info=info)
 
     def _default_gguf_engine(self, engine_name: str) -> str:

@@ -182,10 +182,10 @@ class Stream:
     prompt_tokens: int = 0
 
 
-def stream(client: openai.OpenAI, prompt: str, max_tokens: int) -> Stream:
+def stream(client: openai.OpenAI, prompt: str, max_tokens: int, model: str = "m") -> Stream:
     result = Stream(time.perf_counter())
     response = client.chat.completions.create(
-        model="m", messages=[{"role": "user", "content": prompt}], max_tokens=max_tokens, temperature=0.8,
+        model=model, messages=[{"role": "user", "content": prompt}], max_tokens=max_tokens, temperature=0.8,
         stream=True, stream_options={"include_usage": True},
     )  # fmt: skip
     for chunk in response:
@@ -219,11 +219,13 @@ def measure(url: str, prompt_words: int, max_tokens: int, streams: int) -> Figur
         client.close()
 
 
-def concurrent_throughput(client: openai.OpenAI, streams: int, max_tokens: int) -> float:
+def concurrent_throughput(client: openai.OpenAI, streams: int, max_tokens: int, model: str = "m") -> float:
     """Content chunks of `streams` concurrent completions over the wall time from the first send to the last chunk."""
     results: list[Stream] = []
     prompts = [f"{random.getrandbits(64):x}. Tell a long story about robot {i}." for i in range(streams)]
-    threads = [threading.Thread(target=lambda p=p: results.append(stream(client, p, max_tokens))) for p in prompts]
+    threads = [
+        threading.Thread(target=lambda p=p: results.append(stream(client, p, max_tokens, model))) for p in prompts
+    ]
     started = time.perf_counter()
     for thread in threads:
         thread.start()
