@@ -10,7 +10,9 @@ One `modeldeck serve` in a temporary MODELDECK_HOME, llama-server from $MODELDEC
 installers/test.sh. Each round starts the bundled model on each engine in turn (the order swapped every round,
 through the control API, no other launch parameter), measures through the /v1 endpoint with the official `openai`
 client (an untimed warm-up first, prompts new to the engine) and stops it. Printed: each figure with the load
-average, then the medians and the ratios.
+average, then the medians and the ratios. One stream's rate is timed from its first content chunk to its last as
+the client reads them: on a busy machine a client that was not scheduled reads many at once and reports an absurd
+rate for that round, which is why the medians are the figures.
 """
 
 from __future__ import annotations
