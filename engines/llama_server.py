@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from engines.base import Capabilities, EngineCommand, Installation, LaunchPlan
+from engines.base import Capabilities, EngineCommand, Installation, LaunchPlan, openmp_wait_env
 
 EXECUTABLE = "llama-server"
 BUILD_INFO = "build-info.json"
@@ -150,10 +150,7 @@ class LlamaServerEngine:
         return EngineCommand(
             argv=tuple(argv),
             # llama-server reads LLAMA_API_KEY when --api-key is not given, which keeps the key off the command line.
-            # Its ggml threads are OpenMP threads, which spin while waiting by default: on a machine where anything
-            # else runs (the service's own gateway, a desktop), a spinning thread holds the core its peer needs.
-            # Measured here (2 busy cores, 4 streams): 3.6 tokens/s spinning, 46.8 with passive waits.
-            env={"LLAMA_API_KEY": api_key, "OMP_WAIT_POLICY": "passive"},
+            env={"LLAMA_API_KEY": api_key, **openmp_wait_env(plan)},
             ready_path="/health",
             secrets=(api_key,),
         )

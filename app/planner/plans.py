@@ -107,7 +107,7 @@ def plan_model(
     and every known engine scored for it.
 
     `engines`: the engines as this machine has them (app.installs.available); `installations`: their detection
-    (`detect_engines`, slow: callers keep it). llama-server is planned for several users when it is installed."""
+    (`detect_engines`, slow: callers keep it). llama-server is planned wherever it is installed."""
     engines = engines if engines is not None else ENGINES
     # The planner applies one correction to its llama.cpp options: that engine's, for this architecture.
     gguf = next((v for v in variants if v.engine_family == "llama.cpp"), variants[0] if variants else None)
@@ -117,8 +117,8 @@ def plan_model(
         else Correction.none()
     )
     installations = detect_engines(engines) if installations is None else installations
-    several = use == "serve" and users != 1  # only serving asks for more than one user
-    server = several and LLAMA_SERVER in installations and installations[LLAMA_SERVER].installed
+    # llama-server wherever it is installed: even one person's chat and a script of theirs each keep a slot.
+    server = LLAMA_SERVER in installations and installations[LLAMA_SERVER].installed
     result = recommend(hardware, variants, use, users=users, correction=correction, llama_server=server)
     return replace(
         result,
@@ -164,6 +164,7 @@ def launch_plan(model_id: str, option: Option) -> LaunchPlan:
         batch_size=p["batch"],
         gpu_layers=p["gpu_layers"],
         parallel=p.get("parallel", 1),
+        prompt_cache_bytes=p.get("prompt_cache", 0),
     )
 
 
