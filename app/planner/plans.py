@@ -13,7 +13,7 @@ from app.hub.library import ModelSpec, known_models, model_id_from_filename
 from app.paths import AppPaths
 from app.planner.calibration import CalibrationStore, Correction
 from app.planner.engine_choice import engine_fits
-from app.planner.facts import facts_from_gguf, facts_from_hf_config
+from app.planner.facts import ImplausibleConfig, facts_from_gguf, facts_from_hf_config
 from app.planner.recommend import SERVE_USERS, Option, Recommendation, Variant, recommend
 from engines.base import Engine, Installation, LaunchPlan
 from engines.gguf import read_gguf_info
@@ -55,13 +55,18 @@ def safetensors_variant(directory: Path) -> Variant:
     """A model directory in Hugging Face layout (config.json beside *.safetensors) as a variant for vLLM."""
     try:
         config = json.loads((directory / "config.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        raise NoVariants(f"{directory}: no readable config.json ({exc})") from exc
+    except (OSError, ValueError, RecursionError) as exc:  # RecursionError: nested thousands of levels deep
+        raise NoVariants(f"{directory}: no readable config.json ({exc.__class__.__name__}: {exc})") from None
+    if not isinstance(config, dict):
+        raise NoVariants(f"{directory}: config.json is not a JSON object")
     counts: dict[str, int] = {}
     for shard in sorted(directory.glob("*.safetensors")):
         for dtype, n in _safetensors_counts(shard).items():
             counts[dtype] = counts.get(dtype, 0) + n
-    facts = facts_from_hf_config(config, counts)
+    try:
+        facts = facts_from_hf_config(config, counts)
+    except ImplausibleConfig as exc:
+        raise NoVariants(f"{directory}: {exc}") from None
     return Variant(facts.quantization or "unknown", facts, str(directory))
 
 
