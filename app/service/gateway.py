@@ -39,6 +39,7 @@ from app.service.asgi import (
     wait_disconnect,
 )
 from app.service.engines import EngineManager
+from app.service.json_body import load_json
 from app.service.metering import RequestRecord, StreamMeter, ends_with_done, percentile, split_done, usage_event
 from app.service.prompt_tokens import count_tokens, prompt_text
 from app.service.request_log import RequestLog
@@ -162,7 +163,7 @@ class Gateway:
             await send_error(send, 415, "Content-Type must be application/json.", "invalid_request_error")
             return
         try:
-            payload = json.loads(body)
+            payload = load_json(body)
             checked = check_request(path, payload, self._manager.context_length)
         except (ValueError, UnicodeDecodeError) as exc:
             param = exc.param if isinstance(exc, InvalidRequest) else None
@@ -256,11 +257,21 @@ class Gateway:
                 if state == EngineState.STARTING:
                     message = f"The model `{model}` did not become ready within {self._config.start_timeout_s:.0f} s."
                 else:
-                    message = f"The model `{model}` could not be started: {self._manager.describe(model)['message']}"
+                    message = self._start_failure(model)
                 outcome.status, outcome.error = 503, message
                 await send_error(send, 503, message, "server_error", "model_unavailable")
                 return None
         return url
+
+    def _start_failure(self, model: str) -> str:
+        """Why the model cannot serve, for a client: what to do, never the engine's log or the model's path
+        (the control API and the ModelDeck window show those)."""
+        diagnosis = self._manager.describe(model)["diagnosis"]
+        why = f" {diagnosis['summary']} {diagnosis['advice']}" if diagnosis else ""
+        return (
+            f"The model `{model}` could not be started.{why} The reason and the engine's log are in the ModelDeck "
+            f"window, `modeldeck ps` and the control API (GET /api/models/{model}/logs)."
+        )
 
     def _endpoint(self, url: str, model: str) -> Endpoint:
         bearer = self._manager.upstream_bearer(model)  # the engines' internal key, or a remote's own
@@ -456,7 +467,7 @@ def _adding_headers(send: Send, extra: list[tuple[bytes, bytes]]) -> Callable[[M
 def _read_usage(answer: bytes, outcome: _Outcome) -> None:
     try:
         usage = json.loads(answer).get("usage") or {}
-    except (ValueError, AttributeError):
+    except (ValueError, AttributeError, RecursionError):
         return
     if isinstance(usage, dict):
         outcome.prompt_tokens = usage.get("prompt_tokens")
@@ -476,7 +487,7 @@ def _shape_embeddings(answer: bytes, pool: bool, as_base64: bool) -> bytes:
                 vector = [value / norm for value in pooled]
             item["embedding"] = base64.b64encode(struct.pack(f"<{len(vector)}f", *vector)).decode() if (
                 as_base64) else vector  # fmt: skip
-    except (ValueError, KeyError, TypeError, struct.error):
+    except (ValueError, KeyError, TypeError, struct.error, RecursionError):
         return answer
     return json.dumps(result).encode()
 
