@@ -44,6 +44,7 @@ from app.service.metering import RequestRecord, StreamMeter, ends_with_done, per
 from app.service.prompt_tokens import count_tokens, prompt_text
 from app.service.request_log import RequestLog
 from app.service.request_text import PROMPT_FIELDS, RequestText
+from app.service.templates import TemplateRenderer
 from app.service.upstream import Endpoint, Response, Unreachable, UpstreamError, UpstreamPool
 from app.service.validation import CheckedRequest, InvalidRequest, check_request
 from engines.states import EngineState
@@ -89,6 +90,11 @@ class Gateway:
         self._pool = pool
         self._log = log
         self._endpoints: dict[tuple[str, str], Endpoint] = {}  # (URL, bearer) -> prepared request head
+        self._templates = TemplateRenderer()  # its worker process starts on the first render
+
+    async def close(self) -> None:
+        """End the chat template worker, if one was started."""
+        await self._templates.close()
 
     def set_api_key(self, api_key: str) -> None:
         """Check requests against this key from now on: the old one stops working at once."""
@@ -308,6 +314,10 @@ class Gateway:
             headers = [item for item in upstream.headers if item[0] in _FORWARDED_RESPONSE_HEADERS]
             if not checked.stream or upstream.status != 200:
                 answer = await upstream.read()
+                chat_failed = upstream.status == 500 and path == "/v1/chat/completions"
+                if chat_failed and await self._template_refused(checked.model, payload, send, outcome):
+                    outcome.complete = True
+                    return
                 if path == "/v1/embeddings" and upstream.status == 200:
                     answer = _shape_embeddings(answer, not capabilities.embeddings_pooled, encoding == "base64")
                 _read_usage(answer, outcome)
@@ -331,6 +341,25 @@ class Gateway:
                 await send({"type": "http.response.body", "body": event + b"\n\ndata: [DONE]\n\n"})
         finally:
             upstream.release(answered=outcome.complete)
+
+    async def _template_refused(self, model: str, payload: dict[str, Any], send: Send, outcome: _Outcome) -> bool:
+        """After an engine's 500 to a chat request: when the model's chat template is what failed, answer what
+        it refused instead of the engine's bare error (True). Rendered in ModelDeck's own sandbox, off the loop."""
+        template = self._manager.chat_template(model)
+        if template is None:
+            return False
+        rendered = await self._templates.render(template, payload["messages"])
+        if rendered.text is not None:
+            return False  # the template renders: the engine failed for another reason, passed on as it is
+        if rendered.kind == "refused":  # the template's own check of the conversation (roles, order, ...)
+            status, kind, message = 400, "invalid_request_error", "The model's chat template refused these messages"
+        else:
+            status, kind, message = 500, "server_error", "The model's chat template cannot be used"
+        problem = f"{message}: {rendered.problem}."
+        advice = " Send a prompt to /v1/completions instead, or use a model file with another chat template."
+        outcome.status, outcome.error = status, problem
+        await send_error(send, status, problem + advice if status == 500 else problem, kind, "chat_template_error")
+        return True
 
     async def _post(
         self, model: str, base_url: str, path: str, body: bytes, send: Send, outcome: _Outcome
@@ -413,7 +442,7 @@ class Gateway:
         it out: completion tokens counted from the stream, prompt tokens counted by the engine's tokenizer."""
         before, done = split_done(chunk)
         count_path = self._manager.engine(checked.model).capabilities.tokenize_count_path
-        text = prompt_text(path, payload, self._manager.chat_template(checked.model))
+        text = await prompt_text(path, payload, self._manager.chat_template(checked.model), self._templates)
         if count_path is not None and text is not None:
             outcome.prompt_tokens = await count_tokens(
                 self._pool, self._endpoint(base_url + count_path, checked.model), text
