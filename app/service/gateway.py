@@ -45,7 +45,7 @@ from app.service.prompt_tokens import count_tokens, prompt_text
 from app.service.request_log import RequestLog
 from app.service.request_text import PROMPT_FIELDS, RequestText
 from app.service.templates import TemplateRenderer
-from app.service.upstream import Endpoint, Response, Unreachable, UpstreamError, UpstreamPool
+from app.service.upstream import REMOTE_LIMITS, Endpoint, Response, Unreachable, UpstreamError, UpstreamPool
 from app.service.validation import CheckedRequest, InvalidRequest, check_request
 from engines.states import EngineState
 
@@ -285,7 +285,9 @@ class Gateway:
         if endpoint is None:
             if len(self._endpoints) > 256:  # engines restarted on new ports many times over
                 self._endpoints.clear()
-            endpoint = self._endpoints[(url, bearer)] = Endpoint.post(url, bearer)
+            # A server ModelDeck did not start (--remote, --upstream) gets size and time limits on its answers.
+            limits = REMOTE_LIMITS if self._manager.models[model].url is not None else None
+            endpoint = self._endpoints[(url, bearer)] = Endpoint.post(url, bearer, limits)
         return endpoint
 
     async def _forward(
