@@ -4,6 +4,7 @@ and a model the service is asked to start. Each is refused with the field named,
 from __future__ import annotations
 
 import json
+import struct
 import subprocess
 import sys
 from pathlib import Path
@@ -83,3 +84,32 @@ def test_starting_a_model_that_claims_two_billion_layers_fails_clearly(paths: Ap
         assert service.client.health()["status"] == "ok"
     finally:
         stop_service_process(service)
+
+
+def shard(header: bytes) -> bytes:
+    return struct.pack("<Q", len(header)) + header
+
+
+@pytest.mark.parametrize(
+    ("content", "problem"),
+    [
+        (shard(b'{"w": {"dtype": "BF16", "shape": [18446744073709551615, 2], "data_offsets": [0, 0]}}'),
+         "tensor 'w' has a dimension of 18446744073709551615"),
+        (shard(b'{"w": {"dtype": "BF16", "shape": [-1], "data_offsets": [0, 0]}}'), "has a dimension of -1"),
+        (shard(b'{"w": {"dtype": "BF16", "shape": "64", "data_offsets": [0, 0]}}'), "tensor 'w' has no dtype and"),
+        (shard(b'{"w": {"shape": [64]}}'), "tensor 'w' has no dtype and shape"),
+        (shard(b'{"w": [1, 2]}'), "tensor 'w' has no dtype and shape"),
+        (shard(b'{"w": {"dtype": "F32", "shape": [' + b"1," * 9 + b'1]}}'), "of at most 8 dims"),
+        (shard(b"[" * 100_000 + b"]" * 100_000), "not readable JSON (RecursionError)"),
+        (shard(b"[1, 2]"), "not a JSON object"),
+        (b"\x01\x02", "not a safetensors file"),
+    ],
+)  # fmt: skip
+def test_safetensors_headers_with_implausible_tensors_are_refused(tmp_path: Path, content: bytes, problem: str) -> None:
+    folder = tmp_path / "model"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps(CONFIG))
+    (folder / "model.safetensors").write_bytes(content)
+    with pytest.raises(NoVariants) as refused:
+        safetensors_variant(folder)
+    assert problem in str(refused.value) and "model.safetensors" in str(refused.value)
