@@ -5,10 +5,13 @@ body, endless headers, a stall, a trickle that never ends. A stand-in, because n
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import Awaitable, Callable
 
+import aiohttp
 import pytest
 
+from app.service.remotes import MAX_LIST_BYTES, RemoteUnavailable, list_models
 from app.service.upstream import AnswerLimits, Endpoint, UpstreamError, UpstreamPool
 
 LIMITS = AnswerLimits(max_head_bytes=4096, max_bytes=1 << 20, idle_s=1.0, total_s=3.0)
@@ -97,3 +100,49 @@ def test_a_remote_answer_over_its_limits_fails_with_the_reason(behaviour: Behavi
 def test_an_answer_within_the_limits_is_read_and_loopback_engines_have_none() -> None:
     assert asyncio.run(fetch(_answer, LIMITS)) == b'{"ok": true}'
     assert asyncio.run(fetch(_answer, None)) == b'{"ok": true}'
+
+
+def _models_answer(body: bytes) -> Behaviour:
+    async def answer(writer: asyncio.StreamWriter) -> None:
+        writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: %d\r\n\r\n" % len(body))
+        writer.write(body)
+        await writer.drain()
+
+    return answer
+
+
+async def _list(behaviour: Behaviour) -> tuple[str, ...]:
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            await reader.readuntil(b"\r\n\r\n")  # a GET: no body
+            await behaviour(writer)
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+        finally:
+            writer.close()
+
+    server = await asyncio.start_server(handle, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    try:
+        async with aiohttp.ClientSession() as session:
+            return await list_models(session, f"http://127.0.0.1:{port}", None)
+    finally:
+        server.close()
+
+
+@pytest.mark.parametrize(
+    ("body", "problem"),
+    [
+        (b" " * (MAX_LIST_BYTES + 10), f"answered more than {MAX_LIST_BYTES} bytes"),
+        (json.dumps({"data": [{"id": str(n)} for n in range(1001)]}).encode(), "lists 1001 models, more than 1000"),
+        (b"[" * 100_000 + b"]" * 100_000, "nested more than 64 levels deep"),
+    ],
+)
+def test_a_remotes_model_list_is_bounded(body: bytes, problem: str) -> None:
+    with pytest.raises(RemoteUnavailable, match=problem):
+        asyncio.run(_list(_models_answer(body)))
+
+
+def test_a_remotes_model_list_within_bounds_is_read() -> None:
+    body = json.dumps({"object": "list", "data": [{"id": "a"}, {"id": "b"}, {"id": "a"}]}).encode()
+    assert asyncio.run(_list(_models_answer(body))) == ("a", "b")
