@@ -96,6 +96,8 @@ def _limit_memory() -> None:
 
 def main() -> None:
     _limit_memory()
+    sys.stdout.write('{"ready": true}\n')  # imports done: a render's time limit starts after this
+    sys.stdout.flush()
     cache: dict[str, jinja2.Template] = {}
     for line in sys.stdin:
         try:

@@ -14,6 +14,7 @@ from typing import Any
 log = logging.getLogger("modeldeck.templates")
 
 TIME_LIMIT_S = 5.0  # a real template renders a long conversation in milliseconds
+START_LIMIT_S = 60.0  # the worker's interpreter and Jinja imported, on a busy machine
 _MAX_ANSWER_BYTES = 64 * 1024 * 1024  # the worker's output limit in characters, as JSON-escaped UTF-8
 
 
@@ -43,6 +44,13 @@ class TemplateRenderer:
         async with self._lock:
             try:
                 worker = await self._started()
+            except (OSError, TimeoutError) as exc:
+                self._kill()
+                return Rendered(None, f"the renderer did not start ({exc.__class__.__name__})", "limit")
+            except asyncio.CancelledError:
+                self._kill()
+                raise
+            try:
                 assert worker.stdin is not None and worker.stdout is not None
                 worker.stdin.write(request)
                 async with asyncio.timeout(self._time_limit_s):
@@ -69,12 +77,18 @@ class TemplateRenderer:
         return Rendered(None, str(answer.get("problem")), str(answer.get("kind")))
 
     async def _started(self) -> asyncio.subprocess.Process:
+        """The worker, started and ready; OSError or TimeoutError when it cannot be."""
         if self._worker is None or self._worker.returncode is not None:
-            self._worker = await asyncio.create_subprocess_exec(
+            worker = self._worker = await asyncio.create_subprocess_exec(
                 sys.executable, "-m", "app.service.template_worker",
                 stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.DEVNULL,
                 limit=_MAX_ANSWER_BYTES,
             )  # fmt: skip
+            assert worker.stdout is not None
+            async with asyncio.timeout(START_LIMIT_S):
+                ready = await worker.stdout.readline()
+            if not ready:
+                raise OSError("the renderer exited as it started")
         return self._worker
 
     def _kill(self) -> None:
