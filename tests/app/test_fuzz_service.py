@@ -20,7 +20,7 @@ from typing import Any
 
 import httpx
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from hypothesis.configuration import set_hypothesis_home_dir
 
@@ -176,6 +176,13 @@ def test_fuzzed_v1_requests_get_clear_answers(fuzz_service: RunningService) -> N
     random_exchanges = st.tuples(routes, v1_bodies.map(lambda b: json.dumps(b).encode()) | st.binary(max_size=200))
 
     @FUZZ_SETTINGS
+    @example(
+        exchange=("/v1/chat/completions", b"[" * 100_000 + b"]" * 100_000),
+        method="POST",
+        extra={},
+        params={},
+        keyed=True,
+    )  # the bomb that was a 500 with a traceback, always tried
     @given(
         exchange=valid_exchanges.map(lambda pair: (pair[0], json.dumps(pair[1]).encode())) | random_exchanges,
         method=st.sampled_from(["POST"] * 8 + ["GET", "PUT", "DELETE", "OPTIONS", "HEAD"]),
