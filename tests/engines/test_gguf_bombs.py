@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from app.planner.facts import facts_from_gguf
-from engines.gguf import GGUFError, read_gguf_info
+from engines.gguf import GGUFError, read_gguf_info, read_gguf_prefix
 from tests.engines.gguf_builder import (
     ARRAY,
     F32,
@@ -115,3 +115,10 @@ def test_a_vocabulary_over_the_limit_is_refused(tmp_path: Path) -> None:
 def test_a_vocabulary_at_the_limit_is_read(tmp_path: Path) -> None:
     path = write(tmp_path, gguf_bytes(llama_metadata(), encoded=[empty_strings_entry("tokenizer.ggml.tokens", 1000)]))
     assert facts_from_gguf(read_gguf_info(path)).vocab_size == 1000
+
+
+def test_a_bomb_read_from_the_hub_by_its_first_bytes_is_refused_too() -> None:
+    """A Hub model page plans from a prefix of the file (a Range request): the same bounds apply there."""
+    content = gguf_bytes(llama_metadata(block_count=(U32, 2**31)))
+    with pytest.raises(GGUFError, match=r"remote\.gguf: llama\.block_count is 2147483648"):
+        read_gguf_prefix(content[:4096], len(content), "remote.gguf")
