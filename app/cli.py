@@ -24,7 +24,7 @@ from app.hub.library import known_models
 from app.keys import load_api_key
 from app.paths import AppPaths, app_paths
 from app.planner.recommend import USES
-from app.settings import LoadedSettings, load_settings, with_models_dir
+from app.settings import LoadedSettings, load_settings, origin_problem, with_models_dir
 
 
 def _size(text: str) -> int:
@@ -53,6 +53,13 @@ def _remote(text: str) -> tuple[str, str]:
         return checked_name(name), checked_url(url)
     except RemoteError as exc:
         raise argparse.ArgumentTypeError(f"expected NAME=URL: {exc}") from None
+
+
+def _cors_origin(text: str) -> str:
+    problem = origin_problem(text)
+    if problem is not None:
+        raise argparse.ArgumentTypeError(problem)
+    return text
 
 
 def _model_ttl(text: str) -> tuple[str, float | None]:
@@ -100,7 +107,10 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument(
         "--max-queue", type=int, default=32, metavar="N", help="requests waiting per engine before 429 (32)"
     )
-    serve.add_argument("--cors-origin", action="append", metavar="ORIGIN", help="allow this web origin (settings)")
+    serve.add_argument(
+        "--cors-origin", action="append", type=_cors_origin, metavar="ORIGIN",
+        help="allow this web origin, such as http://localhost:3000 (settings)",
+    )  # fmt: skip
     serve.add_argument(
         "--log-request-text", action="store_true",
         help="keep each request's prompt and completion text in the request log (off: measurements only)",

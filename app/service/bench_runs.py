@@ -24,6 +24,7 @@ from typing import Any, Literal
 from app.bench.card import BenchCard, LevelResult, compare_rows, with_gains
 from app.bench.sweep import parse_concurrency
 from app.service.events import EventBus
+from app.service.json_body import load_json
 from engines.processes import spawn_engine, stop_process_tree
 
 log = logging.getLogger("modeldeck.bench")
@@ -75,7 +76,7 @@ class BenchRequest:
     @classmethod
     def from_json(cls, raw: bytes, known_models: Collection[str]) -> BenchRequest:
         try:
-            body = json.loads(raw or b"null")
+            body = load_json(raw or b"null")
         except ValueError:
             raise BadBenchRequest("The body must be JSON.") from None
         if not isinstance(body, dict):

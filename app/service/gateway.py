@@ -39,11 +39,13 @@ from app.service.asgi import (
     wait_disconnect,
 )
 from app.service.engines import EngineManager
+from app.service.json_body import load_json
 from app.service.metering import RequestRecord, StreamMeter, ends_with_done, percentile, split_done, usage_event
 from app.service.prompt_tokens import count_tokens, prompt_text
 from app.service.request_log import RequestLog
 from app.service.request_text import PROMPT_FIELDS, RequestText
-from app.service.upstream import Endpoint, Response, Unreachable, UpstreamError, UpstreamPool
+from app.service.templates import TemplateRenderer
+from app.service.upstream import REMOTE_LIMITS, Endpoint, Response, Unreachable, UpstreamError, UpstreamPool
 from app.service.validation import CheckedRequest, InvalidRequest, check_request
 from engines.states import EngineState
 
@@ -88,6 +90,11 @@ class Gateway:
         self._pool = pool
         self._log = log
         self._endpoints: dict[tuple[str, str], Endpoint] = {}  # (URL, bearer) -> prepared request head
+        self._templates = TemplateRenderer()  # its worker process starts on the first render
+
+    async def close(self) -> None:
+        """End the chat template worker, if one was started."""
+        await self._templates.close()
 
     def set_api_key(self, api_key: str) -> None:
         """Check requests against this key from now on: the old one stops working at once."""
@@ -162,7 +169,7 @@ class Gateway:
             await send_error(send, 415, "Content-Type must be application/json.", "invalid_request_error")
             return
         try:
-            payload = json.loads(body)
+            payload = load_json(body)
             checked = check_request(path, payload, self._manager.context_length)
         except (ValueError, UnicodeDecodeError) as exc:
             param = exc.param if isinstance(exc, InvalidRequest) else None
@@ -256,11 +263,21 @@ class Gateway:
                 if state == EngineState.STARTING:
                     message = f"The model `{model}` did not become ready within {self._config.start_timeout_s:.0f} s."
                 else:
-                    message = f"The model `{model}` could not be started: {self._manager.describe(model)['message']}"
+                    message = self._start_failure(model)
                 outcome.status, outcome.error = 503, message
                 await send_error(send, 503, message, "server_error", "model_unavailable")
                 return None
         return url
+
+    def _start_failure(self, model: str) -> str:
+        """Why the model cannot serve, for a client: what to do, never the engine's log or the model's path
+        (the control API and the ModelDeck window show those)."""
+        diagnosis = self._manager.describe(model)["diagnosis"]
+        why = f" {diagnosis['summary']} {diagnosis['advice']}" if diagnosis else ""
+        return (
+            f"The model `{model}` could not be started.{why} The reason and the engine's log are in the ModelDeck "
+            f"window, `modeldeck ps` and the control API (GET /api/models/{model}/logs)."
+        )
 
     def _endpoint(self, url: str, model: str) -> Endpoint:
         bearer = self._manager.upstream_bearer(model)  # the engines' internal key, or a remote's own
@@ -268,7 +285,9 @@ class Gateway:
         if endpoint is None:
             if len(self._endpoints) > 256:  # engines restarted on new ports many times over
                 self._endpoints.clear()
-            endpoint = self._endpoints[(url, bearer)] = Endpoint.post(url, bearer)
+            # A server ModelDeck did not start (--remote, --upstream) gets size and time limits on its answers.
+            limits = REMOTE_LIMITS if self._manager.models[model].url is not None else None
+            endpoint = self._endpoints[(url, bearer)] = Endpoint.post(url, bearer, limits)
         return endpoint
 
     async def _forward(
@@ -297,6 +316,10 @@ class Gateway:
             headers = [item for item in upstream.headers if item[0] in _FORWARDED_RESPONSE_HEADERS]
             if not checked.stream or upstream.status != 200:
                 answer = await upstream.read()
+                chat_failed = upstream.status == 500 and path == "/v1/chat/completions"
+                if chat_failed and await self._template_refused(checked.model, payload, send, outcome):
+                    outcome.complete = True
+                    return
                 if path == "/v1/embeddings" and upstream.status == 200:
                     answer = _shape_embeddings(answer, not capabilities.embeddings_pooled, encoding == "base64")
                 _read_usage(answer, outcome)
@@ -320,6 +343,25 @@ class Gateway:
                 await send({"type": "http.response.body", "body": event + b"\n\ndata: [DONE]\n\n"})
         finally:
             upstream.release(answered=outcome.complete)
+
+    async def _template_refused(self, model: str, payload: dict[str, Any], send: Send, outcome: _Outcome) -> bool:
+        """After an engine's 500 to a chat request: when the model's chat template is what failed, answer what
+        it refused instead of the engine's bare error (True). Rendered in ModelDeck's own sandbox, off the loop."""
+        template = self._manager.chat_template(model)
+        if template is None:
+            return False
+        rendered = await self._templates.render(template, payload["messages"])
+        if rendered.text is not None:
+            return False  # the template renders: the engine failed for another reason, passed on as it is
+        if rendered.kind == "refused":  # the template's own check of the conversation (roles, order, ...)
+            status, kind, message = 400, "invalid_request_error", "The model's chat template refused these messages"
+        else:
+            status, kind, message = 500, "server_error", "The model's chat template cannot be used"
+        problem = f"{message}: {rendered.problem}."
+        advice = " Send a prompt to /v1/completions instead, or use a model file with another chat template."
+        outcome.status, outcome.error = status, problem
+        await send_error(send, status, problem + advice if status == 500 else problem, kind, "chat_template_error")
+        return True
 
     async def _post(
         self, model: str, base_url: str, path: str, body: bytes, send: Send, outcome: _Outcome
@@ -402,7 +444,7 @@ class Gateway:
         it out: completion tokens counted from the stream, prompt tokens counted by the engine's tokenizer."""
         before, done = split_done(chunk)
         count_path = self._manager.engine(checked.model).capabilities.tokenize_count_path
-        text = prompt_text(path, payload, self._manager.chat_template(checked.model))
+        text = await prompt_text(path, payload, self._manager.chat_template(checked.model), self._templates)
         if count_path is not None and text is not None:
             outcome.prompt_tokens = await count_tokens(
                 self._pool, self._endpoint(base_url + count_path, checked.model), text
@@ -456,7 +498,7 @@ def _adding_headers(send: Send, extra: list[tuple[bytes, bytes]]) -> Callable[[M
 def _read_usage(answer: bytes, outcome: _Outcome) -> None:
     try:
         usage = json.loads(answer).get("usage") or {}
-    except (ValueError, AttributeError):
+    except (ValueError, AttributeError, RecursionError):
         return
     if isinstance(usage, dict):
         outcome.prompt_tokens = usage.get("prompt_tokens")
@@ -476,7 +518,7 @@ def _shape_embeddings(answer: bytes, pool: bool, as_base64: bool) -> bytes:
                 vector = [value / norm for value in pooled]
             item["embedding"] = base64.b64encode(struct.pack(f"<{len(vector)}f", *vector)).decode() if (
                 as_base64) else vector  # fmt: skip
-    except (ValueError, KeyError, TypeError, struct.error):
+    except (ValueError, KeyError, TypeError, struct.error, RecursionError):
         return answer
     return json.dumps(result).encode()
 

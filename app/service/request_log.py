@@ -78,19 +78,23 @@ class RequestLog:
             "# HELP modeldeck_requests_total Requests through the gateway by model and HTTP status.",
             "# TYPE modeldeck_requests_total counter",
         ]
-        lines += [f'modeldeck_requests_total{{model="{m}",status="{s}"}} {n}' for (m, s), n in self._totals.items()]
+        lines += [
+            f'modeldeck_requests_total{{model="{_label(m)}",status="{s}"}} {n}' for (m, s), n in self._totals.items()
+        ]
         lines += ["# HELP modeldeck_tokens_total Prompt and completion tokens by model.",
                   "# TYPE modeldeck_tokens_total counter"]  # fmt: skip
-        lines += [f'modeldeck_tokens_total{{model="{m}",kind="{k}"}} {n}' for (m, k), n in self._tokens.items()]
+        lines += [f'modeldeck_tokens_total{{model="{_label(m)}",kind="{k}"}} {n}' for (m, k), n in self._tokens.items()]
         for name, index, what in (("running", 0, "in an engine"), ("waiting", 1, "waiting in the gateway queue")):
             lines += [f"# HELP modeldeck_requests_{name} Requests {what}.", f"# TYPE modeldeck_requests_{name} gauge"]
-            lines += [f'modeldeck_requests_{name}{{model="{m}"}} {q[index]}' for m, q in queues.items()]
+            lines += [f'modeldeck_requests_{name}{{model="{_label(m)}"}} {q[index]}' for m, q in queues.items()]
         lines += ["# HELP modeldeck_ttft_seconds Time to first token over the last 5 minutes.",
                   "# TYPE modeldeck_ttft_seconds summary"]  # fmt: skip
         for model, summary in self.aggregates(300).items():
             for quantile, key in (("0.5", "ttft_p50_s"), ("0.95", "ttft_p95_s")):
                 if summary[key] is not None:
-                    lines.append(f'modeldeck_ttft_seconds{{model="{model}",quantile="{quantile}"}} {summary[key]}')
+                    lines.append(
+                        f'modeldeck_ttft_seconds{{model="{_label(model)}",quantile="{quantile}"}} {summary[key]}'
+                    )
         return "\n".join(lines) + "\n"
 
     def close(self) -> None:
@@ -155,3 +159,9 @@ def _summarize(records: list[RequestRecord], window_s: float) -> dict[str, Any]:
         "itl_p50_s": percentile(itls, 0.5),
         "queue_p50_s": percentile(queued, 0.5),
     }
+
+
+def _label(value: str) -> str:
+    """A Prometheus label value: backslash, double quote and line feed escaped, as the text format requires.
+    Model ids come from file names and remote servers' lists: a quote or a newline would forge series."""
+    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")

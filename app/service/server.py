@@ -314,6 +314,7 @@ class Service:
             await manager.stop_all()
             await asyncio.gather(*tasks, return_exceptions=True)
             pool.close()
+            await gateway.close()
             await scrape_session.close()
             await asyncio.to_thread(request_log.close)
             for sig in (signal.SIGINT, signal.SIGTERM):
