@@ -22,9 +22,10 @@ from app.cli_vllm import add_vllm_commands, run_vllm_command
 from app.client import ControlError, ServiceUnavailable, connect, port_from_env
 from app.hub.library import known_models
 from app.keys import load_api_key
-from app.paths import AppPaths, app_paths
+from app.paths import AppPaths, app_paths, make_private_dirs
 from app.planner.recommend import USES
 from app.settings import LoadedSettings, load_settings, with_models_dir
+from engines.logs import PrivateRotatingFileHandler
 
 
 def _size(text: str) -> int:
@@ -143,9 +144,9 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _setup_service_logging(paths: AppPaths) -> None:
-    paths.logs.mkdir(parents=True, exist_ok=True)
+    make_private_dirs(paths)
     formatter = logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s")
-    to_file = logging.handlers.RotatingFileHandler(paths.service_log, maxBytes=5_000_000, backupCount=3)
+    to_file = PrivateRotatingFileHandler(paths.service_log, maxBytes=5_000_000, backupCount=3)
     to_stderr = logging.StreamHandler()
     for handler in (to_file, to_stderr):
         handler.setFormatter(formatter)

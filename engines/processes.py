@@ -85,9 +85,8 @@ async def spawn_engine(
 
 
 def write_record(directory: Path, record: EngineRecord) -> Path:
-    directory.mkdir(parents=True, exist_ok=True)
     path = directory / f"{record.marker}.json"
-    path.write_text(json.dumps(asdict(record)), encoding="utf-8")
+    write_private_file(path, json.dumps(asdict(record)))
     return path
 
 

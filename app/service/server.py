@@ -24,7 +24,7 @@ from app.hub.cache import default_cache_dir
 from app.hub.library import ModelSpec, external_model, known_models
 from app.installs.available import available_engines
 from app.keys import ApiKey, load_api_key
-from app.paths import AppPaths, write_private
+from app.paths import AppPaths, make_private_dirs, make_private_file, write_private
 from app.service.advisor import Advisor
 from app.service.asgi import LOOPBACK_HOSTS, openai_error
 from app.service.bench_routes import BenchRoutes
@@ -151,8 +151,9 @@ class Service:
 
     async def run(self) -> None:
         options, paths = self.options, self.paths
-        for directory in (paths.config, paths.data, paths.logs, paths.state):
-            directory.mkdir(parents=True, exist_ok=True)
+        make_private_dirs(paths)
+        for database in (paths.requests_db, paths.metrics_db, paths.calibration_db):
+            make_private_file(database)
         models = known_models(paths, options.models_dirs) | {
             model_id: external_model(model_id, url) for model_id, url in options.upstreams
         }
