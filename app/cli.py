@@ -38,6 +38,16 @@ def _size(text: str) -> int:
         raise argparse.ArgumentTypeError(f"not a size: {text!r} (examples: 512M, 8G)") from None
 
 
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
 def _upstream(text: str) -> tuple[str, str]:
     model_id, _, url = text.partition("=")
     parsed = urllib.parse.urlsplit(url)
@@ -97,6 +107,11 @@ def _parser() -> argparse.ArgumentParser:
         "--remote", action="append", default=[], type=_remote, metavar="NAME=URL",
         help="serve the models of an OpenAI-compatible server elsewhere as NAME/MODEL; its key, if it needs one, "
         "from $MODELDECK_REMOTE_KEY_<NAME> or the key store (repeatable)",
+    )  # fmt: skip
+    serve.add_argument(
+        "--max-connections", type=_positive, metavar="N",
+        help="client connections the OpenAI endpoint keeps open; the longest idle one makes room (from the open-file "
+        "limit, at most 4096)",
     )  # fmt: skip
     serve.add_argument(
         "--max-queue", type=int, default=32, metavar="N", help="requests waiting per engine before 429 (32)"
@@ -178,6 +193,7 @@ def _serve(args: argparse.Namespace, paths: AppPaths, loaded: LoadedSettings) ->
         remotes=tuple(dict(args.remote).items()),
         settings_problem=loaded.problem,
         gateway_server=args.gateway_server,
+        max_connections=args.max_connections,
     )
     loop_factory: Callable[[], asyncio.AbstractEventLoop]
     try:

@@ -13,7 +13,7 @@ import signal
 import socket
 import time
 from collections.abc import Callable, Generator
-from dataclasses import dataclass
+from dataclasses import astuple, dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -29,6 +29,7 @@ from app.service.advisor import Advisor
 from app.service.asgi import LOOPBACK_HOSTS, openai_error
 from app.service.bench_routes import BenchRoutes
 from app.service.bench_runs import BenchRuns
+from app.service.connection_cap import connection_caps, raise_open_file_limit
 from app.service.control import ControlApi, EndpointInfo
 from app.service.engines import EngineManager, LifecyclePolicy
 from app.service.events import EventBus
@@ -43,6 +44,7 @@ from app.service.request_log import RequestLog
 from app.service.series_history import SeriesHistory
 from app.service.settings_routes import RunningValues, SettingsRoutes
 from app.service.upstream import UpstreamPool
+from app.service.uvicorn_cap import capped_protocol
 from app.settings import is_loopback_address
 from engines.processes import reap_leftover_engines
 from engines.states import EngineState
@@ -73,6 +75,7 @@ class ServeOptions:
     remotes: tuple[tuple[str, str], ...] = ()  # (name, base URL) of remote OpenAI-compatible servers
     settings_problem: str | None = None  # why the settings file could not be used, when it could not
     gateway_server: str = "own"  # app.service.http_server, or "uvicorn" (see README, "What the gateway costs")
+    max_connections: int | None = None  # on the OpenAI endpoint; None: from the open-file limit (connection_cap)
 
 
 class _Server(uvicorn.Server):
@@ -117,19 +120,19 @@ def bind_socket(host: str, port: int, what: str) -> socket.socket:
     return sock
 
 
-def _uvicorn_server(app: Callable[..., object]) -> _Server:
+def _uvicorn_server(app: Callable[..., object], max_connections: int) -> _Server:
     # No proxy-headers middleware: clients' X-Forwarded-* are not to be believed, and it costs every request.
     config = uvicorn.Config(
-        app, http="httptools", loop="none", lifespan="off", access_log=False, log_level="warning",
+        app, http=capped_protocol(max_connections), loop="none", lifespan="off", access_log=False, log_level="warning",
         proxy_headers=False, timeout_graceful_shutdown=2, timeout_keep_alive=30,
     )  # fmt: skip
     return _Server(config)
 
 
-def _gateway_server(gateway: Gateway, which: str, max_body_bytes: int) -> _Listener:
+def _gateway_server(gateway: Gateway, which: str, max_body_bytes: int, max_connections: int) -> _Listener:
     if which == "uvicorn":
-        return _uvicorn_server(gateway)
-    return HttpServer(gateway, _error_body, HttpLimits(max_body_bytes=max_body_bytes))
+        return _uvicorn_server(gateway, max_connections)
+    return HttpServer(gateway, _error_body, HttpLimits(max_body_bytes=max_body_bytes, max_connections=max_connections))
 
 
 def _error_body(status: int, message: str) -> bytes:
@@ -246,10 +249,13 @@ class Service:
             settings,
             bench,
         )
+        caps = connection_caps(raise_open_file_limit(), options.max_connections)
+        log.info("connections kept open at most: %s on the OpenAI endpoint, %s on the control API", *astuple(caps))
         servers: list[tuple[_Listener, socket.socket]] = [
-            (_gateway_server(gateway, options.gateway_server, gateway_config.max_body_bytes), gateway_sock),
-            (_uvicorn_server(control), control_sock),
-        ]
+            (_gateway_server(gateway, options.gateway_server, gateway_config.max_body_bytes, caps.gateway),
+             gateway_sock),
+            (_uvicorn_server(control, caps.control), control_sock),
+        ]  # fmt: skip
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, self.request_stop)
