@@ -97,7 +97,11 @@ def _parser() -> argparse.ArgumentParser:
         help="idle TTL of one model, over --idle-ttl; ID=never keeps it loaded (repeatable)",
     )  # fmt: skip
     serve.add_argument(
-        "--max-memory", type=_size, metavar="SIZE", help="stop least recently used engines to stay under this (8G)"
+        "--max-memory",
+        type=_size,
+        metavar="SIZE",
+        help="stop least recently used engines to stay under this (8G; default: the RAM and GPU memory free at start, "
+        "less a margin)",
     )
     serve.add_argument(
         "--upstream", action="append", default=[], type=_upstream, metavar="ID=URL",
@@ -230,6 +234,9 @@ def _ps(paths: AppPaths) -> int:
     if client is None:
         print("The ModelDeck service is not running (start it with `modeldeck serve`).")
         return 1
+    budget = client.health().get("memory_budget") or {}
+    if budget.get("bytes") is not None:
+        print(f"Memory budget of the engines: {budget['bytes'] / 2**20:.0f} MiB ({budget['source']})")
     running = [m for m in client.models() if m["state"] != "stopped"]
     if not running:
         print("No engines are running.")

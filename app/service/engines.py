@@ -60,6 +60,7 @@ class LifecyclePolicy:
     max_loaded_bytes: int | None = None  # against the planner's predicted peak of each engine's plan
     max_waiting: int = 32  # requests waiting per engine before 429
     model_ttl_s: Mapping[str, float | None] = field(default_factory=dict)  # model id -> its own idle TTL
+    max_loaded_source: str = "--max-memory"  # where max_loaded_bytes comes from (app.service.memory_budget)
 
     def ttl_for(self, model_id: str) -> float | None:
         """The idle TTL of one model: its own if it has one, else the default."""

@@ -20,6 +20,7 @@ from typing import Any, Protocol
 import aiohttp
 import uvicorn
 
+from app.hardware.detect import detect_hardware
 from app.hub.cache import default_cache_dir
 from app.hub.library import ModelSpec, external_model, known_models
 from app.installs.available import available_engines
@@ -37,6 +38,7 @@ from app.service.gateway import Gateway, GatewayConfig
 from app.service.http_server import HttpLimits, HttpServer
 from app.service.hub_routes import HubRoutes, hub_endpoint
 from app.service.lan import allowed_hosts
+from app.service.memory_budget import configured_budget, default_budget
 from app.service.metrics_pipeline import MetricsPipeline
 from app.service.remote_routes import RemoteRoutes
 from app.service.remotes import RemoteRegistry
@@ -194,8 +196,14 @@ class Service:
     ) -> None:
         options, paths = self.options, self.paths
         bus = EventBus()
+        budget = (
+            configured_budget(options.max_loaded_bytes)
+            if options.max_loaded_bytes is not None
+            else default_budget(await asyncio.to_thread(detect_hardware, paths.models_dir))
+        )
+        log.info("memory budget of the engines: %s MiB (%s)", (budget.bytes or 0) >> 20, budget.source)
         lifecycle = LifecyclePolicy(
-            options.idle_ttl_s, options.max_loaded_bytes, options.max_waiting, dict(options.model_ttls)
+            options.idle_ttl_s, budget.bytes, options.max_waiting, dict(options.model_ttls), budget.source
         )
         manager = EngineManager(models, paths, bus, self._policy, lifecycle, available_engines(paths))
         request_log = RequestLog(paths.requests_db, bus)
