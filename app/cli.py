@@ -21,6 +21,7 @@ from app.cli_vllm import COMMAND as VLLM_COMMAND
 from app.cli_vllm import add_vllm_commands, run_vllm_command
 from app.client import ControlError, ServiceUnavailable, connect, port_from_env
 from app.hub.library import known_models
+from app.interrupt import exit_promptly_on_interrupt, kill_descendants
 from app.keys import load_api_key
 from app.paths import AppPaths, app_paths, make_private_dirs
 from app.planner.recommend import USES
@@ -357,6 +358,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     if loaded.problem:
         print(f"modeldeck: settings: {loaded.problem}", file=sys.stderr)
     paths = with_models_dir(app_paths(), loaded.settings)
+    if args.command not in (None, "serve"):  # the GUI has Qt's event loop, the service its own shutdown deadline
+        exit_promptly_on_interrupt(on_force=kill_descendants)
     try:
         if args.command is None:
             from app.gui.launch import run_gui

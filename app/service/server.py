@@ -11,6 +11,8 @@ import os
 import secrets
 import signal
 import socket
+import sys
+import threading
 import time
 from collections.abc import Callable, Generator
 from dataclasses import astuple, dataclass
@@ -24,6 +26,7 @@ from app.hardware.detect import detect_hardware
 from app.hub.cache import default_cache_dir
 from app.hub.library import ModelSpec, external_model, known_models
 from app.installs.available import available_engines
+from app.interrupt import kill_descendants
 from app.keys import ApiKey, load_api_key
 from app.paths import AppPaths, make_private_dirs, make_private_file, write_private
 from app.service.advisor import Advisor
@@ -53,6 +56,7 @@ from engines.states import EngineState
 from engines.supervisor import SupervisorPolicy
 
 log = logging.getLogger("modeldeck.service")
+SHUTDOWN_DEADLINE_S = 1.8  # from Ctrl-C (or SIGTERM) to the end of the process, whatever the stop waits on
 
 
 class ServiceError(Exception):
@@ -150,9 +154,40 @@ class Service:
         self.paths = paths
         self._policy = policy
         self._stop = asyncio.Event()
+        self._stopped = threading.Event()  # the orderly stop is over
+        self._signalled_at = 0.0
 
     def request_stop(self) -> None:
         self._stop.set()
+
+    def _on_signal(self, sig: signal.Signals) -> None:
+        """Ctrl-C or SIGTERM: an orderly stop, which must be over within SHUTDOWN_DEADLINE_S; a second signal, or
+        the deadline, ends the process at once (the engines die with it: engines/_exec_wrapper.py)."""
+        if self._stop.is_set():
+            self._force_exit(sig)
+        self._signalled_at = time.monotonic()
+        self.request_stop()
+        threading.Thread(target=self._deadline, args=(sig,), name="shutdown-deadline", daemon=True).start()
+
+    def _deadline(self, sig: signal.Signals) -> None:
+        if not self._stopped.wait(SHUTDOWN_DEADLINE_S):
+            log.error("the orderly stop took over %.1f s; ending now", SHUTDOWN_DEADLINE_S)
+            self._force_exit(sig)
+        # Stopped in time; what is left is the interpreter's own exit (thread pools joined, modules torn down),
+        # which has nothing more to save: it gets until the deadline too.
+        time.sleep(max(0.0, SHUTDOWN_DEADLINE_S - (time.monotonic() - self._signalled_at)))
+        self._force_exit(sig, code=0)
+
+    def _force_exit(self, sig: signal.Signals, code: int | None = None) -> None:
+        if code is None:
+            kill_descendants()
+            for path in (self.paths.service_file, self.paths.control_token_file):
+                with contextlib.suppress(OSError):
+                    path.unlink()
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(OSError, ValueError):
+                stream.flush()
+        os._exit(128 + sig if code is None else code)
 
     async def run(self) -> None:
         options, paths = self.options, self.paths
@@ -266,7 +301,7 @@ class Service:
         ]  # fmt: skip
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(sig, self.request_stop)
+            loop.add_signal_handler(sig, self._on_signal, sig)
         tasks = [asyncio.create_task(server.serve_socket(sock)) for server, sock in servers]
         preloads: list[asyncio.Task[None]] = [
             asyncio.create_task(manager.stop_idle_engines()),
@@ -307,6 +342,7 @@ class Service:
                 loop.remove_signal_handler(sig)
             paths.service_file.unlink(missing_ok=True)
             paths.control_token_file.unlink(missing_ok=True)
+            self._stopped.set()
 
     async def _start_model(self, manager: EngineManager, model_id: str) -> None:
         state = await manager.start(model_id)
