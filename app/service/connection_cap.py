@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterable
+from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -61,9 +61,11 @@ class Evictable(Protocol):
     def close(self) -> None: ...
 
 
-def make_room(connections: Iterable[Evictable], cap: int, newcomer: Evictable) -> Evictable | None:
+def make_room(connections: Collection[Evictable], cap: int, newcomer: Evictable) -> Evictable | None:
     """With `newcomer` counted, close the connection idle the longest if over `cap`. Returns the closed one, or
     None when there was room; raises NoRoom when every other connection is busy."""
+    if len(connections) < cap:  # the common case, without a scan (the newcomer may be counted in already)
+        return None
     others = [c for c in connections if c is not newcomer]
     if len(others) < cap:
         return None

@@ -15,6 +15,7 @@ import psutil
 import pytest
 
 from app.paths import AppPaths
+from app.service.connection_cap import RESERVED_FDS, ConnectionCaps, NoRoom, connection_caps, make_room
 from tests.conftest import RunningService, start_service_process, stop_service_process
 
 SOFT, HARD = 128, 200  # the service raises the soft limit to the hard one; caps come from the hard one
@@ -107,3 +108,29 @@ def test_silent_connections_to_the_control_api_cannot_exhaust_descriptors(capped
         models = capped.client.models()
         assert isinstance(models, list)
         assert get_models(port_of(capped.url), capped.api_key) == 200
+
+
+class Conn:
+    def __init__(self, idle_since: float | None) -> None:
+        self.idle_since = idle_since
+        self.closed = False
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def test_the_longest_idle_connection_makes_room_and_busy_ones_never_do() -> None:
+    busy, recent, oldest = Conn(None), Conn(20.0), Conn(10.0)
+    newcomer = Conn(30.0)
+    assert make_room({busy, recent}, 3, newcomer) is None  # room left
+    assert make_room({busy, recent, oldest, newcomer}, 3, newcomer) is oldest
+    assert oldest.closed and not recent.closed and not busy.closed and oldest.idle_since is None
+    with pytest.raises(NoRoom):
+        make_room({busy, Conn(None), Conn(None)}, 3, newcomer)
+
+
+def test_caps_follow_the_open_file_limit() -> None:
+    assert connection_caps(200) == ConnectionCaps(gateway=(200 - RESERVED_FDS) // 3, control=(200 - RESERVED_FDS) // 6)
+    assert connection_caps(1 << 20) == ConnectionCaps(4096, 256)
+    assert connection_caps(70) == ConnectionCaps(8, 8)  # never fewer than a handful
+    assert connection_caps(None).gateway == 4096 and connection_caps(1 << 20, 50).gateway == 50
