@@ -7,9 +7,9 @@ been re-parented and exits instead of starting an orphan.
 
 The parent-death signal reaches the engine only, not the processes the engine starts (vLLM's workers, a
 launcher's shards), and exists on Linux only. So, where the service passed the read end of its lifeline pipe
-(engines/processes.py), the wrapper also forks a watcher that stays in the engine's process group: it waits for
-the pipe to close (the service is gone, however it died) and then kills the whole group; it exits by itself
-when the engine does. Windows uses other mechanisms (README).
+(engines/processes.py), the wrapper also starts a watcher (`--watch FD`) that stays in the engine's process
+group: it waits for the pipe to close (the service is gone, however it died) and then kills the whole group; it
+exits by itself when the engine does. Windows uses other mechanisms (README).
 """
 
 import ctypes
@@ -23,11 +23,9 @@ WATCH_INTERVAL_S = 1.0  # how often the watcher checks that the engine is still 
 
 
 def _watch(lifeline: int) -> None:
-    """In a forked child: kill the process group when the service's lifeline closes; exit when the engine does."""
+    """Run as `_exec_wrapper.py --watch FD` by the wrapper's child: kill the process group when the service's
+    lifeline closes; exit when the engine (this process's parent) does."""
     engine = os.getppid()
-    devnull = os.open(os.devnull, os.O_RDWR)
-    for fd in (0, 1, 2):  # the engine's output pipe must close when the engine exits, not when the watcher does
-        os.dup2(devnull, fd)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # a Ctrl-C in a terminal is the service's to handle
     while os.getppid() == engine:
         readable, _, _ = select.select([lifeline], [], [], WATCH_INTERVAL_S)
@@ -43,7 +41,11 @@ def _start_watcher() -> None:
     lifeline = int(value)
     if os.fork() == 0:
         try:
-            _watch(lifeline)
+            devnull = os.open(os.devnull, os.O_RDWR)
+            for fd in (0, 1, 2):  # the engine's output pipe must close when the engine exits, not the watcher
+                os.dup2(devnull, fd)
+            # A command line of its own: in `ps` it is the watcher, not a second copy of the engine's command.
+            os.execv(sys.executable, [sys.executable, "-I", "-S", os.path.abspath(__file__), "--watch", value])
         finally:
             os._exit(0)
     os.close(lifeline)  # the engine itself has no use for it
@@ -53,6 +55,9 @@ def main() -> None:
     argv = sys.argv[1:]
     if not argv:
         sys.exit("usage: _exec_wrapper.py PROGRAM [ARGS...]")
+    if argv[0] == "--watch" and len(argv) == 2 and argv[1].isdigit():
+        _watch(int(argv[1]))
+        return
     if sys.platform.startswith("linux"):
         libc = ctypes.CDLL(None, use_errno=True)
         if libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) != 0:
