@@ -56,7 +56,7 @@ from engines.states import EngineState
 from engines.supervisor import SupervisorPolicy
 
 log = logging.getLogger("modeldeck.service")
-SHUTDOWN_DEADLINE_S = 1.8  # from Ctrl-C (or SIGTERM) to the end of the process, whatever the stop waits on
+SHUTDOWN_DEADLINE_S = 1.8  # from Ctrl-C to the end of the process, whatever the stop waits on
 
 
 class ServiceError(Exception):
@@ -161,9 +161,12 @@ class Service:
         self._stop.set()
 
     def _on_signal(self, sig: signal.Signals) -> None:
-        """Ctrl-C or SIGTERM: an orderly stop, which must be over within SHUTDOWN_DEADLINE_S; a second signal, or
-        the deadline, ends the process at once (the engines die with it: engines/_exec_wrapper.py)."""
-        if self._stop.is_set():
+        """SIGTERM: an orderly stop, as long as it takes. Ctrl-C: the same, but over within SHUTDOWN_DEADLINE_S; a
+        second Ctrl-C, or the deadline, ends the process at once (the engines die with it: _exec_wrapper.py)."""
+        if sig != signal.SIGINT:
+            self.request_stop()
+            return
+        if self._signalled_at:
             self._force_exit(sig)
         self._signalled_at = time.monotonic()
         self.request_stop()
