@@ -21,10 +21,12 @@ from app.cli_vllm import COMMAND as VLLM_COMMAND
 from app.cli_vllm import add_vllm_commands, run_vllm_command
 from app.client import ControlError, ServiceUnavailable, connect, port_from_env
 from app.hub.library import known_models
+from app.interrupt import exit_promptly_on_interrupt, kill_descendants
 from app.keys import load_api_key
-from app.paths import AppPaths, app_paths
+from app.paths import AppPaths, app_paths, make_private_dirs
 from app.planner.recommend import USES
 from app.settings import LoadedSettings, load_settings, origin_problem, with_models_dir
+from engines.logs import PrivateRotatingFileHandler
 
 
 def _size(text: str) -> int:
@@ -35,6 +37,16 @@ def _size(text: str) -> int:
         return int(float(number) * unit)
     except ValueError:
         raise argparse.ArgumentTypeError(f"not a size: {text!r} (examples: 512M, 8G)") from None
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
 
 
 def _upstream(text: str) -> tuple[str, str]:
@@ -93,7 +105,11 @@ def _parser() -> argparse.ArgumentParser:
         help="idle TTL of one model, over --idle-ttl; ID=never keeps it loaded (repeatable)",
     )  # fmt: skip
     serve.add_argument(
-        "--max-memory", type=_size, metavar="SIZE", help="stop least recently used engines to stay under this (8G)"
+        "--max-memory",
+        type=_size,
+        metavar="SIZE",
+        help="stop least recently used engines to stay under this (8G; default: the RAM and GPU memory free at start, "
+        "less a margin)",
     )
     serve.add_argument(
         "--upstream", action="append", default=[], type=_upstream, metavar="ID=URL",
@@ -103,6 +119,11 @@ def _parser() -> argparse.ArgumentParser:
         "--remote", action="append", default=[], type=_remote, metavar="NAME=URL",
         help="serve the models of an OpenAI-compatible server elsewhere as NAME/MODEL; its key, if it needs one, "
         "from $MODELDECK_REMOTE_KEY_<NAME> or the key store (repeatable)",
+    )  # fmt: skip
+    serve.add_argument(
+        "--max-connections", type=_positive, metavar="N",
+        help="client connections the OpenAI endpoint keeps open; the longest idle one makes room (from the open-file "
+        "limit, at most 4096)",
     )  # fmt: skip
     serve.add_argument(
         "--max-queue", type=int, default=32, metavar="N", help="requests waiting per engine before 429 (32)"
@@ -161,9 +182,9 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _setup_service_logging(paths: AppPaths) -> None:
-    paths.logs.mkdir(parents=True, exist_ok=True)
+    make_private_dirs(paths)
     formatter = logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s")
-    to_file = logging.handlers.RotatingFileHandler(paths.service_log, maxBytes=5_000_000, backupCount=3)
+    to_file = PrivateRotatingFileHandler(paths.service_log, maxBytes=5_000_000, backupCount=3)
     to_stderr = logging.StreamHandler()
     for handler in (to_file, to_stderr):
         handler.setFormatter(formatter)
@@ -198,6 +219,7 @@ def _serve(args: argparse.Namespace, paths: AppPaths, loaded: LoadedSettings) ->
         tls=args.tls,
         tls_cert=args.tls_cert,
         tls_key=args.tls_key,
+        max_connections=args.max_connections,
     )
     loop_factory: Callable[[], asyncio.AbstractEventLoop]
     try:
@@ -234,6 +256,9 @@ def _ps(paths: AppPaths) -> int:
     if client is None:
         print("The ModelDeck service is not running (start it with `modeldeck serve`).")
         return 1
+    budget = client.health().get("memory_budget") or {}
+    if budget.get("bytes") is not None:
+        print(f"Memory budget of the engines: {budget['bytes'] / 2**20:.0f} MiB ({budget['source']})")
     running = [m for m in client.models() if m["state"] != "stopped"]
     if not running:
         print("No engines are running.")
@@ -376,6 +401,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     if loaded.problem:
         print(f"modeldeck: settings: {loaded.problem}", file=sys.stderr)
     paths = with_models_dir(app_paths(), loaded.settings)
+    if args.command not in (None, "serve"):  # the GUI has Qt's event loop, the service its own shutdown deadline
+        exit_promptly_on_interrupt(on_force=kill_descendants)
     try:
         if args.command is None:
             from app.gui.launch import run_gui

@@ -177,7 +177,7 @@ class BenchRuns:
         if self._run is not None and self._run.state == "running":
             raise BenchConflict(f"A benchmark of {self._run.request.model} is already running; cancel it first.")
         run = BenchRun(f"bench-{next(self._ids)}", request)
-        process, _ = await spawn_engine(request.argv(), {}, run.id)
+        process, _ = await spawn_engine(request.argv(), {}, run.id, whole_environment=True)  # ModelDeck's own
         self._run, self._process = run, process
         self._task = asyncio.create_task(self._follow(run, process))
         self._publish(run)

@@ -111,7 +111,9 @@ class ControlApi:
     ) -> None:
         match method, parts:
             case "GET", ["api", "health"]:
-                await send_json(send, 200, {"status": "ok", "version": __version__})
+                lifecycle = self._manager.lifecycle
+                budget = {"bytes": lifecycle.max_loaded_bytes, "source": lifecycle.max_loaded_source}
+                await send_json(send, 200, {"status": "ok", "version": __version__, "memory_budget": budget})
             case "GET", ["api", "models"]:
                 await send_json(send, 200, [self._manager.describe(m) for m in self._manager.models])
             case "GET", ["api", "endpoint"]:

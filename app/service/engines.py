@@ -60,6 +60,7 @@ class LifecyclePolicy:
     max_loaded_bytes: int | None = None  # against the planner's predicted peak of each engine's plan
     max_waiting: int = 32  # requests waiting per engine before 429
     model_ttl_s: Mapping[str, float | None] = field(default_factory=dict)  # model id -> its own idle TTL
+    max_loaded_source: str = "--max-memory"  # where max_loaded_bytes comes from (app.service.memory_budget)
 
     def ttl_for(self, model_id: str) -> float | None:
         """The idle TTL of one model: its own if it has one, else the default."""
@@ -154,11 +155,13 @@ class EngineManager:
         return (self.remotes[found[0]], found[1]) if found else None
 
     def upstream_bearer(self, model_id: str) -> str:
-        """The key the gateway sends upstream: the remote's own (possibly none), else the engines' internal key."""
+        """The key the gateway sends upstream: a remote's own (possibly none), none to an --upstream server (it runs
+        outside ModelDeck, and the internal key must not leave the service), else the engines' internal key."""
         remote = self.remote_of(model_id)
-        if remote is None:
-            return self.internal_key
-        return remote[0].api_key or ""
+        if remote is not None:
+            return remote[0].api_key or ""
+        spec = self.models.get(model_id)
+        return "" if spec is not None and spec.url is not None else self.internal_key
 
     def supervisor(self, model_id: str) -> EngineSupervisor | None:
         return self._supervisors.get(model_id)

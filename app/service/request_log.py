@@ -6,6 +6,7 @@ API, which carry measurements."""
 
 from __future__ import annotations
 
+import logging
 import queue
 import sqlite3
 import threading
@@ -26,6 +27,10 @@ _SCHEMA = f"CREATE TABLE IF NOT EXISTS requests ({', '.join(_COLUMNS)})"
 _INSERT = f"INSERT INTO requests ({', '.join(_COLUMNS)}) VALUES ({', '.join('?' for _ in _COLUMNS)})"
 _Entry = tuple[RequestRecord, RequestText | None]
 _GATHER_S = 0.25
+RETRY_S = 1.0  # how often a failed write is tried again
+MAX_UNWRITTEN = 50_000  # records kept in memory while the disk refuses them (a few MB); then the oldest go
+
+log = logging.getLogger("modeldeck.requests")
 
 
 class RequestLog:
@@ -103,20 +108,41 @@ class RequestLog:
 
     def _write(self, database: Path) -> None:
         connection = sqlite3.connect(database)
+        unwritten: deque[tuple[Any, ...]] = deque(maxlen=MAX_UNWRITTEN)  # rows a failed write kept for the next
+        failing_since: float | None = None
         try:
             _create_or_migrate(connection)
             while True:
-                batch = [self._pending.get()]
-                if batch[0] is not None:
+                try:  # while rows wait for the disk, wake up to try again even if no request comes
+                    batch = [self._pending.get(timeout=RETRY_S if unwritten else None)]
+                except queue.Empty:
+                    batch = []
+                if batch and batch[0] is not None:
                     # One transaction for whatever piles up meanwhile: under load, one wake-up and one write
                     # for many requests instead of one each, on the interpreter the event loop needs.
                     time.sleep(_GATHER_S)
                 while not self._pending.empty():
                     batch.append(self._pending.get())
-                rows = [_row(*entry) for entry in batch if entry is not None]
-                with connection:
-                    connection.executemany(_INSERT, rows)
+                dropped = max(0, len(unwritten) + len(batch) - MAX_UNWRITTEN)
+                unwritten.extend(_row(*entry) for entry in batch if entry is not None)
+                try:
+                    with connection:
+                        connection.executemany(_INSERT, unwritten)
+                except sqlite3.Error as exc:  # a full disk, or the file gone read-only: keep the rows, try again
+                    if failing_since is None:
+                        failing_since = time.monotonic()
+                        log.error("cannot write the request log %s (%s); requests are kept in memory and written "
+                                  "when it works again", database, exc)  # fmt: skip
+                    if dropped:
+                        log.error("the request log lost its %d oldest unwritten records", dropped)
+                else:
+                    if failing_since is not None:
+                        log.warning("the request log is written again (%d records caught up)", len(unwritten))
+                        failing_since = None
+                    unwritten.clear()
                 if None in batch:
+                    if unwritten:
+                        log.error("stopping with %d request records the disk did not take", len(unwritten))
                     return
         finally:
             connection.close()

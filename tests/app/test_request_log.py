@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import sqlite3
+import subprocess
+import sys
+import textwrap
 from dataclasses import fields
 from pathlib import Path
 
@@ -10,6 +13,7 @@ from app.service.events import EventBus
 from app.service.metering import RequestRecord
 from app.service.request_log import RequestLog
 from app.service.request_text import RequestText
+from tests.conftest import REPO
 
 
 def record(request_id: str) -> RequestRecord:
@@ -36,3 +40,66 @@ def test_a_log_without_text_columns_gains_them(tmp_path: Path) -> None:
         rows = reopened.execute("SELECT id, prompt_text, completion_text FROM requests ORDER BY rowid").fetchall()
     reopened.close()
     assert rows == [("old", None, None), ("new", '"Once"', " upon"), ("plain", None, None)]
+
+
+FULL_DISK_SCRIPT = textwrap.dedent("""
+    import logging, resource, signal, sqlite3, sys, threading, time
+    from pathlib import Path
+    from app.service.events import EventBus
+    from app.service.request_log import RequestLog
+    from app.service.request_text import RequestText
+    from tests.app.test_request_log import record
+
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit then fails (EFBIG) instead of killing
+    database = Path(sys.argv[1])
+    wal = database.with_name(database.name + "-wal")
+    text = RequestText("/v1/completions", "x" * 20_000, stream=False, answer=[])
+
+    def stored() -> int:
+        reader = sqlite3.connect(database)
+        try:
+            return reader.execute("SELECT count(*) FROM requests").fetchone()[0]
+        except sqlite3.OperationalError:  # the writer has not created the table yet
+            return 0
+        finally:
+            reader.close()
+
+    failed, recovered = threading.Event(), threading.Event()
+
+    class Watch(logging.Handler):
+        def emit(self, entry: logging.LogRecord) -> None:
+            print(entry.getMessage(), file=sys.stderr, flush=True)
+            (failed if "cannot write" in entry.getMessage() else recovered).set()
+
+    logging.getLogger("modeldeck.requests").addHandler(Watch())
+    log = RequestLog(database, EventBus())
+    log.add(record("before"), text)
+    while stored() < 1:
+        time.sleep(0.05)
+    _, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+    # The disk is full: no file of this process may grow past the largest one there now.
+    resource.setrlimit(resource.RLIMIT_FSIZE, (max(database.stat().st_size, wal.stat().st_size), hard))
+    for index in range(200):
+        log.add(record(f"during-{index}"), text)
+    assert failed.wait(30), "the writer never said that the disk refused the records"
+    assert stored() == 1, stored()
+    assert len(log.recent(1000)) == 201 and log.aggregates(time.time() + 1)["m"]["requests"] == 201
+    resource.setrlimit(resource.RLIMIT_FSIZE, (hard, hard))  # space again
+    log.add(record("after"))
+    assert recovered.wait(30), "the writer never caught up"
+    log.close()
+    print("stored", stored(), flush=True)
+""")
+
+
+def test_a_full_disk_loses_no_request_record(tmp_path: Path) -> None:
+    """The disk filling up is simulated with RLIMIT_FSIZE in a child process (no file may grow: SQLite's write fails
+    as on a full disk, as "disk I/O error" rather than SQLITE_FULL; no mount needed). The writer keeps what it could
+    not write, the service's in-memory records and aggregates go on, and everything is written once space returns."""
+    result = subprocess.run(
+        [sys.executable, "-c", FULL_DISK_SCRIPT, str(tmp_path / "requests.sqlite")],
+        capture_output=True, text=True, timeout=120, cwd=REPO,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["stored", "202"], (result.stdout, result.stderr)
+    assert "cannot write the request log" in result.stderr and "written again" in result.stderr
