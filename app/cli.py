@@ -55,6 +55,12 @@ def _remote(text: str) -> tuple[str, str]:
         raise argparse.ArgumentTypeError(f"expected NAME=URL: {exc}") from None
 
 
+def _on_off(text: str) -> bool:
+    if text.lower() not in ("on", "off"):
+        raise argparse.ArgumentTypeError(f"expected on or off, got {text!r}")
+    return text.lower() == "on"
+
+
 def _model_ttl(text: str) -> tuple[str, float | None]:
     model_id, _, seconds = text.partition("=")
     if model_id and seconds == "never":
@@ -110,6 +116,11 @@ def _parser() -> argparse.ArgumentParser:
         "--gateway-server", choices=("own", "uvicorn"), default=os.environ.get("MODELDECK_GATEWAY_SERVER", "own"),
         help="HTTP server of the OpenAI endpoint: ModelDeck's own (app/service/http_server.py), which enforces HTTP "
         "limits and relays streamed chunks in a callback, or uvicorn as a fallback ($MODELDECK_GATEWAY_SERVER; own)",
+    )  # fmt: skip
+    serve.add_argument(
+        "--slot-routing", type=_on_off, default=os.environ.get("MODELDECK_SLOT_ROUTING", "on"), metavar="on|off",
+        help="send each conversation to the llama-server slot that holds its earlier turns, or leave the choice to "
+        "llama-server ($MODELDECK_SLOT_ROUTING; on)",
     )  # fmt: skip
     models = commands.add_parser("models", help="list the models ModelDeck can serve")
     models.add_argument("--models-dir", action="append", default=[], type=Path, metavar="DIR", help=MODELS_DIR_HELP)
@@ -177,6 +188,7 @@ def _serve(args: argparse.Namespace, paths: AppPaths, loaded: LoadedSettings) ->
         remotes=tuple(dict(args.remote).items()),
         settings_problem=loaded.problem,
         gateway_server=args.gateway_server,
+        slot_routing=args.slot_routing,
     )
     loop_factory: Callable[[], asyncio.AbstractEventLoop]
     try:

@@ -77,6 +77,7 @@ class LlamaServerEngine:
         stream_usage=True,
         parallel_from_plan=True,
         tokenize_count_path=None,
+        slot_ids=True,
     )
 
     def __init__(self, configured: Path | None = None, build_roots: Sequence[Path] = ()) -> None:

@@ -73,6 +73,7 @@ class ServeOptions:
     remotes: tuple[tuple[str, str], ...] = ()  # (name, base URL) of remote OpenAI-compatible servers
     settings_problem: str | None = None  # why the settings file could not be used, when it could not
     gateway_server: str = "own"  # app.service.http_server, or "uvicorn" (see README, "What the gateway costs")
+    slot_routing: bool = True  # conversations to the llama-server slot holding their prefix (app.service.slot_router)
 
 
 class _Server(uvicorn.Server):
@@ -208,7 +209,11 @@ class Service:
         # Engines' own /metrics are scraped once a second: off the hot path, so aiohttp is fine there.
         scrape_session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=5))
         gateway_config = GatewayConfig(
-            key_value, allowed, frozenset(options.cors_origins), log_request_text=options.log_request_text
+            key_value,
+            allowed,
+            frozenset(options.cors_origins),
+            log_request_text=options.log_request_text,
+            slot_routing=options.slot_routing,
         )
         gateway = Gateway(manager, gateway_config, pool, request_log)
         advisor = Advisor(paths)
