@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import sqlite3
-from dataclasses import fields
+import time
+from dataclasses import fields, replace
 from pathlib import Path
 
 from app.service.events import EventBus
@@ -36,3 +37,23 @@ def test_a_log_without_text_columns_gains_them(tmp_path: Path) -> None:
         rows = reopened.execute("SELECT id, prompt_text, completion_text FROM requests ORDER BY rowid").fetchall()
     reopened.close()
     assert rows == [("old", None, None), ("new", '"Once"', " upon"), ("plain", None, None)]
+
+
+def test_cache_reuse_is_over_requests_whose_engine_reported_it_and_unknown_otherwise(tmp_path: Path) -> None:
+    log = RequestLog(tmp_path / "requests.sqlite", EventBus())
+    now = time.time()
+    log.add(replace(record("a"), time=now, model="no-cache-info"))
+    log.add(replace(record("b"), time=now, model="llama", prompt_tokens=100, prompt_cached_tokens=0, slot=1))
+    log.add(replace(record("c"), time=now, model="llama", prompt_tokens=300, prompt_cached_tokens=240, slot=1))
+    log.add(replace(record("d"), time=now, model="llama", prompt_tokens=50))  # this one reported nothing
+    summary = log.aggregates(60)
+    assert summary["no-cache-info"]["prompt_cache_reuse"] is None  # unknown, not 0
+    assert summary["no-cache-info"]["prompt_cached_tokens"] is None
+    assert summary["llama"]["prompt_cached_tokens"] == 240
+    assert summary["llama"]["prompt_cache_reuse"] == 240 / 400
+    assert 'modeldeck_tokens_total{model="llama",kind="prompt_cached"} 240' in log.prometheus({})
+    log.close()
+    with sqlite3.connect(tmp_path / "requests.sqlite") as database:
+        rows = database.execute("SELECT id, prompt_cached_tokens, slot FROM requests ORDER BY rowid").fetchall()
+    database.close()
+    assert rows == [("a", None, None), ("b", 0, 1), ("c", 240, 1), ("d", None, None)]
