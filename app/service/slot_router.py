@@ -81,9 +81,10 @@ def _message_text(message: Any) -> str:
         return json.dumps(message, sort_keys=True)
     content = message.get("content")
     text = content if isinstance(content, str) else json.dumps(content, sort_keys=True)
+    if len(message) <= 2:  # role and content: the common case, no other field to render
+        return f"{message.get('role')}\x00{text}"
     extra = {k: v for k, v in message.items() if k not in ("role", "content")}  # name, tool_calls, tool_call_id
-    tail = json.dumps(extra, sort_keys=True) if extra else ""
-    return f"{message.get('role')}\x00{text}\x00{tail}"
+    return f"{message.get('role')}\x00{text}\x00{json.dumps(extra, sort_keys=True)}"
 
 
 def shared_chars(held: Sequence[str], prompt: Sequence[str]) -> int:
@@ -99,14 +100,23 @@ def shared_chars(held: Sequence[str], prompt: Sequence[str]) -> int:
 
 
 def _common_start(a: str, b: str) -> int:
-    """Length of the common start of two strings, by halving: each step compares slices in C."""
-    low, high = 0, min(len(a), len(b))
-    while low < high:
-        middle = (low + high + 1) // 2
+    """Length of the common start of two strings. Slices compared in C: lengths doubled while they match (two
+    different prompts usually part within a few words), then halved within the last step."""
+    limit = min(len(a), len(b))
+    low, step = 0, 32
+    while low < limit:
+        high = min(limit, low + step)
+        if a[low:high] != b[low:high]:
+            break
+        low, step = high, step * 2
+    else:
+        return limit
+    while low < high - 1:  # a[:low] matches, a[:high] does not
+        middle = (low + high) // 2
         if a[low:middle] == b[low:middle]:
             low = middle
         else:
-            high = middle - 1
+            high = middle
     return low
 
 

@@ -6,6 +6,7 @@ test_slot_routing_service.py."""
 from __future__ import annotations
 
 import json
+import random
 
 import pytest
 
@@ -29,6 +30,13 @@ def test_shared_chars_counts_whole_parts_then_the_common_start_of_the_first_diff
     assert shared_chars((), ("abc",)) == 0
     long = "w" * 10_000
     assert shared_chars((long + "a",), (long + "b",)) == 10_000
+    rng = random.Random(7)
+    for _ in range(500):  # against the obvious character loop, at every length and split point
+        common = "".join(rng.choices("ab", k=rng.randrange(0, 300)))
+        a = common + "".join(rng.choices("ab", k=rng.randrange(0, 50)))
+        b = common + "".join(rng.choices("ab", k=rng.randrange(0, 50)))
+        expected = next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), min(len(a), len(b)))
+        assert shared_chars((a,), (b,)) == expected, (a, b)
 
 
 def test_a_conversation_returns_to_its_slot_while_others_take_turns() -> None:
@@ -75,7 +83,7 @@ def test_a_busy_slot_is_not_chosen_when_a_free_one_holds_a_comparable_prefix() -
     held = router.choose("m", URL, 2, base)  # stays busy
     router.finished(free := router.choose("m", URL, 2, base[:1]))  # the other slot: the system prompt only
     assert free.slot != held.slot
-    choice = router.choose("m", URL, 2, (*base, "assistant\x00a\x00", "user\x00next\x00"))
+    choice = router.choose("m", URL, 2, (*base, "assistant\x00a", "user\x00next"))
     assert choice.slot == free.slot  # the busy slot holds only 100 more characters: not worth the wait
 
 
@@ -83,10 +91,10 @@ def test_a_busy_slot_is_waited_for_only_for_a_much_longer_prefix_and_never_by_tw
     router = SlotRouter()
     long_history = chat(("user", "h" * (2 * BUSY_GAIN_CHARS)))
     held = router.choose("m", URL, 3, long_history)  # busy
-    new = (*long_history, "user\x00more\x00")
+    new = (*long_history, "user\x00more")
     first = router.choose("m", URL, 3, new)
     assert first.slot == held.slot and first.shared_chars >= 2 * BUSY_GAIN_CHARS
-    second = router.choose("m", URL, 3, (*new, "user\x00again\x00"))  # the slot already has one waiting
+    second = router.choose("m", URL, 3, (*new, "user\x00again"))  # the slot already has one waiting
     assert second.slot != held.slot
 
 
