@@ -46,6 +46,7 @@ class SlotChoice:
 class _Slot:
     index: int
     prompt: tuple[str, ...] = ()  # the prompt parts last sent here
+    held_chars: int = 0  # their length
     busy: int = 0  # requests sent here and not finished
     last_used: int = 0  # when it was last chosen, on the router's own counter
 
@@ -123,15 +124,18 @@ def _common_start(a: str, b: str) -> int:
 class SlotRouter:
     """Per model, what each slot of its llama-server last received; picks a slot for each request."""
 
-    def __init__(self, enabled: bool = True) -> None:
-        self.enabled = enabled
+    def __init__(self) -> None:
         self._models: dict[str, _ModelSlots] = {}
         self._generations = 0
 
     def choose(self, model: str, url: str, slot_count: int, prompt: tuple[str, ...]) -> SlotChoice:
         """The slot for a request with this prompt to `model`'s engine at `url` serving `slot_count` slots; it is
         busy until `finished(choice)`. The longest shared prefix among free slots (ties and no match: the least
-        recently used); a busy slot only for a much longer prefix, and only with nobody else waiting for it."""
+        recently used); a busy slot only for a much longer prefix, and only with nobody else waiting for it.
+
+        A slot whose prompt parts from the request's sooner than half-way is no match: taking it would throw away
+        more of another conversation (one that shares a long system prompt, say) than it saves, and that
+        conversation would take it back on its next turn, each evicting the other."""
         table = self._table(model, url, slot_count)
         best_free: _Slot | None = None
         best_free_shared = -1
@@ -139,7 +143,7 @@ class SlotRouter:
         best_busy_shared = -1
         for slot in table.slots:
             shared = shared_chars(slot.prompt, prompt) if slot.prompt else 0
-            if shared < MIN_MATCH_CHARS:
+            if shared < MIN_MATCH_CHARS or slot.held_chars - shared > shared:
                 shared = 0
             if slot.busy == 0:
                 if shared > best_free_shared or (shared == best_free_shared and best_free is not None
@@ -157,7 +161,7 @@ class SlotRouter:
             chosen = min(table.slots, key=lambda s: (s.busy, s.last_used))
             shared = shared_chars(chosen.prompt, prompt)
         table.choices += 1
-        chosen.prompt, chosen.last_used = prompt, table.choices
+        chosen.prompt, chosen.held_chars, chosen.last_used = prompt, sum(map(len, prompt)), table.choices
         chosen.busy += 1
         return SlotChoice(model, chosen.index, shared, table.generation)
 

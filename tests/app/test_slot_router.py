@@ -69,6 +69,23 @@ def test_no_match_goes_to_the_least_recently_used_free_slot() -> None:
     assert chosen == [0, 1, 0]
 
 
+def test_a_new_conversation_sharing_a_system_prompt_leaves_a_longer_history_alone() -> None:
+    router = SlotRouter()
+    history = [("user", "tell me a long story"), ("assistant", "once " * 200), ("user", "and then?")]
+    first = router.choose("m", URL, 2, chat(*history))
+    router.finished(first)
+    other = router.choose("m", URL, 2, chat(("user", "a different question")))
+    router.finished(other)
+    assert other.slot != first.slot and other.shared_chars == 0  # its history is longer than the shared part
+    back = router.choose("m", URL, 2, chat(*history, ("assistant", "then"), ("user", "more")))
+    assert back.slot == first.slot  # still there for the next turn
+    router.finished(back)
+    # A short history beside the shared system prompt: reusing the prompt is worth more than that history.
+    router.finished(router.choose("m", URL, 2, chat(("user", "hi"))))
+    again = router.choose("m", URL, 2, chat(("user", "hello")))
+    assert again.shared_chars >= len(SYSTEM)
+
+
 def test_a_chance_overlap_shorter_than_the_minimum_is_no_match() -> None:
     router = SlotRouter()
     first = router.choose("m", URL, 2, ("x" * (MIN_MATCH_CHARS - 1) + "a",))
