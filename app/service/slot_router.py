@@ -2,9 +2,11 @@
 
 llama-server keeps each slot's KV cache after a request (`cache_prompt`), so a conversation whose next turn lands
 on the slot that served its last turn only computes the new messages. Left to itself, the server picks among the
-slots that are idle at the moment the request arrives, so a turn may land on a slot that another conversation
-overwrites next, and conversations taking turns go cold. The gateway sees every request, so it remembers, per
-model and slot, the prompt it last sent there and names the slot (`id_slot`) in the upstream body.
+slots idle when a request arrives the one whose last prompt is most similar (over 10 % shared), else the least
+recently used, and moves evicted prompts to a host-memory cache (`--cache-ram`). The gateway knows more: which
+slots are about to be busy, which conversation a slot belongs to, and that a new conversation sharing only a
+system prompt should not evict another's history. It remembers, per model and slot, the prompt it last sent
+there, and names the slot (`id_slot`) in the upstream body.
 
 The prompt is compared as text, message by message (a token prefix would need the engine's tokenizer on the hot
 path): whole equal messages first, then characters of the first differing one. All of it is an in-memory lookup
