@@ -154,7 +154,12 @@ class LlamaServerEngine:
             # Its ggml threads are OpenMP threads, which spin while waiting by default: on a machine where anything
             # else runs (the service's own gateway, a desktop), a spinning thread holds the core its peer needs.
             # Measured here (2 busy cores, 4 streams): 3.6 tokens/s spinning, 46.8 with passive waits.
-            env={"LLAMA_API_KEY": api_key, "OMP_WAIT_POLICY": "passive"},
+            # With a unified KV cache the pinned build saves every idle slot to host memory and clears it whenever a
+            # task starts (`--cache-idle-slots`, on by default), and restores a prompt from there only into a slot
+            # it picked itself: a request naming its slot (`id_slot`, app/service/slot_router.py) then finds it
+            # empty and computes its whole history again. Set in the environment, which builds without the option
+            # ignore. Idle slots keep their KV; llama-server still purges them when the cache runs out of room.
+            env={"LLAMA_API_KEY": api_key, "OMP_WAIT_POLICY": "passive", "LLAMA_ARG_CACHE_IDLE_SLOTS": "false"},
             ready_path="/health",
             secrets=(api_key,),
         )

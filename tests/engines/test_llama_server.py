@@ -112,6 +112,8 @@ def test_the_key_travels_in_the_environment_variable_llama_server_reads() -> Non
     api_key_env = _options()["--api-key"]["env"]
     assert api_key_env == "LLAMA_API_KEY" and command.env[api_key_env] == "sekret"
     assert command.env["OMP_WAIT_POLICY"] == "passive"  # see the adapter: spinning threads starve each other
+    idle_env = _options()["--cache-idle-slots"]["env"]  # the pinned build's name for it
+    assert command.env[idle_env] == "false"  # idle slots keep their KV for the gateway's slot routing
     assert command.secrets == ("sekret",)
     assert command.ready_path == "/health"
 
