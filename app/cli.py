@@ -74,6 +74,12 @@ def _cors_origin(text: str) -> str:
     return text
 
 
+def _on_off(text: str) -> bool:
+    if text.lower() not in ("on", "off"):
+        raise argparse.ArgumentTypeError(f"expected on or off, got {text!r}")
+    return text.lower() == "on"
+
+
 def _model_ttl(text: str) -> tuple[str, float | None]:
     model_id, _, seconds = text.partition("=")
     if model_id and seconds == "never":
@@ -149,6 +155,11 @@ def _parser() -> argparse.ArgumentParser:
     )  # fmt: skip
     serve.add_argument("--tls-cert", type=Path, metavar="PEM", help="serve HTTPS with this certificate (and --tls-key)")
     serve.add_argument("--tls-key", type=Path, metavar="PEM", help="the unencrypted private key of --tls-cert")
+    serve.add_argument(
+        "--slot-routing", type=_on_off, default=os.environ.get("MODELDECK_SLOT_ROUTING", "on"), metavar="on|off",
+        help="send each conversation to the llama-server slot that holds its earlier turns, or leave the choice to "
+        "llama-server ($MODELDECK_SLOT_ROUTING; on)",
+    )  # fmt: skip
     models = commands.add_parser("models", help="list the models ModelDeck can serve")
     models.add_argument("--models-dir", action="append", default=[], type=Path, metavar="DIR", help=MODELS_DIR_HELP)
     commands.add_parser("ps", help="list the running engines")
@@ -220,6 +231,7 @@ def _serve(args: argparse.Namespace, paths: AppPaths, loaded: LoadedSettings) ->
         tls_cert=args.tls_cert,
         tls_key=args.tls_key,
         max_connections=args.max_connections,
+        slot_routing=args.slot_routing,
     )
     loop_factory: Callable[[], asyncio.AbstractEventLoop]
     try:

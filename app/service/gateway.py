@@ -40,10 +40,19 @@ from app.service.asgi import (
 )
 from app.service.engines import EngineManager
 from app.service.json_body import load_json
-from app.service.metering import RequestRecord, StreamMeter, ends_with_done, percentile, split_done, usage_event
+from app.service.metering import (
+    RequestRecord,
+    StreamMeter,
+    ends_with_done,
+    percentile,
+    prompt_cache,
+    split_done,
+    usage_event,
+)
 from app.service.prompt_tokens import count_tokens, prompt_text
 from app.service.request_log import RequestLog
 from app.service.request_text import PROMPT_FIELDS, RequestText
+from app.service.slot_router import SlotChoice, SlotRouter, prompt_parts
 from app.service.templates import TemplateRenderer
 from app.service.upstream import REMOTE_LIMITS, Endpoint, Response, Unreachable, UpstreamError, UpstreamPool
 from app.service.validation import CheckedRequest, InvalidRequest, check_request
@@ -63,6 +72,7 @@ class GatewayConfig:
     max_body_bytes: int = 4 * 1024 * 1024
     start_timeout_s: float = 300.0
     log_request_text: bool = False  # the user's choice: prompts and completions in the request log
+    slot_routing: bool = True  # send each conversation to the engine slot holding its prefix (app.service.slot_router)
 
 
 @dataclass
@@ -74,6 +84,8 @@ class _Outcome:
     meter: StreamMeter | None = None
     prompt_tokens: int | None = None
     completion_tokens: int | None = None
+    prompt_cached_tokens: int | None = None
+    slot: int | None = None
     error: str | None = None
     complete: bool = False  # the engine's answer was passed on in full
     serving: bool = True  # until the handler is done with the request
@@ -91,6 +103,7 @@ class Gateway:
         self._log = log
         self._endpoints: dict[tuple[str, str], Endpoint] = {}  # (URL, bearer) -> prepared request head
         self._templates = TemplateRenderer()  # its worker process starts on the first render
+        self._slots = SlotRouter()
 
     async def close(self) -> None:
         """End the chat template worker, if one was started."""
@@ -244,10 +257,27 @@ class Gateway:
                     outcome.status, outcome.error = 503, route.error
                     await send_error(send, 503, route.error, "server_error", "model_unavailable")
             if base_url is not None:
-                await self._forward(base_url, path, body, payload, checked, send, direct, outcome)
+                choice = self._choose_slot(model, base_url, path, payload)
+                outcome.slot = choice.slot if choice is not None else None
+                try:
+                    routed = choice.body(body) if choice is not None else body
+                    await self._forward(base_url, path, routed, payload, checked, send, direct, outcome)
+                finally:
+                    if choice is not None:
+                        self._slots.finished(choice)
             self._manager.touch(model)
         finally:
             queue.release(acquired)
+
+    def _choose_slot(self, model: str, base_url: str, path: str, payload: dict[str, Any]) -> SlotChoice | None:
+        """The slot of the model's engine for this request, for an engine that serves several and takes `id_slot`."""
+        if not self._config.slot_routing or not self._manager.engine(model).capabilities.slot_ids:
+            return None
+        slots = self._manager.queue(model).capacity
+        if slots < 2 or self._manager.remote_of(model) is not None:
+            return None
+        prompt = prompt_parts(path, payload)
+        return None if prompt is None else self._slots.choose(model, base_url, slots, prompt)
 
     async def _engine_url(self, model: str, send: Send, outcome: _Outcome, restarting: bool = False) -> str | None:
         """The ready engine's URL, starting it on demand (or waiting for its restart); answers the client itself
@@ -497,12 +527,17 @@ def _adding_headers(send: Send, extra: list[tuple[bytes, bytes]]) -> Callable[[M
 
 def _read_usage(answer: bytes, outcome: _Outcome) -> None:
     try:
-        usage = json.loads(answer).get("usage") or {}
+        decoded = json.loads(answer)
+        usage = decoded.get("usage") or {}
     except (ValueError, AttributeError, RecursionError):
         return
     if isinstance(usage, dict):
         outcome.prompt_tokens = usage.get("prompt_tokens")
         outcome.completion_tokens = usage.get("completion_tokens")
+    cache = prompt_cache(usage, decoded.get("timings"))
+    if outcome.prompt_tokens is None:  # llama-server's timings count the prompt too
+        outcome.prompt_tokens = cache.prompt_tokens
+    outcome.prompt_cached_tokens = cache.cached_tokens
 
 
 def _shape_embeddings(answer: bytes, pool: bool, as_base64: bool) -> bytes:
@@ -528,6 +563,12 @@ def _record(path: str, checked: CheckedRequest, outcome: _Outcome, started_at: f
     meter = outcome.meter
     itls = meter.inter_token_latencies() if meter else []
     completion = meter.completion_tokens if meter else outcome.completion_tokens
+    prompt, cached = outcome.prompt_tokens, outcome.prompt_cached_tokens
+    if meter is not None:
+        cache = prompt_cache(meter.usage, meter.timings)
+        prompt, cached = (meter.usage or {}).get("prompt_tokens", prompt), cache.cached_tokens
+        if prompt is None:  # a stream without usage: llama-server's timings count the prompt too
+            prompt = cache.prompt_tokens
     return RequestRecord(
         id=f"{_ID_PREFIX}-{next(_ids)}",
         time=started_at,
@@ -538,12 +579,12 @@ def _record(path: str, checked: CheckedRequest, outcome: _Outcome, started_at: f
         queued_s=outcome.queued_s,
         ttft_s=meter.ttft_s if meter else None,
         duration_s=duration,
-        prompt_tokens=(meter.usage or {}).get("prompt_tokens", outcome.prompt_tokens)
-        if meter
-        else outcome.prompt_tokens,
+        prompt_tokens=prompt,
         completion_tokens=completion,
         itl_p50_s=percentile(itls, 0.5),
         itl_max_s=max(itls) if itls else None,
         decode_tps=meter.decode_tps() if meter else None,
         error=outcome.error,
+        prompt_cached_tokens=cached,
+        slot=outcome.slot,
     )

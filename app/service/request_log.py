@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from app.service.events import EventBus
-from app.service.metering import RequestRecord, percentile
+from app.service.metering import RequestRecord, cache_reuse, percentile
 from app.service.request_text import RequestText, completion_text, prompt_json
 
 _TEXT_COLUMNS = ["prompt_text", "completion_text"]
@@ -58,7 +58,8 @@ class RequestLog:
             listener(record)
         key = (record.model, record.status)
         self._totals[key] = self._totals.get(key, 0) + 1
-        for kind, count in (("prompt", record.prompt_tokens), ("completion", record.completion_tokens)):
+        for kind, count in (("prompt", record.prompt_tokens), ("completion", record.completion_tokens),
+                            ("prompt_cached", record.prompt_cached_tokens)):  # fmt: skip
             if count:
                 self._tokens[(record.model, kind)] = self._tokens.get((record.model, kind), 0) + count
         self._pending.put((record, text))
@@ -86,7 +87,7 @@ class RequestLog:
         lines += [
             f'modeldeck_requests_total{{model="{_label(m)}",status="{s}"}} {n}' for (m, s), n in self._totals.items()
         ]
-        lines += ["# HELP modeldeck_tokens_total Prompt and completion tokens by model.",
+        lines += ["# HELP modeldeck_tokens_total Prompt, completion and cached prompt tokens by model.",
                   "# TYPE modeldeck_tokens_total counter"]  # fmt: skip
         lines += [f'modeldeck_tokens_total{{model="{_label(m)}",kind="{k}"}} {n}' for (m, k), n in self._tokens.items()]
         for name, index, what in (("running", 0, "in an engine"), ("waiting", 1, "waiting in the gateway queue")):
@@ -173,6 +174,7 @@ def _summarize(records: list[RequestRecord], window_s: float) -> dict[str, Any]:
     queued = [r.queued_s for r in records]
     completion = sum(r.completion_tokens or 0 for r in records)
     prompt = sum(r.prompt_tokens or 0 for r in records)
+    cache = cache_reuse((r.prompt_cached_tokens, r.prompt_tokens) for r in records)
     return {
         "requests": len(records),
         "errors": sum(1 for r in records if r.status >= 400),
@@ -184,6 +186,8 @@ def _summarize(records: list[RequestRecord], window_s: float) -> dict[str, Any]:
         "ttft_p95_s": percentile(ttfts, 0.95),
         "itl_p50_s": percentile(itls, 0.5),
         "queue_p50_s": percentile(queued, 0.5),
+        "prompt_cached_tokens": cache[0] if cache else None,
+        "prompt_cache_reuse": cache[1] if cache else None,
     }
 
 

@@ -86,6 +86,7 @@ class ServeOptions:
     tls_cert: Path | None = None  # the user's certificate and key; None: ModelDeck's own, made on first use
     tls_key: Path | None = None
     max_connections: int | None = None  # on the OpenAI endpoint; None: from the open-file limit (connection_cap)
+    slot_routing: bool = True  # conversations to the llama-server slot holding their prefix (app.service.slot_router)
 
 
 class _Server(uvicorn.Server):
@@ -286,7 +287,11 @@ class Service:
         # Engines' own /metrics are scraped once a second: off the hot path, so aiohttp is fine there.
         scrape_session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=5))
         gateway_config = GatewayConfig(
-            key_value, allowed, frozenset(options.cors_origins), log_request_text=options.log_request_text
+            key_value,
+            allowed,
+            frozenset(options.cors_origins),
+            log_request_text=options.log_request_text,
+            slot_routing=options.slot_routing,
         )
         gateway = Gateway(manager, gateway_config, pool, request_log)
         advisor = Advisor(paths)

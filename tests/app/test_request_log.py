@@ -6,7 +6,8 @@ import sqlite3
 import subprocess
 import sys
 import textwrap
-from dataclasses import fields
+import time
+from dataclasses import fields, replace
 from pathlib import Path
 
 from app.service.events import EventBus
@@ -103,3 +104,23 @@ def test_a_full_disk_loses_no_request_record(tmp_path: Path) -> None:
     assert result.returncode == 0, result.stderr
     assert result.stdout.split() == ["stored", "202"], (result.stdout, result.stderr)
     assert "cannot write the request log" in result.stderr and "written again" in result.stderr
+
+
+def test_cache_reuse_is_over_requests_whose_engine_reported_it_and_unknown_otherwise(tmp_path: Path) -> None:
+    log = RequestLog(tmp_path / "requests.sqlite", EventBus())
+    now = time.time()
+    log.add(replace(record("a"), time=now, model="no-cache-info"))
+    log.add(replace(record("b"), time=now, model="llama", prompt_tokens=100, prompt_cached_tokens=0, slot=1))
+    log.add(replace(record("c"), time=now, model="llama", prompt_tokens=300, prompt_cached_tokens=240, slot=1))
+    log.add(replace(record("d"), time=now, model="llama", prompt_tokens=50))  # this one reported nothing
+    summary = log.aggregates(60)
+    assert summary["no-cache-info"]["prompt_cache_reuse"] is None  # unknown, not 0
+    assert summary["no-cache-info"]["prompt_cached_tokens"] is None
+    assert summary["llama"]["prompt_cached_tokens"] == 240
+    assert summary["llama"]["prompt_cache_reuse"] == 240 / 400
+    assert 'modeldeck_tokens_total{model="llama",kind="prompt_cached"} 240' in log.prometheus({})
+    log.close()
+    with sqlite3.connect(tmp_path / "requests.sqlite") as database:
+        rows = database.execute("SELECT id, prompt_cached_tokens, slot FROM requests ORDER BY rowid").fetchall()
+    database.close()
+    assert rows == [("a", None, None), ("b", 0, 1), ("c", 240, 1), ("d", None, None)]

@@ -116,6 +116,8 @@ def test_the_key_travels_in_the_environment_variable_llama_server_reads() -> Non
     assert command.env["OMP_WAIT_POLICY"] == "passive"
     spinning = LlamaServerEngine().build_command(replace(PLANS["cpu, one slot"], spin_wait=True), 8123, "sekret")
     assert "OMP_WAIT_POLICY" not in spinning.env and spinning.env["LLAMA_API_KEY"] == "sekret"
+    idle_env = _options()["--cache-idle-slots"]["env"]  # the pinned build's name for it
+    assert command.env[idle_env] == "false"  # idle slots keep their KV for the gateway's slot routing
     assert command.secrets == ("sekret",)
     assert command.ready_path == "/health"
 
