@@ -49,8 +49,10 @@ def test_bench_sweep_writes_a_complete_card(service: RunningService, paths: AppP
     # Throughput itself swings on a shared 2-core machine; the gain must be exactly the ratio of the two.
     ratio = levels[1]["output_tokens_per_s"] / levels[0]["output_tokens_per_s"]
     assert levels[1]["gain"] == pytest.approx(ratio)
-    # One request at a time in llama-cpp-python: at concurrency 4 the last in line waits for three others.
-    assert levels[1]["ttft_p99_s"] > levels[0]["ttft_p50_s"]
+    # One request at a time in llama-cpp-python: at concurrency 4 the last in line waits for three others' answers.
+    # Compared with that level's own token gap, not with the first level's TTFT: on a loaded machine the two
+    # levels ran at speeds several times apart.
+    assert levels[1]["ttft_p99_s"] > OUTPUT_TOKENS // 2 * levels[1]["itl_p50_s"]
 
     saved = sorted(paths.bench_dir.iterdir())
     assert [p.suffix for p in saved] == [".json", ".md"]
