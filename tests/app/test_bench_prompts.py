@@ -264,3 +264,15 @@ def test_a_card_written_before_prompt_modes_reads_as_an_identical_prompt_run(
     (paths.bench_dir / "future.json").write_text(json.dumps({**OLD_CARD, "id": "future", "schema_version": 99}))
     with pytest.raises(ValueError, match="schema 99 is not one of"):
         load_card("future", paths.bench_dir)
+
+
+def test_bad_prompt_options_on_the_command_line_get_a_clear_error() -> None:
+    """Refused before the service is even looked for: none runs here."""
+    for args, words in (
+        (["--prompt-mode", "shared-prefix"], "shared-prefix needs a prefix of 1 to 255 tokens"),
+        (["--prompt-mode", "multi-turn", "--turns", "1"], "multi-turn needs 2 to 64 turns"),
+        (["--prompt-mode", "multi-turn", "--requests", "4"], "conversations x turns requests"),
+        (["--prompt-mode", "random"], "invalid choice: 'random'"),
+    ):
+        done = modeldeck("bench", BUNDLED_ID, *args)
+        assert done.returncode == 2 and words in done.stderr, (args, done.stderr)
