@@ -125,38 +125,17 @@ def run_sweep(
     engine = ENGINES.get(model["engine"])
     engine_version = engine.detect().version if engine is not None else None
 
-    base_url, api_key = endpoint["url"].rstrip("/"), endpoint.get("api_key")
+    target = _Target(endpoint["url"].rstrip("/"), endpoint.get("api_key"), model_id)
 
     report(SweepPhase("warmup"))
-    overhead, prompts = _calibrate(base_url, api_key, model_id, options)
+    overhead, prompts = _calibrate(target, options)
     # One request before the levels, so the first level does not pay for loading: in `identical` mode the prompt
     # every request sends, in `shared-prefix` the shared prefix, else a prompt no level sends.
-    asyncio.run(run_level(LoadSpec(base_url, api_key, model_id, 1, 1, 4, lambda i: prompts.prompt("warmup", i))))
+    warmup = functools.partial(prompts.prompt, "warmup")
+    asyncio.run(run_level(LoadSpec(target.base_url, target.api_key, model_id, 1, 1, 4, warmup)))
     requests = [options.requests_for(c) for c in options.concurrency]
     report(SweepStarted(list(options.concurrency), requests))
-    levels = []
-    sent: list[str] = []
-    for index, concurrency in enumerate(options.concurrency):
-        finished: list[RequestResult] = []
-
-        def count(result: RequestResult, index: int = index, done: list[RequestResult] = finished) -> None:
-            done.append(result)
-            report(LevelProgress(index, options.concurrency[index], len(done), requests[index]))
-
-        stream = f"level{index}"
-        if options.prompt_mode == "multi-turn":
-            talk = _conversations(base_url, api_key, model_id, options, prompts, concurrency, stream)
-            sent += [talk.first(c) for c in range(talk.conversations)]
-            sent += [talk.follow_up(c, t) for c in range(talk.conversations) for t in range(2, talk.turns + 1)]
-            results, duration = asyncio.run(run_conversations(talk, count))
-        else:
-            load = LoadSpec(base_url, api_key, model_id, concurrency, requests[index], options.output_tokens,
-                            functools.partial(prompts.prompt, stream))  # fmt: skip
-            sent += [load.prompt(i) for i in range(load.requests)]
-            results, duration = asyncio.run(run_level(load, count))
-        level = LevelResult.summarize(concurrency, results, duration)
-        levels.append(level)
-        report(LevelDone(index, level))
+    levels, sent = _run_levels(target, options, prompts, requests, report)
     created = time.gmtime()
     return BenchCard(
         id=card_id(time.strftime("%Y%m%d-%H%M%S", created), model_id),
@@ -176,37 +155,88 @@ def run_sweep(
             "launch": model.get("launch"),
         },
         hardware=hardware_fingerprint(hardware),
-        parameters={
-            "concurrency": list(options.concurrency),
-            "prompt_tokens": options.prompt_tokens,
-            "output_tokens": options.output_tokens,
-            "requests_per_level": requests,
-            "endpoint": "/v1/chat/completions",
-            "temperature": 0,
-            "prompt_mode": options.prompt_mode,
-            "seed": options.seed,
-            "prefix_tokens": options.prefix_tokens if options.prompt_mode == "shared-prefix" else None,
-            "conversations": [options.conversations_for(c) for c in options.concurrency]
-            if options.prompt_mode == "multi-turn"
-            else None,
-            "turns": options.turns if options.prompt_mode == "multi-turn" else None,
-            "follow_up_words": FOLLOW_UP_WORDS if options.prompt_mode == "multi-turn" else None,
-            "prompt_words": prompts.words,
-            "prompt_overhead_tokens": overhead,  # what the chat template and instruction add; None: not reported
-            "prompt_digest": digest(sent),
-        },
+        parameters=_parameters(options, requests, prompts, overhead, sent),
         results=with_gains(levels),
     )
 
 
-def _calibrate(
-    base_url: str, api_key: str | None, model_id: str, options: SweepOptions
-) -> tuple[int | None, PromptSet]:
+@dataclass(frozen=True)
+class _Target:
+    base_url: str
+    api_key: str | None
+    model: str
+
+
+def _run_levels(
+    target: _Target,
+    options: SweepOptions,
+    prompts: PromptSet,
+    requests: list[int],
+    report: Callable[[SweepEvent], None],
+) -> tuple[list[LevelResult], list[str]]:
+    """Each level in turn; its results, and the user messages the levels sent (seeded, so known beforehand)."""
+    levels: list[LevelResult] = []
+    sent: list[str] = []
+    for index, concurrency in enumerate(options.concurrency):
+        finished: list[RequestResult] = []
+
+        def count(result: RequestResult, index: int = index, done: list[RequestResult] = finished) -> None:
+            done.append(result)
+            report(LevelProgress(index, options.concurrency[index], len(done), requests[index]))
+
+        stream = f"level{index}"
+        if options.prompt_mode == "multi-turn":
+            talk = ConversationSpec(
+                target.base_url, target.api_key, target.model, concurrency, options.conversations_for(concurrency),
+                options.turns, options.output_tokens, functools.partial(prompts.prompt, stream),
+                functools.partial(prompts.follow_up, stream),
+            )  # fmt: skip
+            sent += [talk.first(c) for c in range(talk.conversations)]
+            sent += [talk.follow_up(c, t) for c in range(talk.conversations) for t in range(2, talk.turns + 1)]
+            results, duration = asyncio.run(run_conversations(talk, count))
+        else:
+            load = LoadSpec(target.base_url, target.api_key, target.model, concurrency, requests[index],
+                            options.output_tokens, functools.partial(prompts.prompt, stream))  # fmt: skip
+            sent += [load.prompt(i) for i in range(load.requests)]
+            results, duration = asyncio.run(run_level(load, count))
+        level = LevelResult.summarize(concurrency, results, duration)
+        levels.append(level)
+        report(LevelDone(index, level))
+    return levels, sent
+
+
+def _parameters(
+    options: SweepOptions, requests: list[int], prompts: PromptSet, overhead: int | None, sent: list[str]
+) -> dict[str, Any]:
+    """The card's record of what was asked and sent."""
+    multi_turn = options.prompt_mode == "multi-turn"
+    return {
+        "concurrency": list(options.concurrency),
+        "prompt_tokens": options.prompt_tokens,
+        "output_tokens": options.output_tokens,
+        "requests_per_level": requests,
+        "endpoint": "/v1/chat/completions",
+        "temperature": 0,
+        "prompt_mode": options.prompt_mode,
+        "seed": options.seed,
+        "prefix_tokens": options.prefix_tokens if options.prompt_mode == "shared-prefix" else None,
+        "conversations": [options.conversations_for(c) for c in options.concurrency] if multi_turn else None,
+        "turns": options.turns if multi_turn else None,
+        "follow_up_words": FOLLOW_UP_WORDS if multi_turn else None,
+        "prompt_words": prompts.words,
+        "prompt_overhead_tokens": overhead,  # what the chat template and instruction add; None: not reported
+        "prompt_digest": digest(sent),
+    }
+
+
+def _calibrate(target: _Target, options: SweepOptions) -> tuple[int | None, PromptSet]:
     """What the chat template and the instruction add to a prompt, as the engine counts it (None when it does not
     say), and the prompts whose whole length is then `options.prompt_tokens`."""
     try:
         counted = asyncio.run(
-            count_prompt_tokens(base_url, api_key, model_id, calibration_prompt(CALIBRATION_WORDS, options.seed))
+            count_prompt_tokens(
+                target.base_url, target.api_key, target.model, calibration_prompt(CALIBRATION_WORDS, options.seed)
+            )
         )
     except LoadError as exc:
         raise SweepError(f"could not count the prompt's tokens: {exc}") from None
@@ -220,21 +250,6 @@ def _calibrate(
         raise SweepError(f"{options.prompt_tokens} prompt tokens are too few for this model: {fixed}{shared}and "
                          f"each request needs {MIN_OWN_WORDS} words of its own; ask for at least {least}")  # fmt: skip
     return overhead, PromptSet(options.prompt_mode, options.seed, options.prompt_tokens - (overhead or 0), prefix)
-
-
-def _conversations(
-    base_url: str,
-    api_key: str | None,
-    model_id: str,
-    options: SweepOptions,
-    prompts: PromptSet,
-    concurrency: int,
-    stream: str,
-) -> ConversationSpec:
-    return ConversationSpec(
-        base_url, api_key, model_id, concurrency, options.conversations_for(concurrency), options.turns,
-        options.output_tokens, lambda c: prompts.prompt(stream, c), lambda c, t: prompts.follow_up(stream, c, t),
-    )  # fmt: skip
 
 
 def parse_concurrency(text: str) -> tuple[int, ...]:
