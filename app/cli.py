@@ -14,6 +14,7 @@ import urllib.parse
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from app.bench.prompts import DEFAULT_PROMPT_MODE, DEFAULT_TURNS, PROMPT_MODES
 from app.cli_engines import add_engine_commands, run_engines_command
 from app.cli_export import add_export_command, run_export
 from app.cli_hub import HUB_COMMANDS, MODELS_DIR_HELP, add_hub_commands, run_hub_command
@@ -180,7 +181,19 @@ def _parser() -> argparse.ArgumentParser:
     bench = commands.add_parser("bench", help="measure a model's throughput and latency at rising concurrency")
     bench.add_argument("model", nargs="?", metavar="MODEL", help="a model id from `modeldeck models`")
     bench.add_argument("--concurrency", default="1,4,16,64", metavar="N,N,...", help="levels to sweep (1,4,16,64)")
-    bench.add_argument("--prompt-tokens", type=int, default=256, metavar="N", help="prompt length (about 256)")
+    bench.add_argument("--prompt-tokens", type=int, default=256, metavar="N",
+                       help="prompt length in tokens, chat template included (256)")  # fmt: skip
+    bench.add_argument(
+        "--prompt-mode", choices=PROMPT_MODES, default=DEFAULT_PROMPT_MODE,
+        help="unique: each request its own prompt (default); shared-prefix: the same first --prefix-tokens, then "
+        "its own; multi-turn: --conversations taking --turns turns in order; identical: one prompt for all (this "
+        "measures the engine's prompt cache)",
+    )  # fmt: skip
+    bench.add_argument("--prefix-tokens", type=int, default=0, metavar="N", help="shared-prefix: tokens shared")
+    bench.add_argument("--conversations", type=int, metavar="N", help="multi-turn: per level (max(3, concurrency))")
+    bench.add_argument("--turns", type=int, default=DEFAULT_TURNS, metavar="N",
+                       help=f"multi-turn: turns per conversation ({DEFAULT_TURNS})")  # fmt: skip
+    bench.add_argument("--seed", type=int, default=0, metavar="N", help="the prompts' seed: runs with one repeat (0)")
     bench.add_argument("--output-tokens", type=int, default=128, metavar="N", help="tokens to generate (128)")
     bench.add_argument("--requests", type=int, metavar="N", help="requests per level (max(8, 2 x concurrency))")
     bench.add_argument("--json", action="store_true", help="print the benchmark card as JSON")
@@ -362,9 +375,9 @@ def _recommend(args: argparse.Namespace, paths: AppPaths) -> int:
 
 
 def _bench(args: argparse.Namespace, paths: AppPaths) -> int:
-    from app.bench.card import compare, load_card, results_table
+    from app.bench.card import compare, load_card, results_table, turns_table
     from app.bench.progress import CardSaved, SweepEvent, event_json
-    from app.bench.sweep import SweepOptions, level_line, parse_concurrency, run_sweep
+    from app.bench.sweep import SweepError, SweepOptions, level_line, parse_concurrency, run_sweep
 
     if args.compare:
         try:
@@ -379,7 +392,8 @@ def _bench(args: argparse.Namespace, paths: AppPaths) -> int:
         return 2
     try:
         options = SweepOptions(parse_concurrency(args.concurrency), args.prompt_tokens, args.output_tokens,
-                               args.requests)  # fmt: skip
+                               args.requests, args.prompt_mode, args.seed, args.prefix_tokens, args.conversations,
+                               args.turns)  # fmt: skip
     except ValueError as exc:
         print(f"modeldeck: {exc}", file=sys.stderr)
         return 2
@@ -395,6 +409,9 @@ def _bench(args: argparse.Namespace, paths: AppPaths) -> int:
 
     try:
         card = run_sweep(client, args.model, options, progress)
+    except SweepError as exc:
+        print(f"modeldeck: {exc}", file=sys.stderr)
+        return 2
     finally:
         client.close()
     json_path, md_path = card.save(paths.bench_dir)
@@ -403,7 +420,9 @@ def _bench(args: argparse.Namespace, paths: AppPaths) -> int:
     elif args.json:
         print(json.dumps(card.to_dict(), indent=2))
     else:
-        print("\n".join(["", *results_table(card.results), "", f"Card: {md_path}", f"      {json_path}"]))
+        turns = turns_table(card.results)
+        print("\n".join(["", *results_table(card.results), *(["", *turns] if turns else []), "",
+                         f"Card: {md_path}", f"      {json_path}"]))  # fmt: skip
     return 0 if all(level.errors == 0 for level in card.results) else 1
 
 

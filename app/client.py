@@ -268,12 +268,16 @@ class ControlClient:
         prompt_tokens: int,
         output_tokens: int,
         requests: int | None = None,
+        **prompts: int | str | None,
     ) -> dict[str, Any]:
-        """Start a benchmark on the service (one at a time); its progress comes as `bench` events."""
+        """Start a benchmark on the service (one at a time); its progress comes as `bench` events. `prompts` are
+        the other fields of POST /api/bench: prompt_mode, prefix_tokens, conversations, turns, seed (None: the
+        service's default)."""
         body: dict[str, Any] = {"model": model_id, "concurrency": concurrency, "prompt_tokens": prompt_tokens,
                                 "output_tokens": output_tokens}  # fmt: skip
         if requests is not None:
             body["requests"] = requests
+        body.update({name: value for name, value in prompts.items() if value is not None})
         result: dict[str, Any] = self._call("POST", "/api/bench", json=body)
         return result
 

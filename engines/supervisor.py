@@ -57,6 +57,14 @@ class StartFailed(Exception):
     """The engine exited or never became ready; the message carries the last log lines."""
 
 
+@dataclass(frozen=True)
+class LaunchRecord:
+    """The command an engine was started with and the environment added to it, secrets redacted."""
+
+    argv: tuple[str, ...]
+    env: dict[str, str]
+
+
 class EngineSupervisor:
     """Supervises the engine serving one model."""
 
@@ -85,6 +93,8 @@ class EngineSupervisor:
         self.diagnosis: Diagnosis | None = None  # why the last exit happened, when it could be told
         self.port: int | None = None
         self.restarts = 0
+        # The last command started: argv and the environment it added, secrets redacted (benchmark cards keep it).
+        self.launch: LaunchRecord | None = None
         self._process: asyncio.subprocess.Process | None = None
         self._record_path: Path | None = None
         self._files: tuple[Path, ...] = ()  # what the running command asked to be written for it
@@ -195,6 +205,9 @@ class EngineSupervisor:
         self.port = free_loopback_port()
         command = self._command_factory(self.port)
         self.log.add_secrets(command.secrets)
+        redact = self.log.redact
+        self.launch = LaunchRecord(tuple(redact(arg) for arg in command.argv),
+                                   {name: redact(value) for name, value in command.env.items()})  # fmt: skip
         self._ready_path = command.ready_path
         self._ready_headers = command.ready_headers
         for path, text in command.files.items():
@@ -289,4 +302,4 @@ class EngineSupervisor:
             self._on_event(EngineEvent(self.model_id, state, previous, message, self.pid, self.port))
 
 
-__all__ = ["EngineSupervisor", "StartFailed", "SupervisorPolicy"]
+__all__ = ["EngineSupervisor", "LaunchRecord", "StartFailed", "SupervisorPolicy"]

@@ -6,14 +6,23 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import shlex
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 from app.bench.load import RequestResult
+from app.bench.prompts import LEGACY_PROMPT_MODE, mode_label
 
-SCHEMA_VERSION = 1
+# 2: prompt modes, the engine's launch command, prompt and decode tokens/s, TTFT per turn. Cards of schema 1 are
+# read as they are: they sent one prompt again and again (an `identical` run).
+SCHEMA_VERSION = 2
+READABLE_SCHEMAS = (1, 2)
+
+
+def _mean(values: list[float]) -> float | None:
+    return sum(values) / len(values) if values else None
 
 
 def percentile(values: list[float], fraction: float) -> float | None:
@@ -43,6 +52,13 @@ class LevelResult:
     itl_p99_s: float | None
     gain: float | None  # output tokens/s over that of concurrency 1 (the lowest level swept)
     first_error: str | None
+    # Median over requests of prompt tokens / TTFT: how fast a prompt became a first token, waiting in line
+    # included (at concurrency 1, the engine's prompt processing speed plus one decode step).
+    prompt_tokens_per_s: float | None = None
+    # Median over requests of output tokens after the first / the time after the first: one stream's decode speed.
+    decode_tokens_per_s: float | None = None
+    ttft_by_turn_s: list[float | None] | None = None  # multi-turn: mean TTFT of turn 1, 2, ...
+    warm_cold_ratio: float | None = None  # multi-turn: mean TTFT of turns 2.. over that of turn 1
 
     @staticmethod
     def summarize(concurrency: int, results: list[RequestResult], duration_s: float) -> LevelResult:
@@ -52,6 +68,13 @@ class LevelResult:
         prompts = [r.prompt_tokens for r in done if r.prompt_tokens is not None]
         output = sum(r.output_tokens for r in done)
         errors = [r.error for r in results if r.error is not None]
+        prompt_rates = [r.prompt_tokens / r.ttft_s for r in done if r.prompt_tokens and r.ttft_s]
+        decode_rates = [
+            (r.output_tokens - 1) / (r.token_times[-1] - r.ttft_s)
+            for r in done
+            if r.ttft_s is not None and r.output_tokens > 1 and len(r.token_times) > 1 and r.token_times[-1] > r.ttft_s
+        ]
+        by_turn, ratio = _turns(done)
         return LevelResult(
             concurrency=concurrency, requests=len(results), completed=len(done), errors=len(errors),
             duration_s=duration_s, output_tokens=output,
@@ -61,7 +84,22 @@ class LevelResult:
             ttft_p50_s=percentile(ttfts, 0.5), ttft_p99_s=percentile(ttfts, 0.99),
             itl_p50_s=percentile(itls, 0.5), itl_p99_s=percentile(itls, 0.99),
             gain=None, first_error=errors[0] if errors else None,
+            prompt_tokens_per_s=percentile(prompt_rates, 0.5), decode_tokens_per_s=percentile(decode_rates, 0.5),
+            ttft_by_turn_s=by_turn, warm_cold_ratio=ratio,
         )  # fmt: skip
+
+
+def _turns(done: list[RequestResult]) -> tuple[list[float | None] | None, float | None]:
+    """Mean TTFT of each turn (None for a turn with no answer), and turns 2.. over turn 1; None, None when the
+    requests had no turns."""
+    turns = [r.turn for r in done if r.turn is not None]
+    if not turns:
+        return None, None
+    by_turn = [_mean([r.ttft_s for r in done if r.turn == turn and r.ttft_s is not None])
+               for turn in range(1, max(turns) + 1)]  # fmt: skip
+    cold = by_turn[0]
+    warm = _mean([r.ttft_s for r in done if r.turn is not None and r.turn > 1 and r.ttft_s is not None])
+    return by_turn, (warm / cold if warm is not None and cold else None)
 
 
 def with_gains(levels: list[LevelResult]) -> list[LevelResult]:
@@ -101,19 +139,26 @@ class BenchCard:
     created: str  # ISO 8601, UTC
     modeldeck_version: str
     model: dict[str, Any]  # id, name, path, size_bytes, quantization
-    engine: dict[str, Any]  # name, version, plan
+    engine: dict[str, Any]  # name, version, plan, launch (argv and environment, secrets redacted; schema 2)
     hardware: dict[str, Any]  # hardware_fingerprint()
-    parameters: dict[str, Any]  # concurrency, prompt_tokens, output_tokens, requests_per_level, endpoint
+    # concurrency, prompt_tokens, output_tokens, requests_per_level, endpoint; since schema 2 prompt_mode, seed,
+    # prefix_tokens, conversations, turns, prompt_words, prompt_digest
+    parameters: dict[str, Any]
     results: list[LevelResult]
     schema_version: int = SCHEMA_VERSION
+
+    @property
+    def prompt_mode(self) -> str:
+        """How the prompts were chosen; `identical` for cards written before there was a choice."""
+        return str(self.parameters.get("prompt_mode") or LEGACY_PROMPT_MODE)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> BenchCard:
-        if data.get("schema_version") != SCHEMA_VERSION:
-            raise ValueError(f"benchmark card schema {data.get('schema_version')} is not {SCHEMA_VERSION}")
+        if data.get("schema_version") not in READABLE_SCHEMAS:
+            raise ValueError(f"benchmark card schema {data.get('schema_version')} is not one of {READABLE_SCHEMAS}")
         return cls(**{**data, "results": [LevelResult(**level) for level in data["results"]]})
 
     def save(self, directory: Path) -> tuple[Path, Path]:
@@ -141,24 +186,77 @@ def _ms(value: float | None) -> str:
     return "-" if value is None else f"{value * 1000:.1f}"
 
 
+def _rate(value: float | None) -> str:
+    return "-" if value is None else f"{value:.1f}"
+
+
+def _ratio(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}x"
+
+
 def results_table(levels: list[LevelResult]) -> list[str]:
     """The sweep as a Markdown table (also readable as plain text)."""
     lines = [
-        "| concurrency | output tok/s | req/s | TTFT p50 ms | TTFT p99 ms | ITL p50 ms | ITL p99 ms | errors | gain |",
-        "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+        "| concurrency | output tok/s | prompt tok/s | decode tok/s | req/s | TTFT p50 ms | TTFT p99 ms | ITL p50 ms "
+        "| ITL p99 ms | errors | gain |",
+        "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     for r in levels:
-        gain = "-" if r.gain is None else f"{r.gain:.2f}x"
         lines.append(
-            f"| {r.concurrency} | {r.output_tokens_per_s:.1f} | {r.request_rate:.2f} | {_ms(r.ttft_p50_s)} | "
-            f"{_ms(r.ttft_p99_s)} | {_ms(r.itl_p50_s)} | {_ms(r.itl_p99_s)} | {r.errors}/{r.requests} | {gain} |"
+            f"| {r.concurrency} | {r.output_tokens_per_s:.1f} | {_rate(r.prompt_tokens_per_s)} | "
+            f"{_rate(r.decode_tokens_per_s)} | {r.request_rate:.2f} | {_ms(r.ttft_p50_s)} | {_ms(r.ttft_p99_s)} | "
+            f"{_ms(r.itl_p50_s)} | {_ms(r.itl_p99_s)} | {r.errors}/{r.requests} | {_ratio(r.gain)} |"
         )
     return lines
+
+
+def turns_table(levels: list[LevelResult]) -> list[str]:
+    """Multi-turn levels: mean TTFT of each turn and warm/cold; no lines for a run without turns."""
+    with_turns = [r for r in levels if r.ttft_by_turn_s]
+    if not with_turns:
+        return []
+    count = max(len(r.ttft_by_turn_s or []) for r in with_turns)
+    lines = [
+        "| concurrency | " + " | ".join(f"turn {t} TTFT ms" for t in range(1, count + 1)) + " | warm/cold |",
+        "| ---: | " + " | ".join("---:" for _ in range(count)) + " | ---: |",
+    ]
+    for r in with_turns:
+        turns = list(r.ttft_by_turn_s or []) + [None] * count
+        cells = " | ".join(_ms(t) for t in turns[:count])
+        lines.append(f"| {r.concurrency} | {cells} | {_ratio(r.warm_cold_ratio)} |")
+    return lines
+
+
+def prompts_text(card: BenchCard) -> str:
+    """How a card's prompts were chosen, in words."""
+    params, mode = card.parameters, card.prompt_mode
+    text = mode_label(mode)
+    if mode == "shared-prefix":
+        text += f", {params.get('prefix_tokens')} tokens shared"
+    elif mode == "multi-turn":
+        conversations = params.get("conversations")
+        if isinstance(conversations, list):
+            conversations = "/".join(str(n) for n in conversations)  # per level
+        text += f", {conversations} conversations of {params.get('turns')} turns"
+    if "seed" in params:
+        text += f", seed {params['seed']}"
+    return text
+
+
+def launch_text(engine: dict[str, Any]) -> str:
+    """The engine's command line and the environment the service gave it, as one line."""
+    launch = engine.get("launch")
+    if not isinstance(launch, dict):
+        return "not recorded"
+    env = " ".join(f"{name}={value}" for name, value in sorted((launch.get("env") or {}).items()))
+    return " ".join(filter(None, [env, shlex.join(launch.get("argv") or [])]))
 
 
 def to_markdown(card: BenchCard) -> str:
     hw, params = card.hardware, card.parameters
     gpus = ", ".join(f"{g['name']} ({g['memory_total'] / 2**30:.0f} GiB)" for g in hw["gpus"]) or "none"
+    # Since schema 2 the prompt's length is measured by the engine and met; before, it was a guess.
+    about = "" if params.get("prompt_overhead_tokens") is not None else "about "
     lines = [
         f"# Benchmark: {card.model['id']}",
         "",
@@ -168,15 +266,23 @@ def to_markdown(card: BenchCard) -> str:
         f"plan {json.dumps(card.engine.get('plan'))}",
         f"- Hardware {hw['id']}: {hw['cpu']}, {hw['logical_cores']} logical cores, "
         f"{(hw['ram_total'] or 0) / 2**30:.1f} GiB RAM, GPUs: {gpus}",
-        f"- Parameters: concurrency {params['concurrency']}, about {params['prompt_tokens']} prompt tokens, "
+        f"- Parameters: concurrency {params['concurrency']}, {about}{params['prompt_tokens']} prompt tokens, "
         f"{params['output_tokens']} output tokens, {params['requests_per_level']} requests per level, "
         f"streamed {params['endpoint']}",
+        f"- Prompts: {prompts_text(card)}",
+        f"- Launch: `{launch_text(card.engine)}`",
         "",
         *results_table(card.results),
         "",
         "TTFT is the time to the first streamed chunk with generated content; ITL the gap between content chunks;",
-        "gain is output tokens/s over that of the lowest concurrency.",
+        "gain is output tokens/s over that of the lowest concurrency; prompt tok/s the median of each request's",
+        "prompt tokens over its TTFT; decode tok/s the median of each request's output tokens after the first over",
+        "the time after the first.",
     ]
+    turns = turns_table(card.results)
+    if turns:
+        lines += ["", "Multi-turn: mean TTFT per turn; warm/cold is the mean TTFT of turns 2.. over turn 1.", "",
+                  *turns]  # fmt: skip
     errors = [f"- concurrency {r.concurrency}: {r.first_error}" for r in card.results if r.first_error]
     if errors:
         lines += ["", "First error of each level:", *errors]
@@ -189,10 +295,13 @@ def _engine_text(card: BenchCard) -> str:
 
 _COMPARED: tuple[tuple[str, Callable[[LevelResult], str]], ...] = (
     ("output tok/s", lambda r: f"{r.output_tokens_per_s:.1f}"),
+    ("prompt tok/s", lambda r: _rate(r.prompt_tokens_per_s)),
+    ("decode tok/s", lambda r: _rate(r.decode_tokens_per_s)),
     ("TTFT p50 ms", lambda r: _ms(r.ttft_p50_s)),
     ("TTFT p99 ms", lambda r: _ms(r.ttft_p99_s)),
     ("ITL p50 ms", lambda r: _ms(r.itl_p50_s)),
     ("ITL p99 ms", lambda r: _ms(r.itl_p99_s)),
+    ("warm/cold", lambda r: _ratio(r.warm_cold_ratio)),
     ("errors", lambda r: f"{r.errors}/{r.requests}"),
 )
 
@@ -205,6 +314,8 @@ def compare_rows(a: BenchCard, b: BenchCard) -> list[tuple[str, str, str]]:
         ("quantization", str(a.model.get("quantization")), str(b.model.get("quantization"))),
         ("engine", _engine_text(a), _engine_text(b)),
         ("hardware", a.hardware["id"], b.hardware["id"]),
+        ("prompts", prompts_text(a), prompts_text(b)),
+        ("launch", launch_text(a.engine), launch_text(b.engine)),
         ("prompt/output tokens", f"{a.parameters['prompt_tokens']}/{a.parameters['output_tokens']}",
          f"{b.parameters['prompt_tokens']}/{b.parameters['output_tokens']}"),
     ]  # fmt: skip

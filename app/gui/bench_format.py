@@ -6,10 +6,17 @@ from typing import Any
 
 MAX_CONCURRENCY = 4096  # the service's bound; it checks again and says so
 LEVEL_COLUMNS = (
-    "Concurrency", "Output tok/s", "Req/s", "TTFT p50 ms", "TTFT p99 ms", "ITL p50 ms", "ITL p99 ms", "Errors",
-    "Gain",
+    "Concurrency", "Output tok/s", "Prompt tok/s", "Decode tok/s", "Req/s", "TTFT p50 ms", "TTFT p99 ms",
+    "ITL p50 ms", "ITL p99 ms", "Errors", "Gain", "TTFT by turn ms", "Warm/cold",
 )  # fmt: skip
-CARD_COLUMNS = ("Created", "Model", "Levels", "Best tok/s", "Errors")
+CARD_COLUMNS = ("Created", "Model", "Prompts", "Levels", "Best tok/s", "Errors")
+# The modes the page offers, as the service names them, with what each one measures.
+PROMPT_MODES = (
+    ("unique", "Unique: each request its own prompt"),
+    ("shared-prefix", "Shared prefix, then each request its own words"),
+    ("multi-turn", "Multi-turn conversations, interleaved"),
+    ("identical", "Identical: one prompt for all (measures the prompt cache)"),
+)
 _PHASES = {
     "starting": "Starting the benchmark\N{HORIZONTAL ELLIPSIS}",
     "model": "Starting the model\N{HORIZONTAL ELLIPSIS}",
@@ -30,12 +37,19 @@ def _ms(seconds: float | None) -> str:
     return "-" if seconds is None else f"{seconds * 1000:.1f}"
 
 
+def _rate(value: float | None) -> str:
+    return "-" if value is None else f"{value:.1f}"
+
+
 def level_cells(level: dict[str, Any]) -> list[str]:
-    """One row of the results table, in LEVEL_COLUMNS order."""
-    gain = level.get("gain")
+    """One row of the results table, in LEVEL_COLUMNS order. Levels of cards older than prompt modes lack the
+    prompt and decode rates and the turns: "-"."""
+    gain, ratio, turns = level.get("gain"), level.get("warm_cold_ratio"), level.get("ttft_by_turn_s")
     return [
         str(level["concurrency"]),
         f"{level['output_tokens_per_s']:.1f}",
+        _rate(level.get("prompt_tokens_per_s")),
+        _rate(level.get("decode_tokens_per_s")),
         f"{level['request_rate']:.2f}",
         _ms(level.get("ttft_p50_s")),
         _ms(level.get("ttft_p99_s")),
@@ -43,6 +57,8 @@ def level_cells(level: dict[str, Any]) -> list[str]:
         _ms(level.get("itl_p99_s")),
         f"{level['errors']}/{level['requests']}",
         "-" if gain is None else f"{gain:.2f}x",
+        " / ".join(f"{_ms(turn)}" for turn in turns) if turns else "-",
+        "-" if ratio is None else f"{ratio:.2f}x",
     ]
 
 
@@ -52,6 +68,7 @@ def card_cells(card: dict[str, Any]) -> list[str]:
     return [
         str(card.get("created", "")).replace("T", " ").rstrip("Z"),
         str(card.get("model", "")),
+        str(card.get("prompt_mode") or "identical"),  # an older service lists no mode: it sent one prompt
         ",".join(str(level) for level in card.get("concurrency") or []),
         "-" if best is None else f"{best:.1f}",
         str(card.get("errors", 0)),

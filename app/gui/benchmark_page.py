@@ -32,13 +32,24 @@ from PySide6.QtWidgets import (
 )
 
 from app.gui.bench_charts import BenchChartsPanel
-from app.gui.bench_format import CARD_COLUMNS, LEVEL_COLUMNS, card_cells, level_cells, parse_levels, run_status
+from app.gui.bench_format import (
+    CARD_COLUMNS,
+    LEVEL_COLUMNS,
+    PROMPT_MODES,
+    card_cells,
+    level_cells,
+    parse_levels,
+    run_status,
+)
 from app.gui.service_connection import LatestCall, ServiceConnection
 
 PROGRESS_STEPS = 1000
 MAX_PROMPT_TOKENS = 32_768
 MAX_OUTPUT_TOKENS = 8_192
 MAX_REQUESTS = 10_000
+MAX_TURNS = 64
+MAX_CONVERSATIONS = 4096
+MAX_SEED = 2**31 - 1  # a QSpinBox holds an int; the service takes up to 2**32 - 1
 
 
 def _fill(table: QTableWidget, rows: list[list[str]], numbers_from: int) -> None:
@@ -97,6 +108,16 @@ class BenchmarkPage(QWidget):
         self.output_spin = self._spin(1, MAX_OUTPUT_TOKENS, 128)
         self.requests_spin = self._spin(0, MAX_REQUESTS, 0)
         self.requests_spin.setSpecialValueText("auto: max(8, 2 x concurrency)")
+        self.mode_combo = QComboBox()
+        for mode, label in PROMPT_MODES:
+            self.mode_combo.addItem(label, mode)
+        self.mode_combo.setToolTip("Identical prompts are answered from the engine's prompt cache after the first: "
+                                   "they measure the cache, not the model.")  # fmt: skip
+        self.prefix_spin = self._spin(1, MAX_PROMPT_TOKENS - 1, 128)
+        self.conversations_spin = self._spin(0, MAX_CONVERSATIONS, 0)
+        self.conversations_spin.setSpecialValueText("auto: max(3, concurrency)")
+        self.turns_spin = self._spin(2, MAX_TURNS, 4)
+        self.seed_spin = self._spin(0, MAX_SEED, 0)
         self.run_button = QPushButton("Run")
         self.cancel_button = QPushButton("Cancel")
         self.progress_bar = QProgressBar()
@@ -117,6 +138,9 @@ class BenchmarkPage(QWidget):
             self.compare_table.horizontalHeader().setSectionResizeMode(column, QHeaderView.ResizeMode.Stretch)
         for widget, name in (
             (self.concurrency_edit, "Concurrency levels"), (self.prompt_spin, "Prompt tokens"),
+            (self.mode_combo, "Prompt mode"), (self.prefix_spin, "Shared prefix tokens"),
+            (self.conversations_spin, "Conversations per level"), (self.turns_spin, "Turns per conversation"),
+            (self.seed_spin, "Prompt seed"),
             (self.output_spin, "Output tokens"), (self.requests_spin, "Requests per level"),
             (self.run_button, "Run the benchmark"), (self.cancel_button, "Cancel the benchmark"),
             (self.progress_bar, "Benchmark progress"), (self.results_table, "Results per concurrency level"),
@@ -128,6 +152,7 @@ class BenchmarkPage(QWidget):
         self._set_running(False)
         self.compare_button.setEnabled(False)
 
+        self.mode_combo.currentIndexChanged.connect(self._on_mode_combo_changed)
         self.run_button.clicked.connect(self._on_run_button_clicked)
         self.cancel_button.clicked.connect(self._on_cancel_button_clicked)
         self.compare_button.clicked.connect(self._on_compare_button_clicked)
@@ -147,7 +172,12 @@ class BenchmarkPage(QWidget):
         form = QFormLayout()
         form.addRow("Model", self.model_combo)
         form.addRow("Concurrency", self.concurrency_edit)
-        form.addRow("Prompt tokens (about)", self.prompt_spin)
+        form.addRow("Prompt tokens", self.prompt_spin)
+        form.addRow("Prompts", self.mode_combo)
+        form.addRow("Shared prefix tokens", self.prefix_spin)
+        form.addRow("Conversations per level", self.conversations_spin)
+        form.addRow("Turns per conversation", self.turns_spin)
+        form.addRow("Seed", self.seed_spin)
         form.addRow("Output tokens", self.output_spin)
         form.addRow("Requests per level", self.requests_spin)
         buttons = QHBoxLayout()
@@ -193,8 +223,21 @@ class BenchmarkPage(QWidget):
         self.run_button.setEnabled(connected and not running)
         self.cancel_button.setEnabled(connected and running)
         for widget in (self.model_combo, self.concurrency_edit, self.prompt_spin, self.output_spin,
-                       self.requests_spin):  # fmt: skip
+                       self.mode_combo, self.seed_spin):  # fmt: skip
             widget.setEnabled(not running)
+        mode = self.prompt_mode
+        self.prefix_spin.setEnabled(not running and mode == "shared-prefix")
+        self.conversations_spin.setEnabled(not running and mode == "multi-turn")
+        self.turns_spin.setEnabled(not running and mode == "multi-turn")
+        self.requests_spin.setEnabled(not running and mode != "multi-turn")  # multi-turn: conversations x turns
+
+    @property
+    def prompt_mode(self) -> str:
+        return str(self.mode_combo.currentData())
+
+    @Slot(int)
+    def _on_mode_combo_changed(self, _index: int) -> None:
+        self._set_running(self.is_running)
 
     # From the connection ---------------------------------------------------------------------------------
 
@@ -251,7 +294,8 @@ class BenchmarkPage(QWidget):
         self.run = run
         self.progress_bar.setValue(round(float(run["fraction"]) * PROGRESS_STEPS))
         self.status_label.setText(run_status(run))
-        self._show_levels(f"Results: {run['model']} (this run)", run["levels"])
+        mode = run.get("prompt_mode") or "identical"  # an older service had only identical prompts
+        self._show_levels(f"Results: {run['model']}, {mode} prompts (this run)", run["levels"])
         self._set_running(run["state"] == "running")
         if finished_now and run["state"] == "completed":
             self.refresh_cards()
@@ -275,11 +319,17 @@ class BenchmarkPage(QWidget):
             self._show_error(str(exc))
             return
         prompt, output = self.prompt_spin.value(), self.output_spin.value()
-        requests = self.requests_spin.value() or None
+        mode = self.prompt_mode
+        requests = None if mode == "multi-turn" else self.requests_spin.value() or None
+        prompts: dict[str, int | str | None] = {"prompt_mode": mode, "seed": self.seed_spin.value()}
+        if mode == "shared-prefix":
+            prompts["prefix_tokens"] = self.prefix_spin.value()
+        if mode == "multi-turn":
+            prompts.update(turns=self.turns_spin.value(), conversations=self.conversations_spin.value() or None)
         self.run_button.setEnabled(False)  # until the service answers: one click, one run
         self.status_label.setText(f"Asking the service to benchmark {model}\N{HORIZONTAL ELLIPSIS}")
         self._connection.call(
-            lambda client: client.start_bench(model, levels, prompt, output, requests),
+            lambda client: client.start_bench(model, levels, prompt, output, requests, **prompts),
             self.show_run,
             self._on_start_failed,
         )
@@ -304,7 +354,8 @@ class BenchmarkPage(QWidget):
 
     def _on_card_loaded(self, card: dict[str, Any]) -> None:
         if not self.is_running:  # a run's live table wins over a card picked meanwhile
-            self._show_levels(f"Results: card {card['id']}", card["results"])
+            mode = card["parameters"].get("prompt_mode") or "identical"  # cards before prompt modes: identical
+            self._show_levels(f"Results: card {card['id']}, {mode} prompts", card["results"])
 
     def selected_card_ids(self) -> list[str]:
         rows = sorted({index.row() for index in self.cards_table.selectionModel().selectedRows()})

@@ -1,6 +1,7 @@
 """Control-API routes for benchmarks: start one, follow it, cancel it, read and compare the saved cards.
 
-POST /api/bench {model, concurrency, prompt_tokens, output_tokens, requests} -> 202 the run
+POST /api/bench {model, concurrency, prompt_tokens, output_tokens, requests, prompt_mode, prefix_tokens,
+                 conversations, turns, seed} -> 202 the run
 GET /api/bench -> {run, cards}        POST /api/bench/cancel -> the run
 GET /api/bench/cards/ID -> the card   GET /api/bench/compare?a=ID&b=ID -> {a, b, rows: [[what, A, B], ...]}
 Progress comes as `bench` events on /api/events.

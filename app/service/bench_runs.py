@@ -22,7 +22,8 @@ from pathlib import Path
 from typing import Any, Literal
 
 from app.bench.card import BenchCard, LevelResult, compare_rows, with_gains
-from app.bench.sweep import parse_concurrency
+from app.bench.prompts import DEFAULT_PROMPT_MODE, DEFAULT_TURNS, MAX_TURNS, PROMPT_MODES, PromptMode
+from app.bench.sweep import SweepOptions, parse_concurrency
 from app.service.events import EventBus
 from app.service.json_body import load_json
 from engines.processes import spawn_engine, stop_process_tree
@@ -33,6 +34,10 @@ RunState = Literal["running", "completed", "failed", "cancelled"]
 MAX_PROMPT_TOKENS = 32_768
 MAX_OUTPUT_TOKENS = 8_192
 MAX_REQUESTS = 10_000
+MAX_CONVERSATIONS = 4096
+MAX_SEED = 2**32 - 1
+_FIELDS = {"model", "concurrency", "prompt_tokens", "output_tokens", "requests", "prompt_mode", "prefix_tokens",
+           "conversations", "turns", "seed"}  # fmt: skip
 PROGRESS_INTERVAL_S = 0.25
 STOP_GRACE_S = 3.0
 ERROR_LINES = 8  # the child's last lines that are not JSON: what it said when it failed
@@ -57,21 +62,33 @@ class CardNotFound(Exception):
     """No saved card has that id."""
 
 
-def _whole(value: Any, name: str, high: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= high:
-        raise BadBenchRequest(f"`{name}` must be a whole number from 1 to {high}.", name)
+def _whole(value: Any, name: str, high: int, low: int = 1) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise BadBenchRequest(f"`{name}` must be a whole number from {low} to {high}.", name)
     return value
+
+
+def _mode(value: Any) -> PromptMode:
+    for mode in PROMPT_MODES:
+        if value == mode:
+            return mode
+    raise BadBenchRequest(f"`prompt_mode` must be one of {', '.join(PROMPT_MODES)}.", "prompt_mode")
 
 
 @dataclass(frozen=True)
 class BenchRequest:
-    """What to measure: a model, its concurrency levels, about how many prompt tokens, how many output tokens."""
+    """What to measure: a model, its concurrency levels, how many prompt and output tokens, how prompts differ."""
 
     model: str
     concurrency: tuple[int, ...]
     prompt_tokens: int
     output_tokens: int
     requests: int | None = None  # per level; None: the sweep's default, max(8, 2 x concurrency)
+    prompt_mode: PromptMode = DEFAULT_PROMPT_MODE
+    prefix_tokens: int = 0  # shared-prefix
+    conversations: int | None = None  # multi-turn, per level; None: the sweep's default
+    turns: int = DEFAULT_TURNS  # multi-turn
+    seed: int = 0
 
     @classmethod
     def from_json(cls, raw: bytes, known_models: Collection[str]) -> BenchRequest:
@@ -81,7 +98,7 @@ class BenchRequest:
             raise BadBenchRequest("The body must be JSON.") from None
         if not isinstance(body, dict):
             raise BadBenchRequest('The body must be a JSON object such as {"model": "ID", "concurrency": [1, 4]}.')
-        unknown = sorted(set(body) - {"model", "concurrency", "prompt_tokens", "output_tokens", "requests"})
+        unknown = sorted(set(body) - _FIELDS)
         if unknown:
             raise BadBenchRequest(f"Unknown field {unknown[0]!r}.", unknown[0])
         model = body.get("model")
@@ -100,12 +117,32 @@ class BenchRequest:
             concurrency = parse_concurrency(levels)
         except ValueError as exc:
             raise BadBenchRequest(f"`concurrency`: {exc}.", "concurrency") from None
-        return cls(
+        request = cls(
             model, concurrency,
             _whole(body.get("prompt_tokens", 256), "prompt_tokens", MAX_PROMPT_TOKENS),
             _whole(body.get("output_tokens", 128), "output_tokens", MAX_OUTPUT_TOKENS),
             None if body.get("requests") is None else _whole(body["requests"], "requests", MAX_REQUESTS),
+            _mode(body.get("prompt_mode", DEFAULT_PROMPT_MODE)),
+            _whole(body.get("prefix_tokens", 0), "prefix_tokens", MAX_PROMPT_TOKENS, 0),
+            None if body.get("conversations") is None
+            else _whole(body["conversations"], "conversations", MAX_CONVERSATIONS),
+            _whole(body.get("turns", DEFAULT_TURNS), "turns", MAX_TURNS, 2),
+            _whole(body.get("seed", 0), "seed", MAX_SEED, 0),
         )  # fmt: skip
+        request.options()  # what the sweep would refuse, refused now with its reason
+        return request
+
+    def options(self) -> SweepOptions:
+        """The sweep's options; BadBenchRequest for a combination it cannot run."""
+        try:
+            return SweepOptions(self.concurrency, self.prompt_tokens, self.output_tokens, self.requests,
+                                self.prompt_mode, self.seed, self.prefix_tokens, self.conversations,
+                                self.turns)  # fmt: skip
+        except ValueError as exc:
+            said = str(exc)
+            param = next((name for name in ("prefix", "turns", "requests", "conversations") if name in said), None)
+            field_name = {"prefix": "prefix_tokens"}.get(param or "", param)
+            raise BadBenchRequest(f"{said[:1].upper()}{said[1:]}.", field_name or "prompt_mode") from None
 
     def argv(self) -> tuple[str, ...]:
         """The `modeldeck bench` command that runs this request."""
@@ -114,6 +151,13 @@ class BenchRequest:
                 "--prompt-tokens", str(self.prompt_tokens), "--output-tokens", str(self.output_tokens)]  # fmt: skip
         if self.requests is not None:
             args += ["--requests", str(self.requests)]
+        args += ["--prompt-mode", self.prompt_mode, "--seed", str(self.seed)]
+        if self.prompt_mode == "shared-prefix":
+            args += ["--prefix-tokens", str(self.prefix_tokens)]
+        if self.prompt_mode == "multi-turn":
+            args += ["--turns", str(self.turns)]
+            if self.conversations is not None:
+                args += ["--conversations", str(self.conversations)]
         return (*args, "--", self.model)  # "--": a model id is never read as an option
 
 
@@ -150,6 +194,8 @@ class BenchRun:
             "id": self.id, "state": self.state, "phase": self.phase, "model": request.model,
             "concurrency": list(request.concurrency), "prompt_tokens": request.prompt_tokens,
             "output_tokens": request.output_tokens, "requests_per_level": self.requests_per_level,
+            "prompt_mode": request.prompt_mode, "prefix_tokens": request.prefix_tokens,
+            "conversations": request.conversations, "turns": request.turns, "seed": request.seed,
             "level_index": self.level_index, "level_done": self.level_done, "fraction": self.fraction,
             "levels": [level.__dict__ for level in with_gains(self.levels)], "card_id": self.card_id,
             "error": self.error, "started": self.started, "finished": self.finished,
@@ -309,6 +355,9 @@ def _summary(card: BenchCard) -> dict[str, Any]:
         "best_output_tokens_per_s": max((level.output_tokens_per_s for level in results), default=None),
         "errors": sum(level.errors for level in results),
         "prompt_tokens": card.parameters.get("prompt_tokens"), "output_tokens": card.parameters.get("output_tokens"),
+        "prompt_mode": card.prompt_mode,
+        "best_prompt_tokens_per_s": max((level.prompt_tokens_per_s for level in results
+                                         if level.prompt_tokens_per_s is not None), default=None),
     }  # fmt: skip
 
 

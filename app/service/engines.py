@@ -524,6 +524,7 @@ class EngineManager:
             "memory": self.memory_check.describe(model_id),
             # What a launch can override; a folder model's vLLM plan takes no overrides: see "vllm".
             "plan": plan_summary(plan) if (plan := self._plans.get(model_id)) and folder is None else None,
+            "launch": asdict(supervisor.launch) if supervisor and supervisor.launch else None,  # secrets redacted
             "idle_ttl_s": None if spec.url is not None else self.lifecycle.ttl_for(model_id),
             "startup": {**startup.to_dict(), "summary": startup.summary()}
             if (startup := self._startups.get(model_id))

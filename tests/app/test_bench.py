@@ -14,19 +14,21 @@ from app.paths import AppPaths
 from tests.conftest import REPO, RunningService
 
 OUTPUT_TOKENS = 16
+SANE_S = 300.0
+PROMPT_TOLERANCE = 2  # the gateway counts streamed prompts itself, maybe without the BOS token the engine adds
 
 
 def modeldeck(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "app", *args], capture_output=True, text=True, cwd=REPO,
-                          timeout=240, check=False)  # fmt: skip
+                          timeout=600, check=False)  # fmt: skip
 
 
 def test_bench_sweep_writes_a_complete_card(service: RunningService, paths: AppPaths) -> None:
-    done = modeldeck("bench", BUNDLED_ID, "--concurrency", "1,4", "--prompt-tokens", "32",
+    done = modeldeck("bench", BUNDLED_ID, "--concurrency", "1,4", "--prompt-tokens", "64",
                      "--output-tokens", str(OUTPUT_TOKENS), "--requests", "4", "--json")  # fmt: skip
     assert done.returncode == 0, done.stderr
     card = json.loads(done.stdout)
-    assert card["schema_version"] == 1
+    assert card["schema_version"] == 2
     assert card["model"]["id"] == BUNDLED_ID and card["model"]["quantization"] == "Q4_1"
     assert card["engine"]["name"] == "llama-cpp-python" and card["engine"]["version"]
     assert card["engine"]["plan"]["context"] > 0
@@ -38,15 +40,19 @@ def test_bench_sweep_writes_a_complete_card(service: RunningService, paths: AppP
         assert level["errors"] == 0 and level["completed"] == level["requests"] == 4
         assert 0 < level["output_tokens"] <= 4 * OUTPUT_TOKENS
         assert 0 < level["output_tokens_per_s"] < 10_000
-        assert 0 < level["ttft_p50_s"] <= level["ttft_p99_s"] < 30
-        assert 0 < level["itl_p50_s"] <= level["itl_p99_s"] < 5
-        assert level["prompt_tokens_mean"] >= 20
+        # Loose bounds: on a 2-core machine shared by several test runs (load 15-20), the bundled model decoded
+        # at 0.5 tokens/s, and at concurrency 4 the last request waited for three others.
+        assert 0 < level["ttft_p50_s"] <= level["ttft_p99_s"] < SANE_S
+        assert 0 < level["itl_p50_s"] <= level["itl_p99_s"] < SANE_S
+        assert abs(level["prompt_tokens_mean"] - 64) <= PROMPT_TOLERANCE
     assert levels[0]["gain"] == 1.0
     # Throughput itself swings on a shared 2-core machine; the gain must be exactly the ratio of the two.
     ratio = levels[1]["output_tokens_per_s"] / levels[0]["output_tokens_per_s"]
     assert levels[1]["gain"] == pytest.approx(ratio)
-    # One request at a time in llama-cpp-python: at concurrency 4 the last in line waits for three others.
-    assert levels[1]["ttft_p99_s"] > levels[0]["ttft_p50_s"]
+    # One request at a time in llama-cpp-python: at concurrency 4 the last in line waits for three others' answers.
+    # Compared with that level's own token gap, not with the first level's TTFT: on a loaded machine the two
+    # levels ran at speeds several times apart.
+    assert levels[1]["ttft_p99_s"] > OUTPUT_TOKENS // 2 * levels[1]["itl_p50_s"]
 
     saved = sorted(paths.bench_dir.iterdir())
     assert [p.suffix for p in saved] == [".json", ".md"]
@@ -55,7 +61,8 @@ def test_bench_sweep_writes_a_complete_card(service: RunningService, paths: AppP
     assert f"# Benchmark: {BUNDLED_ID}" in markdown and "| 4 |" in markdown and "Q4_1" in markdown
 
     # The table a person reads, and a second card to compare with the first.
-    second = modeldeck("bench", BUNDLED_ID, "--concurrency", "1", "--output-tokens", "8", "--requests", "2")
+    second = modeldeck("bench", BUNDLED_ID, "--concurrency", "1", "--prompt-tokens", "64", "--output-tokens", "4",
+                       "--requests", "2")  # fmt: skip
     assert second.returncode == 0, second.stderr
     assert "concurrency    1:" in second.stdout and "| 1 |" in second.stdout and "Card: " in second.stdout
     second_id = Path(second.stdout.split("Card: ")[1].split()[0]).stem

@@ -17,7 +17,7 @@ from app.hub.library import BUNDLED_ID
 from app.paths import AppPaths
 from tests.conftest import RunningService, start_service_process, stop_service_process
 
-RUN_TIMEOUT_S = 180.0
+RUN_TIMEOUT_S = 600.0  # a busy 2-core machine decodes the bundled model at 0.5-2 tokens/s
 OUTPUT_TOKENS = 8
 
 
@@ -69,8 +69,9 @@ def test_a_sweep_through_the_api_saves_a_complete_card(
 ) -> None:
     client = service.client
     assert client.bench() == {"run": None, "cards": []}
-    run = client.start_bench(BUNDLED_ID, [1, 2], prompt_tokens=24, output_tokens=OUTPUT_TOKENS, requests=3)
+    run = client.start_bench(BUNDLED_ID, [1, 2], prompt_tokens=64, output_tokens=OUTPUT_TOKENS, requests=3)
     assert run["state"] == "running" and run["model"] == BUNDLED_ID and run["concurrency"] == [1, 2]
+    assert run["prompt_mode"] == "unique" and run["seed"] == 0  # distinct prompts unless asked otherwise
     # The load runs in a child process of the service, never in the service's interpreter.
     assert len(bench_children(service)) == 1
     run = wait_for_run(client, lambda r: r["state"] != "running")
@@ -82,7 +83,8 @@ def test_a_sweep_through_the_api_saves_a_complete_card(
     card = client.bench_card(run["card_id"])
     assert card["model"]["id"] == BUNDLED_ID and card["model"]["quantization"] == "Q4_1"
     assert card["engine"]["name"] == "llama-cpp-python" and card["parameters"]["output_tokens"] == OUTPUT_TOKENS
-    assert card["parameters"]["prompt_tokens"] == 24 and card["parameters"]["requests_per_level"] == [3, 3]
+    assert card["parameters"]["prompt_tokens"] == 64 and card["parameters"]["requests_per_level"] == [3, 3]
+    assert card["parameters"]["prompt_mode"] == "unique" and "llama_cpp.server" in card["engine"]["launch"]["argv"]
     assert len(card["hardware"]["id"]) == 16
     for level, shown in zip(card["results"], run["levels"], strict=True):
         assert level == shown  # the run's table is the card's
@@ -93,6 +95,7 @@ def test_a_sweep_through_the_api_saves_a_complete_card(
     listed = client.bench()["cards"]
     assert [c["id"] for c in listed] == [run["card_id"]]
     assert listed[0]["concurrency"] == [1, 2] and listed[0]["errors"] == 0
+    assert listed[0]["prompt_mode"] == "unique" and listed[0]["best_prompt_tokens_per_s"] > 0
     assert listed[0]["best_output_tokens_per_s"] == max(level["output_tokens_per_s"] for level in card["results"])
 
     # Progress came live: requests of each level counted up, then every level, then the card.
@@ -105,7 +108,7 @@ def test_a_sweep_through_the_api_saves_a_complete_card(
     assert not bench_children(service)
 
     # A second card, and the two side by side.
-    second = client.start_bench(BUNDLED_ID, [1], prompt_tokens=16, output_tokens=4, requests=2)
+    second = client.start_bench(BUNDLED_ID, [1], prompt_tokens=56, output_tokens=4, requests=2)
     second = wait_for_run(client, lambda r: r["id"] == second["id"] and r["state"] != "running")
     assert second["state"] == "completed", second
     rows = {row[0]: row[1:] for row in client.compare_bench_cards(run["card_id"], second["card_id"])}
@@ -116,10 +119,10 @@ def test_a_sweep_through_the_api_saves_a_complete_card(
 
 def test_cancel_stops_the_run_and_frees_the_engine(service: RunningService, paths: AppPaths) -> None:
     client = service.client
-    run = client.start_bench(BUNDLED_ID, [1, 2], prompt_tokens=24, output_tokens=200, requests=6)
+    run = client.start_bench(BUNDLED_ID, [1, 2], prompt_tokens=64, output_tokens=200, requests=6)
     # One run at a time.
     with pytest.raises(ControlError) as second:
-        client.start_bench(BUNDLED_ID, [1], prompt_tokens=16, output_tokens=4)
+        client.start_bench(BUNDLED_ID, [1], prompt_tokens=56, output_tokens=4)
     assert second.value.status == 409 and "already running" in str(second.value)
 
     wait_for_run(client, lambda r: r["phase"] == "level")
@@ -155,6 +158,18 @@ BAD_REQUESTS: list[tuple[Any, int, str]] = [
     ({"model": BUNDLED_ID, "output_tokens": 10**9}, 400, "from 1 to 8192"),
     ({"model": BUNDLED_ID, "requests": True}, 400, "`requests` must be a whole number"),
     ({"model": BUNDLED_ID, "temperature": 1}, 400, "Unknown field 'temperature'"),
+    ({"model": BUNDLED_ID, "prompt_mode": "random"}, 400, "`prompt_mode` must be one of unique, shared-prefix"),
+    ({"model": BUNDLED_ID, "prompt_mode": "shared-prefix"}, 400, "Shared-prefix needs a prefix of 1 to 255 tokens"),
+    (
+        {"model": BUNDLED_ID, "prompt_mode": "shared-prefix", "prompt_tokens": 64, "prefix_tokens": 64},
+        400,
+        "Shared-prefix needs a prefix of 1 to 63 tokens",
+    ),
+    ({"model": BUNDLED_ID, "prompt_mode": "multi-turn", "turns": 1}, 400, "`turns` must be a whole number from 2"),
+    ({"model": BUNDLED_ID, "prompt_mode": "multi-turn", "requests": 4}, 400, "conversations x turns requests"),
+    ({"model": BUNDLED_ID, "conversations": 0}, 400, "`conversations` must be a whole number from 1"),
+    ({"model": BUNDLED_ID, "seed": -1}, 400, "`seed` must be a whole number from 0"),
+    ({"model": BUNDLED_ID, "prefix_tokens": "8"}, 400, "`prefix_tokens` must be a whole number"),
     ([BUNDLED_ID], 400, "JSON object"),
 ]
 
@@ -195,7 +210,7 @@ def test_bad_card_references_get_a_clear_error(service: RunningService, paths: A
 def test_stopping_the_service_stops_its_benchmark(paths: AppPaths, tmp_path: Path) -> None:
     service = start_service_process(paths, tmp_path, "--model", BUNDLED_ID)
     try:
-        service.client.start_bench(BUNDLED_ID, [1], prompt_tokens=24, output_tokens=500, requests=20)
+        service.client.start_bench(BUNDLED_ID, [1], prompt_tokens=64, output_tokens=500, requests=20)
         wait_for_run(service.client, lambda r: r["phase"] == "level")
         children = bench_children(service)
         assert len(children) == 1

@@ -103,7 +103,7 @@ def test_a_lan_bind_streams_a_chat_over_tls_to_a_client_that_trusts_the_certific
         # The GUI's chat and "Test it" go through app.client with the endpoint as the control API describes it.
         assert "".join(stream_chat(endpoint, BUNDLED_ID, [{"role": "user", "content": "Hi"}], 8)).strip()
         # So does the benchmark's load generator (modeldeck bench, the Benchmark page).
-        spec = LoadSpec(endpoint["url"], running.api_key, BUNDLED_ID, 1, 1, 16, 4, tls["cert_path"])
+        spec = LoadSpec(endpoint["url"], running.api_key, BUNDLED_ID, 1, 1, 4, lambda _index: "Hi", tls["cert_path"])
         results, _ = asyncio.run(run_level(spec))
         assert results[0].error is None and results[0].ttft_s is not None, results[0].error
     finally:

@@ -38,12 +38,20 @@ def test_levels_parse_or_say_what_is_expected() -> None:
 
 def test_cells_and_status_words() -> None:
     cells = dict(zip(LEVEL_COLUMNS, level_cells(LEVEL), strict=True))
-    assert cells == {"Concurrency": "4", "Output tok/s": "50.0", "Req/s": "3.50", "TTFT p50 ms": "12.3",
-                     "TTFT p99 ms": "500.0", "ITL p50 ms": "-", "ITL p99 ms": "20.0", "Errors": "1/8",
-                     "Gain": "1.75x"}  # fmt: skip
+    # A level of a card written before prompt modes: no prompt or decode rates, no turns.
+    assert cells == {"Concurrency": "4", "Output tok/s": "50.0", "Prompt tok/s": "-", "Decode tok/s": "-",
+                     "Req/s": "3.50", "TTFT p50 ms": "12.3", "TTFT p99 ms": "500.0", "ITL p50 ms": "-",
+                     "ITL p99 ms": "20.0", "Errors": "1/8", "Gain": "1.75x", "TTFT by turn ms": "-",
+                     "Warm/cold": "-"}  # fmt: skip
+    turns = {**LEVEL, "prompt_tokens_per_s": 812.34, "decode_tokens_per_s": 41.25,
+             "ttft_by_turn_s": [2.5, 0.125, None], "warm_cold_ratio": 0.05}  # fmt: skip
+    cells = dict(zip(LEVEL_COLUMNS, level_cells(turns), strict=True))
+    assert cells["Prompt tok/s"] == "812.3" and cells["Decode tok/s"] == "41.2"
+    assert cells["TTFT by turn ms"] == "2500.0 / 125.0 / -" and cells["Warm/cold"] == "0.05x"
     card = {"id": "c", "created": "2026-12-04T01:02:03Z", "model": "m", "concurrency": [1, 4],
             "best_output_tokens_per_s": None, "errors": 0}  # fmt: skip
-    assert card_cells(card) == ["2026-12-04 01:02:03", "m", "1,4", "-", "0"]
+    assert card_cells(card) == ["2026-12-04 01:02:03", "m", "identical", "1,4", "-", "0"]
+    assert card_cells({**card, "prompt_mode": "multi-turn"})[2] == "multi-turn"
     assert run_status(run()) == "Concurrency 4 (level 2 of 2): 3 of 8 requests done"
     assert run_status(run(phase="model", level_index=None)) == "Starting the model\N{HORIZONTAL ELLIPSIS}"
     assert run_status(run(state="completed", card_id="c1")) == "Done: m, saved as card c1."
