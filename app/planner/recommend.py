@@ -16,7 +16,16 @@ from app.hardware.profile import GPUInfo, HardwareProfile
 from app.planner.calibration import Correction
 from app.planner.engine_choice import EngineFit
 from app.planner.facts import ModelFacts
-from app.planner.memory import CUDA_CONTEXT, GIB, MIB, MemoryEstimate, MissingFacts, llama_cpp_memory, vllm_memory
+from app.planner.memory import (
+    CUDA_CONTEXT,
+    GIB,
+    MIB,
+    MemoryEstimate,
+    MissingFacts,
+    llama_cpp_memory,
+    llama_server_memory,
+    vllm_memory,
+)
 
 USES = ("chat", "serve", "long-context")
 SERVE_USERS = 8
@@ -189,10 +198,15 @@ def _llama_option(
     backend = ("metal" if budgets.unified else "cuda") if budgets.gpus else None
     threads = hw.cpu.physical_cores or hw.cpu.logical_cores
 
+    parallel = min(need.users, MAX_PARALLEL)
+    server = llama_server and need.users > 1
+
     def estimate(context: int, gpu_layers: int) -> MemoryEstimate:
-        return correction.apply(
-            llama_cpp_memory(facts, context, gpu_layers=gpu_layers, gpu_backend=backend if gpu_layers else None)
-        )
+        on = backend if gpu_layers else None
+        if server:
+            return correction.apply(llama_server_memory(facts, context, parallel=parallel, gpu_layers=gpu_layers,
+                                                        gpu_backend=on))  # fmt: skip
+        return correction.apply(llama_cpp_memory(facts, context, gpu_layers=gpu_layers, gpu_backend=on))
 
     low, high = min(need.min_context, CONTEXT_STEP * 8), facts.trained_context or need.context
     gpu_layers = layers + 1 if backend else 0
@@ -210,8 +224,6 @@ def _llama_option(
         "partial": f"{gpu_layers} of {layers} layers on the GPU, the rest on the CPU",
         "cpu": "runs on the CPU" + (": no usable GPU" if not budgets.gpus else ""),
     }[tier]
-    parallel = min(need.users, MAX_PARALLEL)
-    server = llama_server and need.users > 1
     if need.users == 1:
         engine_reason = f"engine llama.cpp: one user, {where}"
     elif server:
