@@ -32,9 +32,10 @@ VLLM_CUDA_GRAPHS = 512 * MIB
 # llama.cpp keeps one output row per sequence.
 LLAMA_MAX_SEQUENCES = 256
 # llama-server's process beside its buffers: the executable, libllama and libggml, the HTTP server and its thread
-# pool. Measured on Linux x86_64 with the llama-server built from llama-cpp-python 0.3.36's sources (see
-# tests/bench/memory_accuracy.py); calibration corrects it per machine.
-LLAMA_SERVER_RUNTIME = 24 * MIB
+# pool. Measured on Linux x86_64 with the llama-server built from llama-cpp-python 0.3.36's sources
+# (tests/bench/memory_accuracy.py: resident at load less weights, KV cache and output buffer, 32-33 MiB at contexts
+# 512 to 8192 with 1 and 4 slots); calibration corrects it per machine.
+LLAMA_SERVER_RUNTIME = 32 * MIB
 LLAMA_UBATCH = 512  # llama.cpp's default physical batch (-ub): the tokens one compute graph takes
 KV_PAD = 256  # llama.cpp pads the KV cache's cells (per sequence when it is not unified) to a multiple of this
 TOKEN_DATA_BYTES = 12  # llama_token_data: the candidates array each slot's sampler keeps, one per vocabulary entry
