@@ -8,10 +8,12 @@ activations of its profiling run, non-torch memory (CUDA context, NCCL), and wha
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any
 
 from app.planner.facts import ModelFacts
+from engines.base import LaunchPlan
 
 MIB = 1 << 20
 GIB = 1 << 30
@@ -29,6 +31,14 @@ VLLM_CUDA_GRAPHS = 512 * MIB
 # llama-cpp-python serves embeddings with n_seq_max = min(n_batch, 256) (llama_max_parallel_sequences) and
 # llama.cpp keeps one output row per sequence.
 LLAMA_MAX_SEQUENCES = 256
+# llama-server's process beside its buffers: the executable, libllama and libggml, the HTTP server and its thread
+# pool. Measured on Linux x86_64 with the llama-server built from llama-cpp-python 0.3.36's sources
+# (tests/bench/memory_accuracy.py: resident at load less weights, KV cache and output buffer, 32-33 MiB at contexts
+# 512 to 8192 with 1 and 4 slots); calibration corrects it per machine.
+LLAMA_SERVER_RUNTIME = 32 * MIB
+LLAMA_UBATCH = 512  # llama.cpp's default physical batch (-ub): the tokens one compute graph takes
+KV_PAD = 256  # llama.cpp pads the KV cache's cells (per sequence when it is not unified) to a multiple of this
+TOKEN_DATA_BYTES = 12  # llama_token_data: the candidates array each slot's sampler keeps, one per vocabulary entry
 CACHE_TYPE_BYTES = {"f32": 4.0, "f16": 2.0, "bf16": 2.0, "q8_0": 34 / 32, "q4_0": 18 / 32, "fp8": 1.0}
 
 
@@ -171,3 +181,103 @@ def vllm_memory(
         kv_tokens=kv_tokens,
         max_concurrency=kv_tokens // max_model_len if max_model_len else None,
     )
+
+
+def _pad(value: int, to: int) -> int:
+    return -(-value // to) * to
+
+
+def llama_server_kv_cells(context: int, parallel: int, unified: bool) -> int:
+    """The KV cache's cells for `-c context --parallel N`: the total context, padded as a whole when the cache is
+    unified, per slot (context / N, padded) when each slot has its own."""
+    if unified or parallel == 1:
+        return _pad(context, KV_PAD)
+    return _pad(max(1, context // parallel), KV_PAD) * parallel
+
+
+def llama_server_memory(
+    facts: ModelFacts,
+    context: int,
+    *,
+    parallel: int = 1,
+    ubatch: int = LLAMA_UBATCH,
+    kv_unified: bool = True,
+    flash_attention: bool = True,
+    gpu_layers: int = 0,
+    gpu_backend: str | None = None,  # "cuda" or "metal" when layers are offloaded
+    cache_type: str = "f16",
+    runtime: int = LLAMA_SERVER_RUNTIME,
+) -> MemoryEstimate:
+    """llama-server serving `facts` with `-c context --parallel N -ub ubatch` (mmap on), part by part.
+
+    Unlike llama-cpp-python it asks the graph for one output row per slot, never one per prompt token: llama.cpp
+    reserves a compute buffer with logits for a whole ubatch, but a server without embeddings only writes the rows
+    of the slots it samples, so only those pages become resident. Flash attention (`-fa auto`, on wherever the
+    backend has it, the CPU included) never materialises the attention scores: a layer's activations are the
+    ubatch's hidden and feed-forward rows plus the f16 mask over the KV cells (with the bundled model at 2048
+    tokens: 15 MiB touched of a 102 MiB compute buffer, measured through libllama with one output row). Each slot's
+    sampler holds a candidates array the size of the vocabulary. Not counted: the prompt cache in RAM
+    (`--cache-ram`), which grows with the prompts of different conversations up to its limit.
+    """
+    layers = _need(facts.layers, "layer count")
+    weights = _need(facts.weight_bytes, "weight size")
+    vocab = _need(facts.vocab_size, "vocabulary size")
+    embd = _need(facts.embedding_length, "embedding length")
+    heads = _need(facts.attention_heads, "attention head count")
+    kv_per_token = _need(facts.kv_bytes_per_token(CACHE_TYPE_BYTES[cache_type]), "KV head layout")
+    slots = max(1, parallel)
+    cells = llama_server_kv_cells(context, slots, kv_unified)
+    tokens = min(ubatch, cells)
+    offloaded = min(gpu_layers, layers + 1) if gpu_backend else 0
+    on_gpu = offloaded / (layers + 1)
+    kv = cells * kv_per_token
+    output = vocab * slots * 4
+    feed_forward = facts.feed_forward_length or 4 * embd
+    layer = (3 * feed_forward + 3 * embd) * tokens * 4  # a layer's hidden and feed-forward rows, f32
+    if flash_attention:  # beside them, the f16 mask over the KV cells
+        compute = layer + tokens * cells * 2 + output
+        workspace = 0
+    else:  # the scores of every head against every cell, in f32 and again in f16 for their product with V
+        compute = max((heads + 1) * cells * tokens * 4, layer) + output
+        workspace = heads * cells * tokens * 2
+    context_overhead = (CUDA_CONTEXT if gpu_backend == "cuda" else METAL_CONTEXT) if offloaded else 0
+    return MemoryEstimate(
+        parts=(
+            MemoryPart("weights", round(weights * (1 - on_gpu)), round(weights * on_gpu)),
+            MemoryPart(
+                "kv_cache",
+                round(kv * (1 - min(offloaded, layers) / layers)),
+                round(kv * min(offloaded, layers) / layers),
+            ),
+            MemoryPart("compute", output + (0 if offloaded else compute), compute if offloaded else 0, False),
+            MemoryPart("workspace", 0 if offloaded else workspace, workspace if offloaded else 0, False),
+            MemoryPart("runtime", runtime + slots * vocab * TOKEN_DATA_BYTES, context_overhead),
+        ),
+        gpus=1 if offloaded else 0,
+    )
+
+
+def _llama_cpp_python_plan(facts: ModelFacts, plan: LaunchPlan) -> MemoryEstimate:
+    backend = "cuda" if plan.gpu_layers else None
+    return llama_cpp_memory(facts, plan.context_length, batch=plan.batch_size, gpu_layers=plan.gpu_layers,
+                            gpu_backend=backend)  # fmt: skip
+
+
+def _llama_server_plan(facts: ModelFacts, plan: LaunchPlan) -> MemoryEstimate:
+    # engines.llama_server runs `-b batch` with llama.cpp's default ubatch, a unified KV cache and `-fa auto`.
+    return llama_server_memory(
+        facts, plan.context_length, parallel=plan.parallel, ubatch=min(plan.batch_size, LLAMA_UBATCH),
+        gpu_layers=plan.gpu_layers, gpu_backend="cuda" if plan.gpu_layers else None,
+    )  # fmt: skip
+
+
+_PLAN_MEMORY: dict[str, Callable[[ModelFacts, LaunchPlan], MemoryEstimate]] = {
+    "llama-cpp-python": _llama_cpp_python_plan,
+    "llama-server": _llama_server_plan,
+}
+
+
+def plan_memory(engine: str, facts: ModelFacts, plan: LaunchPlan) -> MemoryEstimate:
+    """The memory a GGUF plan needs on the engine that runs it (llama.cpp's model through llama-cpp-python for an
+    engine without one of its own). Raises MissingFacts."""
+    return _PLAN_MEMORY.get(engine, _llama_cpp_python_plan)(facts, plan)

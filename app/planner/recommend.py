@@ -25,6 +25,7 @@ from app.planner.memory import (
     MemoryPart,
     MissingFacts,
     llama_cpp_memory,
+    llama_server_memory,
     vllm_memory,
 )
 
@@ -199,10 +200,15 @@ def _llama_option(
     backend = ("metal" if budgets.unified else "cuda") if budgets.gpus else None
     threads = hw.cpu.physical_cores or hw.cpu.logical_cores
 
+    parallel = min(max(need.users, DEFAULT_SLOTS), MAX_PARALLEL)
+    server = llama_server
+
     def estimate(context: int, gpu_layers: int) -> MemoryEstimate:
-        return correction.apply(
-            llama_cpp_memory(facts, context, gpu_layers=gpu_layers, gpu_backend=backend if gpu_layers else None)
-        )
+        on = backend if gpu_layers else None
+        if server:
+            return correction.apply(llama_server_memory(facts, context, parallel=parallel, gpu_layers=gpu_layers,
+                                                        gpu_backend=on))  # fmt: skip
+        return correction.apply(llama_cpp_memory(facts, context, gpu_layers=gpu_layers, gpu_backend=on))
 
     low, high = min(need.min_context, CONTEXT_STEP * 8), facts.trained_context or need.context
     gpu_layers = layers + 1 if backend else 0
@@ -220,8 +226,6 @@ def _llama_option(
         "partial": f"{gpu_layers} of {layers} layers on the GPU, the rest on the CPU",
         "cpu": "runs on the CPU" + (": no usable GPU" if not budgets.gpus else ""),
     }[tier]
-    parallel = min(max(need.users, DEFAULT_SLOTS), MAX_PARALLEL)
-    server = llama_server
     if server:
         clients = f"{need.users} users" if need.users > 1 else "a chat and a script"
         engine_reason = (

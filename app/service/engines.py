@@ -21,7 +21,7 @@ from app.paths import AppPaths
 from app.planner.calibration import CalibrationStore
 from app.planner.defaults import DEFAULT_CONTEXT, LLAMA_CPP_PYTHON, LLAMA_SERVER, default_plan, spin_wait_fits
 from app.planner.facts import facts_from_gguf
-from app.planner.memory import MissingFacts, llama_cpp_memory
+from app.planner.memory import MissingFacts, llama_cpp_memory, plan_memory
 from app.service.admission import EngineQueue
 from app.service.companions import EmbeddingCompanions, EmbeddingRoute, companion_plan
 from app.service.events import EventBus
@@ -228,7 +228,7 @@ class EngineManager:
             return EmbeddingRoute(url)
         if self.state(model_id) != EngineState.READY:  # stopped while the request waited: nothing to start beside
             return EmbeddingRoute(None, f"The model `{model_id}` stopped before its embeddings could be made.")
-        footprint = self._footprint(spec, info, companion_plan(plan), engine.name)
+        footprint = self._footprint(spec, info, companion_plan(plan), engine.name, embedding_process=True)
         return await self.companions.route(model_id, engine, plan, footprint, self._room_next_to)
 
     async def _room_next_to(self, model_id: str, extra: int) -> str | None:
@@ -423,12 +423,19 @@ class EngineManager:
         queue = self._queues.get(model_id)
         return queue is None or (queue.running == 0 and queue.waiting == 0)
 
-    def _footprint(self, spec: ModelSpec, info: GGUFInfo, plan: LaunchPlan, engine_name: str) -> int:
+    def _footprint(
+        self, spec: ModelSpec, info: GGUFInfo, plan: LaunchPlan, engine_name: str, embedding_process: bool = False
+    ) -> int:
         """What the plan is predicted to use at its peak (RAM and VRAM), corrected by earlier launches; the file
         size where the model's facts do not allow a prediction."""
         facts = facts_from_gguf(info)
         try:
-            predicted = llama_cpp_memory(facts, plan.context_length, batch=plan.batch_size)
+            predicted = (
+                # an embedding process writes a row per input token, as llama.cpp's general model has it
+                llama_cpp_memory(facts, plan.context_length, batch=plan.batch_size)
+                if embedding_process
+                else plan_memory(engine_name, facts, plan)
+            )
         except MissingFacts:
             return spec.size_bytes
         corrected = self.memory_check.correction(engine_name, facts.architecture).apply(predicted)

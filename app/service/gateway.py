@@ -39,6 +39,7 @@ from app.service.asgi import (
     wait_disconnect,
 )
 from app.service.engines import EngineManager
+from app.service.features import adapt, has_features
 from app.service.json_body import load_json
 from app.service.metering import (
     RequestRecord,
@@ -196,11 +197,14 @@ class Gateway:
                 "invalid_request_error", "model_not_found", "model",
             )  # fmt: skip
             return
-        if checked.logprobs and not self._manager.engine(checked.model).capabilities.logprobs:
-            name = self._manager.engine(checked.model).name
-            await send_error(send, 400, f"`logprobs` is not available for models served by {name}.",
-                             "invalid_request_error", param="logprobs")  # fmt: skip
-            return
+        if has_features(payload):  # said in the serving engine's words, or refused naming one that would serve it
+            engine = self._manager.engine(checked.model)
+            try:
+                if adapt(engine.name, engine.capabilities, path, payload):
+                    body = json.dumps(payload).encode()
+            except InvalidRequest as exc:
+                await send_error(send, 400, str(exc), "invalid_request_error", param=exc.param)
+                return
         outcome = _Outcome()
         if self._config.log_request_text:
             outcome.text = RequestText(path, payload.get(PROMPT_FIELDS[path]), checked.stream)

@@ -12,7 +12,7 @@ import psutil
 from app.hardware.nvidia import process_vram
 from app.planner.calibration import CalibrationStore, Correction, Measurement
 from app.planner.facts import ModelFacts
-from app.planner.memory import MemoryEstimate, MissingFacts, llama_cpp_memory
+from app.planner.memory import MemoryEstimate, MissingFacts, plan_memory
 from engines.base import LaunchPlan
 
 log = logging.getLogger("modeldeck.calibration")
@@ -60,10 +60,7 @@ class MemoryCheck:
     def engine_ready(self, model_id: str, engine: str, facts: ModelFacts, plan: LaunchPlan, pid: int) -> None:
         """Predict the plan's memory and measure the engine now that it has loaded."""
         try:
-            predicted = llama_cpp_memory(
-                facts, plan.context_length, batch=plan.batch_size, gpu_layers=plan.gpu_layers,
-                gpu_backend="cuda" if plan.gpu_layers else None,
-            )  # fmt: skip
+            predicted = plan_memory(engine, facts, plan)
         except MissingFacts as exc:
             log.info("no memory prediction for %s: %s", model_id, exc)
             return

@@ -157,7 +157,8 @@ def test_unique_prompts_differ_have_the_length_asked_for_and_repeat_with_a_seed(
     assert level["ttft_by_turn_s"] is None and level["warm_cold_ratio"] is None
     # The launch as the service ran the engine, its key redacted.
     argv, env = card["engine"]["launch"]["argv"], card["engine"]["launch"]["env"]
-    assert "llama_cpp.server" in argv and argv[argv.index("--n_ctx") + 1] == str(card["engine"]["plan"]["context"])
+    assert argv[argv.index("--model_alias") + 1] == BUNDLED_ID
+    assert argv[argv.index("--n_ctx") + 1] == str(card["engine"]["plan"]["context"])
     assert env["API_KEY"] == "***"
     assert "Launch: `API_KEY=*** " in (paths.bench_dir / f"{card['id']}.md").read_text()
 

@@ -84,7 +84,8 @@ def test_a_sweep_through_the_api_saves_a_complete_card(
     assert card["model"]["id"] == BUNDLED_ID and card["model"]["quantization"] == "Q4_1"
     assert card["engine"]["name"] == "llama-cpp-python" and card["parameters"]["output_tokens"] == OUTPUT_TOKENS
     assert card["parameters"]["prompt_tokens"] == 64 and card["parameters"]["requests_per_level"] == [3, 3]
-    assert card["parameters"]["prompt_mode"] == "unique" and "llama_cpp.server" in card["engine"]["launch"]["argv"]
+    launch = card["engine"]["launch"]["argv"]  # the engine's own command line (its server module or cached script)
+    assert card["parameters"]["prompt_mode"] == "unique" and launch[launch.index("--model_alias") + 1] == BUNDLED_ID
     assert len(card["hardware"]["id"]) == 16
     for level, shown in zip(card["results"], run["levels"], strict=True):
         assert level == shown  # the run's table is the card's

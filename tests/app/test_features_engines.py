@@ -1,0 +1,104 @@
+"""The same OpenAI features whichever GGUF engine serves the bundled model: the real service, the real engines
+(llama-cpp-python and the llama-server test build) and the official `openai` client."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import jsonschema
+import openai
+import pytest
+
+from app.hub.library import BUNDLED_ID
+from app.installs.available import LLAMA_SERVER_ENV
+from app.paths import AppPaths
+from tests.conftest import RunningService, start_service_process, stop_service_process
+
+PERSON = {
+    "type": "object",
+    "properties": {
+        "name": {"type": "string", "maxLength": 20},
+        "age": {"type": "integer", "minimum": 0, "maximum": 120},
+    },
+    "required": ["name", "age"],
+    "additionalProperties": False,
+}
+
+
+def structured_answer(service: RunningService) -> object:
+    """A chat completion held to PERSON by `response_format` as OpenAI writes it, parsed."""
+    reply = service.openai_client().chat.completions.create(
+        model=BUNDLED_ID, messages=[{"role": "user", "content": "Describe a person: name and age, as JSON."}],
+        response_format={"type": "json_schema", "json_schema": {"name": "person", "schema": PERSON, "strict": True}},
+        max_tokens=200, temperature=0,
+    )  # fmt: skip
+    assert reply.choices[0].finish_reason == "stop", reply
+    content = reply.choices[0].message.content
+    assert content is not None
+    return json.loads(content)
+
+
+def check_json_schema_and_token_limit(service: RunningService) -> None:
+    jsonschema.validate(structured_answer(service), PERSON)
+    limited = service.openai_client().chat.completions.create(
+        model=BUNDLED_ID, messages=[{"role": "user", "content": "Write a long story about the sea."}],
+        max_completion_tokens=5,
+    )  # fmt: skip
+    assert limited.usage is not None and limited.usage.completion_tokens <= 5
+    assert limited.choices[0].finish_reason == "length"
+
+
+def test_llama_cpp_python_json_schema_and_logprobs_refused_naming_llama_server(paths: AppPaths,
+                                                                               tmp_path: Path) -> None:  # fmt: skip
+    service = start_service_process(paths, tmp_path, "--model", BUNDLED_ID)
+    try:
+        assert service.client.models()[0]["engine"] == "llama-cpp-python"
+        check_json_schema_and_token_limit(service)
+        for ask in ({"logprobs": True}, {"logprobs": True, "top_logprobs": 2}):
+            with pytest.raises(openai.BadRequestError) as refused:
+                service.openai_client().chat.completions.create(
+                    model=BUNDLED_ID, messages=[{"role": "user", "content": "Hi"}], max_tokens=4, **ask  # type: ignore[arg-type]
+                )  # fmt: skip
+            assert "llama-cpp-python" in refused.value.message and "llama-server" in refused.value.message
+        with pytest.raises(openai.BadRequestError, match="llama-server"):
+            service.openai_client().completions.create(model=BUNDLED_ID, prompt="The sky is", max_tokens=4, logprobs=2)
+        # The engine is still serving after the refusals.
+        still = service.openai_client().chat.completions.create(
+            model=BUNDLED_ID, messages=[{"role": "user", "content": "Hi"}], max_tokens=4
+        )
+        assert still.choices[0].message.content
+    finally:
+        stop_service_process(service)
+
+
+def test_llama_server_json_schema_and_logprobs(
+    paths: AppPaths, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, llama_server_binary: Path
+) -> None:
+    monkeypatch.setenv(LLAMA_SERVER_ENV, str(llama_server_binary))
+    service = start_service_process(paths, tmp_path)
+    try:
+        started = service.client.start_model(BUNDLED_ID, wait=True, overrides={"engine": "llama-server",
+                                                                               "parallel": 2})  # fmt: skip
+        assert started["state"] == "ready" and started["engine"] == "llama-server", service.client.logs(BUNDLED_ID)
+        check_json_schema_and_token_limit(service)
+        reply = service.openai_client().chat.completions.create(
+            model=BUNDLED_ID, messages=[{"role": "user", "content": "Hi"}], max_tokens=6, logprobs=True,
+            top_logprobs=3,
+        )  # fmt: skip
+        logprobs = reply.choices[0].logprobs
+        assert logprobs is not None and logprobs.content and reply.usage is not None
+        assert len(logprobs.content) == reply.usage.completion_tokens
+        for token in logprobs.content:
+            assert token.logprob <= 0 and len(token.top_logprobs) == 3
+            assert max(top.logprob for top in token.top_logprobs) >= token.logprob
+        completion = service.openai_client().completions.create(
+            model=BUNDLED_ID, prompt="The sky is", max_tokens=4, logprobs=2
+        )
+        # llama-server answers legacy completions in the chat shape (`content`), not `tokens` / `token_logprobs`:
+        # the README's feature table says so; the gateway forwards the answer's bytes as they come.
+        answered = completion.choices[0].logprobs
+        assert answered is not None and answered.model_extra is not None
+        assert [entry["logprob"] <= 0 for entry in answered.model_extra["content"]] == [True] * 4
+    finally:
+        stop_service_process(service)
