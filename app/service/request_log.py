@@ -1,11 +1,14 @@
 """Where request measurements go: recent records in memory, every record in SQLite, live events, aggregates
-and Prometheus text. SQLite is written from one thread of its own, so the event loop never waits on disk.
+and Prometheus text. SQLite is written from one thread of its own, so the event loop never waits on disk; that
+thread wakes on its own clock, never at the loop's call, and writes what piled up in one statement
+(app.service.sqlite_rows): it takes the interpreter lock from the loop a few times a second, not twice a row.
 
 Prompt and completion text, when the user keeps it, goes to SQLite only: not to memory, events or the control
 API, which carry measurements."""
 
 from __future__ import annotations
 
+import contextlib
 import queue
 import sqlite3
 import threading
@@ -19,13 +22,13 @@ from typing import Any
 from app.service.events import EventBus
 from app.service.metering import RequestRecord, percentile
 from app.service.request_text import RequestText, completion_text, prompt_json
+from app.service.sqlite_rows import connect_autocommit, insert_rows
 
 _TEXT_COLUMNS = ["prompt_text", "completion_text"]
 _COLUMNS = [*(field.name for field in fields(RequestRecord)), *_TEXT_COLUMNS]
 _SCHEMA = f"CREATE TABLE IF NOT EXISTS requests ({', '.join(_COLUMNS)})"
-_INSERT = f"INSERT INTO requests ({', '.join(_COLUMNS)}) VALUES ({', '.join('?' for _ in _COLUMNS)})"
 _Entry = tuple[RequestRecord, RequestText | None]
-_GATHER_S = 0.25
+_FLUSH_S = 0.5  # how often the writer takes what has piled up
 
 
 class RequestLog:
@@ -36,7 +39,9 @@ class RequestLog:
         self._bus = bus
         self._totals: dict[tuple[str, int], int] = {}
         self._tokens: dict[tuple[str, str], int] = {}
-        self._pending: queue.SimpleQueue[_Entry | None] = queue.SimpleQueue()
+        # Never waited on: put() on a queue nobody blocks in wakes no thread.
+        self._pending: queue.SimpleQueue[_Entry] = queue.SimpleQueue()
+        self._closing = threading.Event()
         self._listeners: list[Callable[[RequestRecord], None]] = []
         database.parent.mkdir(parents=True, exist_ok=True)
         self._writer = threading.Thread(target=self._write, args=(database,), name="request-log", daemon=True)
@@ -94,28 +99,27 @@ class RequestLog:
         return "\n".join(lines) + "\n"
 
     def close(self) -> None:
-        self._pending.put(None)
+        """Write what is pending and stop the writer."""
+        self._closing.set()
         self._writer.join(timeout=10)
 
     def _write(self, database: Path) -> None:
-        connection = sqlite3.connect(database)
+        connection = connect_autocommit(database)
         try:
             _create_or_migrate(connection)
-            while True:
-                batch = [self._pending.get()]
-                if batch[0] is not None:
-                    # One transaction for whatever piles up meanwhile: under load, one wake-up and one write
-                    # for many requests instead of one each, on the interpreter the event loop needs.
-                    time.sleep(_GATHER_S)
-                while not self._pending.empty():
-                    batch.append(self._pending.get())
-                rows = [_row(*entry) for entry in batch if entry is not None]
-                with connection:
-                    connection.executemany(_INSERT, rows)
-                if None in batch:
-                    return
+            while not self._closing.wait(_FLUSH_S):
+                self._flush(connection)
+            self._flush(connection)
         finally:
             connection.close()
+
+    def _flush(self, connection: sqlite3.Connection) -> None:
+        rows = []
+        with contextlib.suppress(queue.Empty):
+            while True:
+                rows.append(_row(*self._pending.get_nowait()))
+        if rows:
+            insert_rows(connection, "requests", _COLUMNS, rows)
 
 
 def _create_or_migrate(connection: sqlite3.Connection) -> None:
@@ -123,12 +127,13 @@ def _create_or_migrate(connection: sqlite3.Connection) -> None:
     # Write-ahead log without a sync per commit: a power cut may lose the last records, never corrupt the file.
     connection.execute("PRAGMA journal_mode=WAL")
     connection.execute("PRAGMA synchronous=NORMAL")
-    with connection:
-        connection.execute(_SCHEMA)
-        present = {row[1] for row in connection.execute("PRAGMA table_info(requests)")}
-        for column in _COLUMNS:
-            if column not in present:
-                connection.execute(f"ALTER TABLE requests ADD COLUMN {column}")
+    connection.execute("BEGIN")
+    connection.execute(_SCHEMA)
+    present = {row[1] for row in connection.execute("PRAGMA table_info(requests)")}
+    for column in _COLUMNS:
+        if column not in present:
+            connection.execute(f"ALTER TABLE requests ADD COLUMN {column}")
+    connection.execute("COMMIT")
 
 
 def _row(record: RequestRecord, text: RequestText | None) -> tuple[Any, ...]:
