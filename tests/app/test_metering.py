@@ -49,3 +49,14 @@ def test_usage_event_goes_before_done() -> None:
     usage = json.loads(usage_event({"id": "c1", "model": "m", "object": "chat.completion.chunk"}, 7, 3)[6:])
     assert usage["choices"] == [] and usage["id"] == "c1"
     assert usage["usage"] == {"prompt_tokens": 7, "completion_tokens": 3, "total_tokens": 10}
+
+
+def test_a_route_counts_the_content_key_of_its_own_events() -> None:
+    chat = event({"content": "a"}) + event({"content": "b"})
+    text = b'data: {"id": "cmpl-1", "choices": [{"index": 0, "text": "c", "finish_reason": null}]}\n\n'
+    for route, expected in (("/v1/chat/completions", 2), ("/v1/completions", 1), (None, 3)):
+        meter = StreamMeter(started=0.0, route=route)
+        meter.feed(chat)
+        meter.feed(text[:20])  # split: the rest of the event comes with the next read
+        meter.feed(text[20:])
+        assert meter.completion_tokens == expected, route
