@@ -441,7 +441,7 @@ class Gateway:
         """Pass the engine's events on as they arrive, measuring them on the way. With a server that can write
         to the client directly, they are passed on in the engine connection's callback (`_relay`), and this
         loop only sees the end of the stream, its errors, and a last event that needs a usage event added."""
-        meter = outcome.meter = StreamMeter(time.monotonic())
+        meter = outcome.meter = StreamMeter(time.monotonic(), path)
         keep = outcome.text.answer.append if outcome.text is not None else None
         if direct is not None:
             upstream.divert(_relay(direct, meter, keep, outcome, add_usage))

@@ -199,8 +199,9 @@ class _Exchange:
         if conn.gone or self.finished or not data:  # an empty chunk would end the body
             return
         if self._chunked:
-            if not self.head_only:
-                conn.write(b"%x\r\n%b\r\n" % (len(data), data) if self._framed else data)
+            transport = conn._transport  # straight to it, not through conn.write: this runs for every chunk
+            if transport is not None and not self.head_only:
+                transport.write(b"%x\r\n%b\r\n" % (len(data), data) if self._framed else data)
             return
         self._chunked = True
         head = self._response_head(None)

@@ -16,6 +16,12 @@ from dataclasses import dataclass
 from typing import Any
 
 _CONTENT = re.compile(rb'"(?:content|text)": ?"(?:[^"\\]|\\.)')
+# One key per route: a pattern that starts with a whole literal is searched for as a string, about twice as fast
+# as the alternation, and this runs on every chunk.
+_ROUTE_CONTENT = {
+    "/v1/chat/completions": re.compile(rb'"content": ?"(?:[^"\\]|\\.)'),
+    "/v1/completions": re.compile(rb'"text": ?"(?:[^"\\]|\\.)'),
+}
 # usage, and llama-server's `timings` (on the last event, with `cache_n`): one search for both, as on every chunk
 _USAGE = re.compile(rb'"(?:usage|timings)": ?\{')
 _DONE = b"data: [DONE]"
@@ -47,25 +53,30 @@ class RequestRecord:
 class StreamMeter:
     """Watches one streamed response: content events, their times, and usage if the engine sends it."""
 
-    def __init__(self, started: float) -> None:
+    def __init__(self, started: float, route: str | None = None) -> None:
+        """`route`: the path streamed, whose events carry their content under one key; None: either key."""
         self.started = started
         self.token_times: list[float] = []
         self.usage: dict[str, Any] | None = None
         self.timings: dict[str, Any] | None = None
         self.first_event: dict[str, Any] | None = None  # id, object, model: for a usage chunk we add
         self._carry = b""
+        self._content = _ROUTE_CONTENT.get(route or "", _CONTENT)
 
     def feed(self, chunk: bytes) -> None:
         now = time.monotonic()
-        data = self._carry + chunk if self._carry else chunk
-        end = data.rfind(b"\n\n")
-        if end < 0:
-            self._carry = data
-            return
-        complete, self._carry = data[: end + 2], data[end + 2 :]
+        if not self._carry and chunk.endswith(b"\n\n"):  # whole events, as engines write them: no copies
+            complete = chunk
+        else:
+            data = self._carry + chunk if self._carry else chunk
+            end = data.rfind(b"\n\n")
+            if end < 0:
+                self._carry = data
+                return
+            complete, self._carry = data[: end + 2], data[end + 2 :]
         if self.first_event is None and complete.startswith(b"data: {"):
             self._read_first(complete)
-        self.token_times.extend([now] * len(_CONTENT.findall(complete)))
+        self.token_times.extend([now] * len(self._content.findall(complete)))
         if _USAGE.search(complete):
             self._read_usage(complete)
 

@@ -1,11 +1,14 @@
 """Where request measurements go: recent records in memory, every record in SQLite, live events, aggregates
-and Prometheus text. SQLite is written from one thread of its own, so the event loop never waits on disk.
+and Prometheus text. SQLite is written from one thread of its own, so the event loop never waits on disk; that
+thread wakes on its own clock, never at the loop's call, and writes what piled up in one statement
+(app.service.sqlite_rows): it takes the interpreter lock from the loop a few times a second, not twice a row.
 
 Prompt and completion text, when the user keeps it, goes to SQLite only: not to memory, events or the control
 API, which carry measurements."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import queue
 import sqlite3
@@ -20,14 +23,13 @@ from typing import Any
 from app.service.events import EventBus
 from app.service.metering import RequestRecord, cache_reuse, percentile
 from app.service.request_text import RequestText, completion_text, prompt_json
+from app.service.sqlite_rows import connect_autocommit, insert_rows
 
 _TEXT_COLUMNS = ["prompt_text", "completion_text"]
 _COLUMNS = [*(field.name for field in fields(RequestRecord)), *_TEXT_COLUMNS]
 _SCHEMA = f"CREATE TABLE IF NOT EXISTS requests ({', '.join(_COLUMNS)})"
-_INSERT = f"INSERT INTO requests ({', '.join(_COLUMNS)}) VALUES ({', '.join('?' for _ in _COLUMNS)})"
 _Entry = tuple[RequestRecord, RequestText | None]
-_GATHER_S = 0.25
-RETRY_S = 1.0  # how often a failed write is tried again
+_FLUSH_S = 0.5  # how often the writer takes what has piled up, and tries again what the disk refused
 MAX_UNWRITTEN = 50_000  # records kept in memory while the disk refuses them (a few MB); then the oldest go
 
 log = logging.getLogger("modeldeck.requests")
@@ -41,7 +43,9 @@ class RequestLog:
         self._bus = bus
         self._totals: dict[tuple[str, int], int] = {}
         self._tokens: dict[tuple[str, str], int] = {}
-        self._pending: queue.SimpleQueue[_Entry | None] = queue.SimpleQueue()
+        # Never waited on: put() on a queue nobody blocks in wakes no thread.
+        self._pending: queue.SimpleQueue[_Entry] = queue.SimpleQueue()
+        self._closing = threading.Event()
         self._listeners: list[Callable[[RequestRecord], None]] = []
         database.parent.mkdir(parents=True, exist_ok=True)
         self._writer = threading.Thread(target=self._write, args=(database,), name="request-log", daemon=True)
@@ -104,49 +108,52 @@ class RequestLog:
         return "\n".join(lines) + "\n"
 
     def close(self) -> None:
-        self._pending.put(None)
+        """Write what is pending and stop the writer."""
+        self._closing.set()
         self._writer.join(timeout=10)
 
     def _write(self, database: Path) -> None:
-        connection = sqlite3.connect(database)
+        connection = connect_autocommit(database)
         unwritten: deque[tuple[Any, ...]] = deque(maxlen=MAX_UNWRITTEN)  # rows a failed write kept for the next
-        failing_since: float | None = None
         try:
             _create_or_migrate(connection)
-            while True:
-                try:  # while rows wait for the disk, wake up to try again even if no request comes
-                    batch = [self._pending.get(timeout=RETRY_S if unwritten else None)]
-                except queue.Empty:
-                    batch = []
-                if batch and batch[0] is not None:
-                    # One transaction for whatever piles up meanwhile: under load, one wake-up and one write
-                    # for many requests instead of one each, on the interpreter the event loop needs.
-                    time.sleep(_GATHER_S)
-                while not self._pending.empty():
-                    batch.append(self._pending.get())
-                dropped = max(0, len(unwritten) + len(batch) - MAX_UNWRITTEN)
-                unwritten.extend(_row(*entry) for entry in batch if entry is not None)
-                try:
-                    with connection:
-                        connection.executemany(_INSERT, unwritten)
-                except sqlite3.Error as exc:  # a full disk, or the file gone read-only: keep the rows, try again
-                    if failing_since is None:
-                        failing_since = time.monotonic()
-                        log.error("cannot write the request log %s (%s); requests are kept in memory and written "
-                                  "when it works again", database, exc)  # fmt: skip
-                    if dropped:
-                        log.error("the request log lost its %d oldest unwritten records", dropped)
-                else:
-                    if failing_since is not None:
-                        log.warning("the request log is written again (%d records caught up)", len(unwritten))
-                        failing_since = None
-                    unwritten.clear()
-                if None in batch:
-                    if unwritten:
-                        log.error("stopping with %d request records the disk did not take", len(unwritten))
-                    return
+            while not self._closing.wait(_FLUSH_S):
+                self._flush(connection, unwritten)
+            self._flush(connection, unwritten)
+            if unwritten:
+                log.error("stopping with %d request records the disk did not take", len(unwritten))
         finally:
             connection.close()
+
+    def _flush(self, connection: sqlite3.Connection, unwritten: deque[tuple[Any, ...]]) -> None:
+        """Write what piled up, with what an earlier write could not: all of it or, on a full disk or a file gone
+        read-only, none of it (kept for the next try)."""
+        kept = len(unwritten)  # not empty: the disk refused the last write
+        arrived = 0
+        with contextlib.suppress(queue.Empty):
+            while True:
+                unwritten.append(_row(*self._pending.get_nowait()))  # past its length, the oldest go
+                arrived += 1
+        if not unwritten:
+            return
+        dropped = max(0, kept + arrived - MAX_UNWRITTEN)
+        try:
+            # One transaction around a few multi-row INSERTs (sqlite_rows.py): all or nothing, in few steps.
+            connection.execute("BEGIN")
+            insert_rows(connection, "requests", _COLUMNS, list(unwritten))
+            connection.execute("COMMIT")
+        except sqlite3.Error as exc:
+            with contextlib.suppress(sqlite3.Error):
+                connection.execute("ROLLBACK")
+            if not kept:
+                log.error("cannot write the request log (%s); requests are kept in memory and written when it "
+                          "works again", exc)  # fmt: skip
+            if dropped:
+                log.error("the request log lost its %d oldest unwritten records", dropped)
+            return
+        if kept:
+            log.warning("the request log is written again (%d records caught up)", len(unwritten))
+        unwritten.clear()
 
 
 def _create_or_migrate(connection: sqlite3.Connection) -> None:
@@ -154,12 +161,13 @@ def _create_or_migrate(connection: sqlite3.Connection) -> None:
     # Write-ahead log without a sync per commit: a power cut may lose the last records, never corrupt the file.
     connection.execute("PRAGMA journal_mode=WAL")
     connection.execute("PRAGMA synchronous=NORMAL")
-    with connection:
-        connection.execute(_SCHEMA)
-        present = {row[1] for row in connection.execute("PRAGMA table_info(requests)")}
-        for column in _COLUMNS:
-            if column not in present:
-                connection.execute(f"ALTER TABLE requests ADD COLUMN {column}")
+    connection.execute("BEGIN")
+    connection.execute(_SCHEMA)
+    present = {row[1] for row in connection.execute("PRAGMA table_info(requests)")}
+    for column in _COLUMNS:
+        if column not in present:
+            connection.execute(f"ALTER TABLE requests ADD COLUMN {column}")
+    connection.execute("COMMIT")
 
 
 def _row(record: RequestRecord, text: RequestText | None) -> tuple[Any, ...]:

@@ -2,11 +2,13 @@
 
 Two tiers: `s` rows (one a second) are kept for an hour, `m` rows (minute averages) for a week. Compaction
 deletes what a tier no longer keeps. All disk work runs on one thread of its own, so the event loop never
-waits on SQLite.
+waits on SQLite; that thread wakes on its own clock, never at the loop's call, and writes what piled up in one
+statement (app.service.sqlite_rows), taking the interpreter lock from the loop as rarely as it can.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import queue
@@ -17,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from app.service.series import MINUTE_KEEP, MINUTE_S, RAW_KEEP_S, Labels, Point, SeriesStore
+from app.service.sqlite_rows import connect_autocommit, insert_rows
 
 log = logging.getLogger("modeldeck.metrics")
 
@@ -27,6 +30,8 @@ _SCHEMA = (
     "t REAL NOT NULL, v REAL NOT NULL)",
     "CREATE INDEX IF NOT EXISTS samples_tier_t ON samples (tier, t)",
 )
+_COLUMNS = ("tier", "name", "labels", "t", "v")
+FLUSH_S = 2.0  # how often the writer takes the ticks that piled up
 
 
 @dataclass(frozen=True)
@@ -45,7 +50,9 @@ class SeriesHistory:
     def __init__(self, database: Path, compact_every_s: float = COMPACT_EVERY_S) -> None:
         self._database = database
         self._compact_every_s = compact_every_s
-        self._pending: queue.SimpleQueue[_Batch | None] = queue.SimpleQueue()
+        # Never waited on: put() on a queue nobody blocks in wakes no thread.
+        self._pending: queue.SimpleQueue[_Batch] = queue.SimpleQueue()
+        self._closing = threading.Event()
         self._writer: threading.Thread | None = None
         self._label_text: dict[Labels, str] = {}
 
@@ -81,7 +88,7 @@ class SeriesHistory:
 
     def close(self) -> None:
         if self._writer is not None:
-            self._pending.put(None)
+            self._closing.set()
             self._writer.join(timeout=10)
 
     def _text(self, labels: Labels) -> str:
@@ -91,30 +98,30 @@ class SeriesHistory:
         return text
 
     def _write(self) -> None:
-        connection = sqlite3.connect(self._database)
+        connection = connect_autocommit(self._database)
         last_compaction = 0.0
         try:
             for statement in _SCHEMA:
                 connection.execute(statement)
-            while True:
-                batches = [self._pending.get()]
-                while not self._pending.empty():  # one transaction for whatever has piled up
-                    batches.append(self._pending.get())
-                with connection:
-                    for batch in batches:
-                        if batch is not None:
-                            connection.executemany(
-                                f"INSERT INTO samples VALUES ('{batch.tier}', ?, ?, ?, ?)", batch.rows
-                            )
-                if None in batches:
-                    return
+            while not self._closing.wait(FLUSH_S):
+                self._flush(connection)
                 if time.monotonic() - last_compaction >= self._compact_every_s:
                     compact(connection, time.time())
                     last_compaction = time.monotonic()
+            self._flush(connection)
         except sqlite3.Error as exc:
             log.error("metrics history stopped: %s", exc)
         finally:
             connection.close()
+
+    def _flush(self, connection: sqlite3.Connection) -> None:
+        rows = []
+        with contextlib.suppress(queue.Empty):
+            while True:
+                batch = self._pending.get_nowait()
+                rows += [(batch.tier, *row) for row in batch.rows]
+        if rows:
+            insert_rows(connection, "samples", _COLUMNS, rows)
 
 
 def compact(connection: sqlite3.Connection, now: float) -> tuple[int, int]:

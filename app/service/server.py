@@ -38,6 +38,7 @@ from app.service.control import ControlApi, EndpointInfo
 from app.service.engines import EngineManager, LifecyclePolicy
 from app.service.events import EventBus
 from app.service.gateway import Gateway, GatewayConfig
+from app.service.heap import settle_heap
 from app.service.http_server import HttpLimits, HttpServer
 from app.service.hub_routes import HubRoutes, hub_endpoint
 from app.service.lan import allowed_hosts
@@ -361,6 +362,7 @@ class Service:
                 log.warning("API key: %s", endpoint.key_note)
             preloads += [asyncio.create_task(self._start_model(manager, model_id)) for model_id in options.models]
             await metrics.start()
+            log.debug("%d start-up objects out of the garbage collector's walks", settle_heap())
             await self._stop.wait()
         finally:
             log.info("stopping")

@@ -363,8 +363,12 @@ class _Connection(asyncio.Protocol):
             self._response._wake()
 
     def on_body(self, body: bytes) -> None:
-        if self._response is not None:
-            self._response._push(body)
+        response = self._response
+        if response is not None:
+            if response._sink is not None:  # a diverted stream, once per event: no further call
+                response._pending.append(body)
+            else:
+                response._push(body)
 
     def on_message_complete(self) -> None:
         if self._watchdog is not None:

@@ -87,3 +87,14 @@ def test_cache_reuse_counts_only_requests_that_report_it() -> None:
     assert cache_reuse([]) is None
     cached, share = cache_reuse([(90, 100), (None, 1000), (0, 100), (10, 0)]) or (0, 0.0)
     assert cached == 90 and share == pytest.approx(0.45)
+
+
+def test_a_route_counts_the_content_key_of_its_own_events() -> None:
+    chat = event({"content": "a"}) + event({"content": "b"})
+    text = b'data: {"id": "cmpl-1", "choices": [{"index": 0, "text": "c", "finish_reason": null}]}\n\n'
+    for route, expected in (("/v1/chat/completions", 2), ("/v1/completions", 1), (None, 3)):
+        meter = StreamMeter(started=0.0, route=route)
+        meter.feed(chat)
+        meter.feed(text[:20])  # split: the rest of the event comes with the next read
+        meter.feed(text[20:])
+        assert meter.completion_tokens == expected, route

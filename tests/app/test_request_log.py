@@ -14,7 +14,7 @@ from app.service.events import EventBus
 from app.service.metering import RequestRecord
 from app.service.request_log import RequestLog
 from app.service.request_text import RequestText
-from tests.conftest import REPO
+from tests.conftest import REPO, wait_for
 
 
 def record(request_id: str) -> RequestRecord:
@@ -124,3 +124,27 @@ def test_cache_reuse_is_over_requests_whose_engine_reported_it_and_unknown_other
         rows = database.execute("SELECT id, prompt_cached_tokens, slot FROM requests ORDER BY rowid").fetchall()
     database.close()
     assert rows == [("a", None, None), ("b", 0, 1), ("c", 240, 1), ("d", None, None)]
+
+
+def test_records_reach_disk_while_the_log_stays_open_and_in_order(tmp_path: Path) -> None:
+    """The writer takes what piled up on its own clock: no close needed, and more records than one SQLite
+    statement holds all land, in the order they came."""
+    database = tmp_path / "requests.sqlite"
+    log = RequestLog(database, EventBus())
+    try:
+        for index in range(150):
+            log.add(record(f"r{index}"))
+
+        def stored() -> list[str]:
+            reader = sqlite3.connect(database)
+            try:
+                ids = [row[0] for row in reader.execute("SELECT id FROM requests ORDER BY rowid")]
+            except sqlite3.OperationalError:  # the writer has not created the table yet
+                return []
+            finally:
+                reader.close()
+            return ids if len(ids) == 150 else []
+
+        assert wait_for(stored, 10, "150 records in SQLite") == [f"r{index}" for index in range(150)]
+    finally:
+        log.close()

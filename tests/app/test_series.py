@@ -9,6 +9,7 @@ import pytest
 
 from app.service.series import MINUTE_S, Point, SeriesStore, downsample
 from app.service.series_history import SeriesHistory, compact
+from tests.conftest import wait_for
 
 T0 = 1_700_000_040.0  # a whole minute
 
@@ -71,3 +72,30 @@ def test_an_unreadable_history_file_is_an_error_the_pipeline_can_catch(tmp_path:
     database.write_bytes(b"this is not a database" * 100)
     with pytest.raises(sqlite3.DatabaseError):
         SeriesHistory(database).load_into(SeriesStore(), T0)
+
+
+def test_ticks_reach_disk_while_the_history_stays_open(tmp_path: Path) -> None:
+    """The writer takes the ticks that piled up on its own clock, with no call from the event loop."""
+    database = tmp_path / "metrics.sqlite"
+    store, history = SeriesStore(), SeriesHistory(database, compact_every_s=1e9)  # T0's seconds are old
+    history.load_into(store, T0)
+    history.start()
+    try:
+        for second in range(300):
+            t = T0 + second
+            points = [Point.of("x", float(second), model="m"), Point.of("y", 1.0, gpu="0")]
+            history.add(t, points, store.add(t, points))
+
+        def seconds() -> int:
+            with sqlite3.connect(database) as reader:
+                count: int = reader.execute("SELECT COUNT(*) FROM samples WHERE tier = 's'").fetchone()[0]
+            reader.close()
+            return count
+
+        assert wait_for(lambda: seconds() == 600, 10, "600 second rows in SQLite")
+    finally:
+        history.close()
+    restored = SeriesStore()
+    assert SeriesHistory(database).load_into(restored, T0 + 300) == 2
+    x = next(series for series in restored.query(T0, max_points=10_000) if series.name == "x")
+    assert x.v == [float(second) for second in range(300)]
