@@ -7,6 +7,7 @@ with a build-info.json beside it, written by the build driver), or on PATH, in t
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 from collections.abc import Sequence
@@ -18,6 +19,17 @@ from engines.base import Capabilities, EngineCommand, Installation, LaunchPlan
 EXECUTABLE = "llama-server"
 BUILD_INFO = "build-info.json"
 MAX_PARALLEL = 64
+# A portable build's CPU code, one library per instruction-set level (libggml-cpu-haswell.so); ggml logs the one it
+# loads: "load_backend: loaded CPU backend from /opt/modeldeck/engines/libggml-cpu-haswell.so".
+CPU_VARIANT = re.compile(r"libggml-cpu-([A-Za-z0-9_.]+)\.so")
+_LOADED_CPU = re.compile(r"loaded CPU backend from (\S*libggml-cpu-([A-Za-z0-9_.]+)\.so)")
+
+
+def loaded_cpu_variant(log: str) -> str | None:
+    """The CPU variant a portable llama-server loaded, as its log says (`haswell`); None for a build with its CPU
+    code linked in (one built for this machine), which logs no such line."""
+    found = _LOADED_CPU.search(log)
+    return found.group(2) if found else None
 
 
 @dataclass(frozen=True)
@@ -103,7 +115,9 @@ class LlamaServerEngine:
         if done.returncode != 0 or line is None:
             return Installation(False, None, f"{executable} --version exited with {done.returncode}")
         version = line.removeprefix("version:").strip()
-        return Installation(True, version, f"llama-server {version} at {executable}")
+        variant = loaded_cpu_variant(done.stderr)
+        cpu = f", CPU variant {variant}" if variant else ""
+        return Installation(True, version, f"llama-server {version} at {executable}{cpu}")
 
     def build_command(self, plan: LaunchPlan, port: int, api_key: str) -> EngineCommand:
         parallel = max(1, min(plan.parallel, MAX_PARALLEL))

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import json
 import tarfile
 import threading
 import time
@@ -16,7 +17,7 @@ import pytest
 
 from app.hub.task import Progress, Stopped, TaskState
 from app.installs.llama_server_build import BuildError, build_llama_server, cmake_flags
-from engines.llama_server import LlamaServerEngine, installed_builds
+from engines.llama_server import LlamaServerEngine, installed_builds, loaded_cpu_variant
 
 MAIN_C = r"""
 #include <stdio.h>
@@ -162,3 +163,56 @@ def test_an_unknown_backend_is_refused(tmp_path: Path) -> None:
     source = tiny_project(tmp_path / "p")
     with pytest.raises(BuildError, match="unknown backend 'rocm'"):
         cmake_flags(source, "rocm")
+
+
+PORTABLE_MAIN_C = r"""
+#include <stdio.h>
+#include <string.h>
+int main(int argc, char **argv) {
+    if (argc > 1 && strcmp(argv[1], "--version") == 0) {
+        fprintf(stderr, "load_backend: loaded CPU backend from ./libggml-cpu-haswell.so\n");
+        fprintf(stderr, "version: tiny-1 (test)\n");
+        return 0;
+    }
+    return 1;
+}
+"""
+# ggml's CPU variants as a portable build makes them: MODULE libraries beside the executable, built with it.
+PORTABLE_EXTRA = """
+add_library(ggml-cpu-x64 MODULE part1.c)
+add_library(ggml-cpu-haswell MODULE part2.c)
+set_target_properties(ggml-cpu-x64 ggml-cpu-haswell PROPERTIES LIBRARY_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/bin)
+add_dependencies(llama-server ggml-cpu-x64 ggml-cpu-haswell)
+"""
+
+
+def test_a_portable_build_carries_its_cpu_variants_and_says_which_one_loads(tmp_path: Path) -> None:
+    source = tiny_project(tmp_path / "portable", PORTABLE_MAIN_C, PORTABLE_EXTRA)
+    result = build_llama_server(source, tmp_path / "builds", TaskState(), backend="cpu", version="9.9.9",
+                                portable=True)  # fmt: skip
+
+    directory = result.executable.parent
+    assert directory.name == "llama-server-9.9.9-cpu-portable"
+    for flag in ("-DGGML_NATIVE=OFF", "-DGGML_BACKEND_DL=ON", "-DGGML_CPU_ALL_VARIANTS=ON", "-DBUILD_SHARED_LIBS=ON"):
+        assert flag in result.flags
+    assert "-DBUILD_SHARED_LIBS=OFF" not in result.flags
+    assert {p.name for p in directory.glob("libggml-cpu-*.so")} == {"libggml-cpu-x64.so", "libggml-cpu-haswell.so"}
+    info = json.loads((directory / "build-info.json").read_text())
+    assert info["portable"] is True
+    assert info["cpu_variants"] == ["libggml-cpu-haswell.so", "libggml-cpu-x64.so"]
+    installation = LlamaServerEngine(result.executable).detect()
+    assert installation.installed and installation.detail.endswith("CPU variant haswell")
+
+
+def test_a_portable_build_without_cpu_variants_is_refused(tmp_path: Path) -> None:
+    source = tiny_project(tmp_path / "plain")
+    with pytest.raises(BuildError, match="CPU variant libraries"):
+        build_llama_server(source, tmp_path / "builds", TaskState(), backend="cpu", version="9.9.9", portable=True)
+    assert installed_builds(tmp_path / "builds") == []
+
+
+def test_a_native_build_logs_no_cpu_variant() -> None:
+    assert loaded_cpu_variant("version: 1 (test)\nmain: loading model\n") is None
+    assert loaded_cpu_variant("load_backend: loaded CPU backend from /opt/e/libggml-cpu-sapphirerapids.so") == (
+        "sapphirerapids"
+    )
