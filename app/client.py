@@ -101,6 +101,11 @@ class ControlClient:
         result: dict[str, Any] = self._call("GET", "/api/health", timeout=2.0)
         return result
 
+    def about(self) -> dict[str, Any]:
+        """The service's version and commit, and each engine's installation (GET /api/about)."""
+        result: dict[str, Any] = self._call("GET", "/api/about", timeout=120.0)
+        return result
+
     def models(self) -> list[dict[str, Any]]:
         result: list[dict[str, Any]] = self._call("GET", "/api/models")
         return result
