@@ -7,7 +7,6 @@ import json
 import os
 import socket
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Iterator, Mapping
@@ -17,6 +16,7 @@ from typing import Any
 import httpx
 
 from app.paths import AppPaths
+from app.self_command import modeldeck_command
 
 START_TIMEOUT_S = 30.0
 HUB_TIMEOUT_S = 60.0  # the Hub may be slow; the service answers at once when it is unreachable
@@ -400,7 +400,7 @@ class StartedService:
 def start_service(paths: AppPaths, port: int | None = None, timeout_s: float = START_TIMEOUT_S) -> StartedService:
     """Start `modeldeck serve` in the background and wait until its control API answers."""
     paths.logs.mkdir(parents=True, exist_ok=True)
-    command = [sys.executable, "-m", "app", "serve"]
+    command = [*modeldeck_command(), "serve"]
     if port is not None:
         command += ["--port", str(port)]
     with open(paths.logs / "service-stdout.log", "ab") as output:

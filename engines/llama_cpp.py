@@ -6,6 +6,7 @@ import sys
 from importlib import metadata
 
 from engines.base import Capabilities, EngineCommand, Installation, LaunchPlan
+from engines.python_entry import module_command
 
 DISTRIBUTION = "llama-cpp-python"
 
@@ -33,7 +34,7 @@ class LlamaCppPythonEngine:
 
     def build_command(self, plan: LaunchPlan, port: int, api_key: str) -> EngineCommand:
         argv = [
-            sys.executable, "-m", "llama_cpp.server",
+            *module_command("llama_cpp.server"),
             "--model", str(plan.model_path),
             "--model_alias", plan.model_id,
             "--host", "127.0.0.1",

@@ -9,11 +9,12 @@ import json
 import os
 import signal
 import socket
-import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import psutil
+
+from engines.python_entry import script_command
 
 MARKER_ENV = "MODELDECK_ENGINE_MARKER"
 PARENT_ENV = "MODELDECK_PARENT_PID"
@@ -44,7 +45,7 @@ async def spawn_engine(
     """Start argv through the exec wrapper in its own process group, output piped, stdin closed."""
     full_env = {**os.environ, **env, MARKER_ENV: marker, PARENT_ENV: str(os.getpid())}
     process = await asyncio.create_subprocess_exec(
-        sys.executable, "-I", "-S", str(_WRAPPER), *argv,
+        *script_command(_WRAPPER), *argv,
         stdin=asyncio.subprocess.DEVNULL,
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.STDOUT,

@@ -13,7 +13,6 @@ import itertools
 import json
 import logging
 import re
-import sys
 import time
 from collections import deque
 from collections.abc import Collection, Sequence
@@ -23,6 +22,7 @@ from typing import Any, Literal
 
 from app.bench.card import BenchCard, LevelResult, compare_rows, with_gains
 from app.bench.sweep import parse_concurrency
+from app.self_command import modeldeck_command
 from app.service.events import EventBus
 from engines.processes import spawn_engine, stop_process_tree
 
@@ -108,7 +108,7 @@ class BenchRequest:
 
     def argv(self) -> tuple[str, ...]:
         """The `modeldeck bench` command that runs this request."""
-        args = [sys.executable, "-m", "app", "bench", "--progress-jsonl",
+        args = [*modeldeck_command(), "bench", "--progress-jsonl",
                 "--concurrency", ",".join(map(str, self.concurrency)),
                 "--prompt-tokens", str(self.prompt_tokens), "--output-tokens", str(self.output_tokens)]  # fmt: skip
         if self.requests is not None:
