@@ -21,6 +21,8 @@ from pathlib import Path
 from app.gui.system_libraries import debian_package, missing_libraries
 
 RESOURCES = Path(__file__).resolve().parent.parent.parent / "resources"
+_NEEDED = re.compile(r"\(NEEDED\)\s+Shared library: \[([^\]]+)\]")
+_LDCONFIG = re.compile(r"^\s+(\S+) \(([^)]*)\) => (\S+)$", re.MULTILINE)
 _RESOLVED = re.compile(r"^\s*(\S+)\s+=>\s+(\S+)\s+\(0x[0-9a-f]+\)\s*$")
 PACKAGE = "modeldeck"
 
@@ -53,27 +55,36 @@ def _elf_files(root: Path) -> list[Path]:
 
 
 def system_dependencies(app_dir: Path) -> list[str]:
-    """The Debian packages that own each library the app's ELF files load from outside the app folder."""
+    """The Debian packages that own each library the app's ELF files need and the app does not carry (one readelf,
+    one ldconfig and one dpkg call for the whole tree: ldd per file takes minutes on a few hundred libraries)."""
     carried = {path.name for path in app_dir.rglob("*.so*")}
-    inside = app_dir.resolve()
-    outside: set[str] = set()
-    for elf in _elf_files(app_dir):
-        resolved, _missing = ldd(elf)
-        loaded = (path for name, path in resolved.items() if name not in carried)
-        outside.update(path for path in loaded if not Path(path).resolve().is_relative_to(inside))
-    packages: set[str] = set()
-    for path in sorted(outside):
-        owner = subprocess.run(["dpkg", "-S", path], capture_output=True, text=True, check=False)
-        if owner.returncode != 0:  # /lib -> /usr/lib merged systems record the other spelling
-            alternative = path.replace("/usr/lib/", "/lib/", 1) if path.startswith("/usr/lib/") else "/usr" + path
-            owner = subprocess.run(["dpkg", "-S", alternative], capture_output=True, text=True, check=False)
-        if owner.returncode == 0:
-            packages.add(owner.stdout.split(":", 1)[0].strip())
-        else:
-            raise SystemExit(
-                f"no Debian package owns {path}, which the app loads: carry it or install it from a package"
-            )
+    dynamic = subprocess.run(["readelf", "-d", "-W", *map(str, _elf_files(app_dir))], capture_output=True, text=True,
+                             check=False).stdout  # fmt: skip
+    needed = set(_NEEDED.findall(dynamic)) - carried
+    cache = subprocess.run(["ldconfig", "-p"], capture_output=True, text=True, check=True).stdout
+    where: dict[str, str] = {}
+    for soname, arch, path in _LDCONFIG.findall(cache):
+        if "x86-64" in arch:
+            where.setdefault(soname, path)
+    unknown = sorted(name for name in needed if name not in where)
+    if unknown:
+        raise SystemExit(f"the app needs {', '.join(unknown)}, which this machine lacks: install them or carry them")
+    paths = sorted({where[name] for name in needed})
+    owners = subprocess.run(["dpkg", "-S", *paths, *(_other_spelling(p) for p in paths)], capture_output=True,
+                            text=True, check=False).stdout  # fmt: skip
+    found = {line.split(": ", 1)[1]: line.split(":", 1)[0] for line in owners.splitlines() if ": " in line}
+    packages = set()
+    for path in paths:
+        owner = found.get(path) or found.get(_other_spelling(path))
+        if owner is None:
+            raise SystemExit(f"no Debian package owns {path}, which the app loads: carry it, or install it from one")
+        packages.add(owner)
     return sorted(packages)
+
+
+def _other_spelling(path: str) -> str:
+    """/lib/x.so <-> /usr/lib/x.so: merged-/usr systems record one spelling in dpkg's database."""
+    return path.removeprefix("/usr") if path.startswith("/usr/lib/") else "/usr" + path
 
 
 def deb(app_dir: Path, version: str, out: Path) -> int:
