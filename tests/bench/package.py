@@ -135,7 +135,8 @@ def main() -> None:
             print(summary(f"llama-server decode, {name}", values, "tok/s"))
         ratio = statistics.median(rates["portable"]) / statistics.median(rates["native"])
         print(f"portable / native decode: {ratio:.3f} (target >= 0.95)")
-        print(f"packaged / venv cold start: {statistics.median(starts['packaged']) / statistics.median(starts['venv']):.2f}")
+        start_ratio = statistics.median(starts["packaged"]) / statistics.median(starts["venv"])
+        print(f"packaged / venv cold start: {start_ratio:.2f}")
     print(f"load average at end: {os.getloadavg()}")
 
 
