@@ -125,9 +125,17 @@ def _parser() -> argparse.ArgumentParser:
         help="HTTP server of the OpenAI endpoint: ModelDeck's own (app/service/http_server.py), which enforces HTTP "
         "limits and relays streamed chunks in a callback, or uvicorn as a fallback ($MODELDECK_GATEWAY_SERVER; own)",
     )  # fmt: skip
+    serve.add_argument(
+        "--tls", choices=("auto", "on", "off"), default="auto",
+        help="HTTPS for the OpenAI endpoint: auto (default) when it listens beyond loopback, with a self-signed "
+        "certificate made on first use (its fingerprint is in the log and Settings), on, or off",
+    )  # fmt: skip
+    serve.add_argument("--tls-cert", type=Path, metavar="PEM", help="serve HTTPS with this certificate (and --tls-key)")
+    serve.add_argument("--tls-key", type=Path, metavar="PEM", help="the unencrypted private key of --tls-cert")
     models = commands.add_parser("models", help="list the models ModelDeck can serve")
     models.add_argument("--models-dir", action="append", default=[], type=Path, metavar="DIR", help=MODELS_DIR_HELP)
     commands.add_parser("ps", help="list the running engines")
+    commands.add_parser("status", help="where the OpenAI endpoint listens, and its TLS certificate's fingerprint")
     commands.add_parser("key", help="print the API key of the OpenAI endpoint")
     hw = commands.add_parser("hw", help="show this machine's CPU, memory and GPUs, and why a GPU cannot be used")
     hw.add_argument("--json", action="store_true", help="print the hardware profile as JSON")
@@ -191,6 +199,9 @@ def _serve(args: argparse.Namespace, paths: AppPaths, loaded: LoadedSettings) ->
         remotes=tuple(dict(args.remote).items()),
         settings_problem=loaded.problem,
         gateway_server=args.gateway_server,
+        tls=args.tls,
+        tls_cert=args.tls_cert,
+        tls_key=args.tls_key,
     )
     loop_factory: Callable[[], asyncio.AbstractEventLoop]
     try:
@@ -240,6 +251,28 @@ def _ps(paths: AppPaths) -> int:
                 f"peak {memory['predicted_peak_bytes'] / 2**20:.0f} MiB"
             )
         print(line)
+    return 0
+
+
+def _status(paths: AppPaths) -> int:
+    client = connect(paths)
+    if client is None:
+        print("The ModelDeck service is not running (start it with `modeldeck serve`).")
+        return 1
+    try:
+        info = client.endpoint()
+    finally:
+        client.close()
+    print(f"Endpoint     {info['url']}")
+    print(f"API key      {'none' if info.get('api_key') is None else 'required'} (from: {info['key_source']})")
+    tls = info.get("tls")
+    if not tls:
+        print("TLS          off: plain HTTP")
+        return 0
+    made_by = "self-signed by ModelDeck" if tls["self_signed"] else "your certificate"
+    print(f"TLS          {made_by}: {tls['cert_path']}")
+    print(f"Fingerprint  SHA-256 {tls['fingerprint_sha256']}")
+    print(f"Trust it     curl --cacert {tls['cert_path']}, or Python's ssl.create_default_context(cafile=...)")
     return 0
 
 
@@ -371,7 +404,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         elif args.command == "engines":
             code = run_engines_command(args, paths)
         else:
-            code = {"models": _models, "ps": _ps, "key": _key}[args.command](paths)
+            code = {"models": _models, "ps": _ps, "key": _key, "status": _status}[args.command](paths)
     except (ServiceUnavailable, ControlError) as exc:
         print(f"modeldeck: {exc}", file=sys.stderr)
         code = 1

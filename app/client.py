@@ -6,6 +6,7 @@ import contextlib
 import json
 import os
 import socket
+import ssl
 import subprocess
 import threading
 import time
@@ -434,7 +435,15 @@ class ChatStream:
     """One streamed chat completion through the OpenAI endpoint. Iterate in one thread to get the content deltas;
     `cancel()` from any thread ends it at once (as EventStream.close does, by shutting the socket down)."""
 
-    def __init__(self, url: str, api_key: str, model_id: str, messages: list[dict[str, str]], max_tokens: int) -> None:
+    def __init__(
+        self,
+        url: str,
+        api_key: str,
+        model_id: str,
+        messages: list[dict[str, str]],
+        max_tokens: int,
+        cert_path: str | None = None,
+    ) -> None:
         self._breaker = _StreamBreaker()
         self._body = {"model": model_id, "messages": messages, "max_tokens": max_tokens, "stream": True}
         self._http = httpx.Client(
@@ -443,6 +452,7 @@ class ChatStream:
             timeout=httpx.Timeout(10.0, read=None),  # a model may load before its first token
             trust_env=False,
             event_hooks={"response": [self._breaker.remember]},
+            verify=endpoint_tls_context(cert_path) if cert_path else True,
         )
 
     @property
@@ -476,5 +486,16 @@ class ChatStream:
 def stream_chat(
     endpoint: Mapping[str, Any], model_id: str, messages: list[dict[str, str]], max_tokens: int = 256
 ) -> ChatStream:
-    """A streamed chat with `model_id` at the endpoint that `ControlClient.endpoint()` describes ({url, api_key})."""
-    return ChatStream(str(endpoint["url"]), str(endpoint.get("api_key") or ""), model_id, messages, max_tokens)
+    """A streamed chat with `model_id` at the endpoint that `ControlClient.endpoint()` describes ({url, api_key,
+    tls})."""
+    cert = (endpoint.get("tls") or {}).get("cert_path")
+    key = str(endpoint.get("api_key") or "")
+    return ChatStream(str(endpoint["url"]), key, model_id, messages, max_tokens, str(cert) if cert else None)
+
+
+def endpoint_tls_context(cert_path: str) -> ssl.SSLContext:
+    """What a client of the endpoint verifies its certificate with: the system's authorities, and the endpoint's
+    own certificate (self-signed by ModelDeck, or the user's) trusted besides."""
+    context = ssl.create_default_context()
+    context.load_verify_locations(cafile=cert_path)
+    return context

@@ -76,6 +76,11 @@ class AppPaths:
         return self.config / "api-key"
 
     @property
+    def tls_dir(self) -> Path:
+        """The endpoint's self-signed certificate and its key (app.service.tls)."""
+        return self.config / "tls"
+
+    @property
     def service_log(self) -> Path:
         return self.logs / "service.log"
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import json
+import ssl
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -54,6 +55,13 @@ class LoadSpec:
     requests: int
     prompt_tokens: int
     output_tokens: int
+    cert_path: str | None = None  # the endpoint's TLS certificate, trusted besides the system's (app.service.tls)
+
+
+def _tls_context(cert_path: str) -> ssl.SSLContext:
+    context = ssl.create_default_context()  # the system's authorities, and the endpoint's certificate besides
+    context.load_verify_locations(cafile=cert_path)
+    return context
 
 
 def _has_content(event: dict[str, Any]) -> bool:
@@ -111,7 +119,7 @@ async def run_level(
     `on_result` hears of each request as it finishes (on the event loop: keep it quick)."""
     pending = iter(range(spec.requests))
     results: list[RequestResult] = []
-    connector = aiohttp.TCPConnector(limit=0)
+    connector = aiohttp.TCPConnector(limit=0, ssl=_tls_context(spec.cert_path) if spec.cert_path else True)
     timeout = aiohttp.ClientTimeout(total=REQUEST_TIMEOUT_S)
     async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
 

@@ -77,7 +77,7 @@ def run_sweep(
 
     def spec(concurrency: int, requests: int, output_tokens: int) -> LoadSpec:
         return LoadSpec(endpoint["url"].rstrip("/"), endpoint.get("api_key"), model_id, concurrency, requests,
-                        options.prompt_tokens, output_tokens)  # fmt: skip
+                        options.prompt_tokens, output_tokens, (endpoint.get("tls") or {}).get("cert_path"))  # fmt: skip
 
     # One short request first, so the first level does not pay for a cold cache.
     report(SweepPhase("warmup"))

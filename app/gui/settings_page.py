@@ -53,14 +53,15 @@ class LanExposureDialog(QDialog):
         self.setWindowTitle("Expose the endpoint on the network")
         port = lan.get("port")
         addresses = [str(a) for a in lan.get("addresses") or []]
-        urls = [f"http://{f'[{a}]' if ':' in a else a}:{port}/v1" for a in addresses]
+        urls = [f"https://{f'[{a}]' if ':' in a else a}:{port}/v1" for a in addresses]
         self.addresses_label = QLabel(
             "After a restart, other machines can reach the endpoint at:\n" + "\n".join(f"  {u}" for u in urls)
             if urls
             else "This machine has no network address other than loopback right now."
         )
         self.key_label = QLabel(
-            "Every request must carry the API key (Settings \N{RIGHTWARDS ARROW} API key)."
+            "Every request must carry the API key (Settings \N{RIGHTWARDS ARROW} API key). It travels encrypted: "
+            "the endpoint speaks HTTPS with a certificate ModelDeck makes, whose fingerprint Settings shows."
             if key_present
             else "The service runs without an API key (--no-api-key), so it cannot be exposed: anyone on the network "
             "could use it. Restart it with a key first."
@@ -99,6 +100,7 @@ class SettingsPage(QWidget):
         self._ask = ask_confirmation  # None: quit_dialogs' question, looked up when asked (tests answer it)
         self._answer: dict[str, Any] = {}
         self.lan_dialog: LanExposureDialog | None = None
+        self._fingerprint = ""  # SHA-256 of the endpoint's TLS certificate; empty: plain HTTP
         self._restarting = False
         self._build_widgets()
         self._build_layout()
@@ -139,6 +141,13 @@ class SettingsPage(QWidget):
         self.regenerate_button.setAccessibleName("Regenerate the API key")
         self.lan_label = QLabel("")
         self.lan_label.setWordWrap(True)
+        self.tls_label = QLabel("")
+        self.tls_label.setWordWrap(True)
+        self.tls_label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.tls_label.setAccessibleName("The endpoint's TLS certificate")
+        self.copy_fingerprint_button = QPushButton("Copy fingerprint")
+        self.copy_fingerprint_button.setAccessibleName("Copy the SHA-256 fingerprint of the endpoint's certificate")
+        self.copy_fingerprint_button.setEnabled(False)
         self.lan_button = QPushButton("Expose on the network\N{HORIZONTAL ELLIPSIS}")
         self.lan_button.setAccessibleName("Expose the endpoint on the network")
         self.local_only_button = QPushButton("This computer only")
@@ -181,9 +190,11 @@ class SettingsPage(QWidget):
         network = QGroupBox("Network")
         network_layout = QVBoxLayout(network)
         network_layout.addWidget(self.lan_label)
+        network_layout.addWidget(self.tls_label)
         network_row = QHBoxLayout()
         network_row.addWidget(self.lan_button)
         network_row.addWidget(self.local_only_button)
+        network_row.addWidget(self.copy_fingerprint_button)
         network_row.addStretch(1)
         network_layout.addLayout(network_row)
         window = QGroupBox("Window")
@@ -220,6 +231,7 @@ class SettingsPage(QWidget):
         connection.sig_error_occurred.connect(self._on_connection_error_occurred)
         self.reveal_button.toggled.connect(self._on_reveal_button_toggled)
         self.copy_button.clicked.connect(self._on_copy_button_clicked)
+        self.copy_fingerprint_button.clicked.connect(self._on_copy_fingerprint_button_clicked)
         self.regenerate_button.clicked.connect(self._on_regenerate_button_clicked)
         self.browse_button.clicked.connect(self._on_browse_button_clicked)
         self.lan_button.clicked.connect(self.open_lan_dialog)
@@ -285,6 +297,20 @@ class SettingsPage(QWidget):
         self.key_edit.setPlaceholderText("" if key else "none: the endpoint runs without a key")
         for button in (self.reveal_button, self.copy_button, self.regenerate_button):
             button.setEnabled(bool(key))
+        self._show_tls(info.get("tls"))
+
+    def _show_tls(self, tls: dict[str, Any] | None) -> None:
+        self._fingerprint = str(tls["fingerprint_sha256"]) if tls else ""
+        self.copy_fingerprint_button.setEnabled(bool(tls))
+        if not tls:
+            self.tls_label.setText("The endpoint speaks plain HTTP (TLS is used when it listens on the network).")
+            return
+        made_by = "a self-signed certificate made by ModelDeck" if tls.get("self_signed") else "your certificate"
+        self.tls_label.setText(
+            f"The endpoint speaks HTTPS with {made_by}.\nSHA-256 fingerprint: {self._fingerprint}\n"
+            f"Clients trust the file {tls['cert_path']} (curl --cacert, Python's ssl cafile; see the snippets), "
+            "or check this fingerprint when they first connect."
+        )
 
     @Slot(str)
     def _on_connection_status_changed(self, _status: str) -> None:
@@ -342,6 +368,11 @@ class SettingsPage(QWidget):
     def _on_copy_button_clicked(self) -> None:
         QGuiApplication.clipboard().setText(self.key_edit.text())
         self.message_label.setText("Copied the API key to the clipboard.")
+
+    @Slot()
+    def _on_copy_fingerprint_button_clicked(self) -> None:
+        QGuiApplication.clipboard().setText(self._fingerprint)
+        self.message_label.setText("Copied the certificate's fingerprint to the clipboard.")
 
     @Slot()
     def _on_regenerate_button_clicked(self) -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import shlex
 import time
 from typing import Any
 
@@ -17,8 +19,11 @@ TEST_MAX_TOKENS = 32
 KEY_VARIABLE = "MODELDECK_API_KEY"  # snippets read the key from the environment, so it never sits on screen
 
 
-def snippets(url: str, model_id: str) -> dict[str, str]:
-    """curl, Python and JavaScript code that asks `model_id` at `url` (the /v1 base) for a chat completion."""
+def snippets(url: str, model_id: str, tls: dict[str, Any] | None = None) -> dict[str, str]:
+    """curl, Python and JavaScript code that asks `model_id` at `url` (the /v1 base) for a chat completion.
+    `tls` (the endpoint's "tls"): the code trusts that certificate file, and says its fingerprint."""
+    if tls:
+        return _tls_snippets(url, model_id, str(tls["cert_path"]), str(tls["fingerprint_sha256"]))
     return {
         "curl": (
             f"curl {url}/chat/completions \\\n"
@@ -33,6 +38,40 @@ def snippets(url: str, model_id: str) -> dict[str, str]:
             ")\nprint(reply.choices[0].message.content)"
         ),
         "JavaScript": (
+            f'const response = await fetch("{url}/chat/completions", {{\n'
+            '  method: "POST",\n'
+            f'  headers: {{ "Authorization": `Bearer ${{process.env.{KEY_VARIABLE}}}`, '
+            '"Content-Type": "application/json" },\n'
+            f'  body: JSON.stringify({{ model: "{model_id}", messages: [{{ role: "user", content: "Hello!" }}] }}),\n'
+            "});\nconsole.log((await response.json()).choices[0].message.content);"
+        ),
+    }
+
+
+def _tls_snippets(url: str, model_id: str, cert_path: str, fingerprint: str) -> dict[str, str]:
+    where = "on another machine, copy the file there and change the path"
+    trust = f"Trusts the endpoint's certificate (SHA-256 {fingerprint}); {where}"
+    body = f'{{"model": "{model_id}", "messages": [{{"role": "user", "content": "Hello!"}}]}}'
+    return {
+        "curl": (
+            f"# {trust}\n"
+            f"curl --cacert {shlex.quote(cert_path)} {url}/chat/completions \\\n"
+            f'  -H "Authorization: Bearer ${KEY_VARIABLE}" -H "Content-Type: application/json" \\\n'
+            f"  -d '{body}'"
+        ),
+        "Python": (
+            "import os\nimport ssl\n\nimport httpx\nfrom openai import OpenAI\n\n"
+            f"# {trust}\n"
+            f"tls = ssl.create_default_context(cafile={json.dumps(cert_path)})\n"
+            f'client = OpenAI(base_url="{url}", api_key=os.environ["{KEY_VARIABLE}"], '
+            "http_client=httpx.Client(verify=tls))\n"
+            "reply = client.chat.completions.create(\n"
+            f'    model="{model_id}", messages=[{{"role": "user", "content": "Hello!"}}]\n'
+            ")\nprint(reply.choices[0].message.content)"
+        ),
+        "JavaScript": (
+            f"// Run Node with NODE_EXTRA_CA_CERTS={shlex.quote(cert_path)} to trust the endpoint's certificate\n"
+            f"// (SHA-256 {fingerprint}); {where}.\n"
             f'const response = await fetch("{url}/chat/completions", {{\n'
             '  method: "POST",\n'
             f'  headers: {{ "Authorization": `Bearer ${{process.env.{KEY_VARIABLE}}}`, '
@@ -108,7 +147,8 @@ class SnippetsPanel(QWidget):
     def _refresh(self) -> None:
         ready = self._endpoint is not None and bool(self._model_id)
         if self._endpoint is not None and self._model_id:
-            for language, code in snippets(str(self._endpoint["url"]), self._model_id).items():
+            endpoint = self._endpoint
+            for language, code in snippets(str(endpoint["url"]), self._model_id, endpoint.get("tls")).items():
                 self.code_edits[language].setPlainText(code)
         self.copy_button.setEnabled(ready)
         self.test_button.setEnabled(ready and self._thread is None)

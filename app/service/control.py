@@ -56,6 +56,7 @@ class EndpointInfo:
     api_key: str | None  # None: the endpoint was started without a key (loopback only)
     key_source: str
     key_note: str
+    tls: dict[str, str | bool] | None = None  # TlsIdentity.describe(): the certificate clients must trust; None: HTTP
 
 
 class ControlApi:

@@ -18,6 +18,7 @@ import http
 import logging
 import re
 import socket
+import ssl
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable
@@ -362,7 +363,7 @@ class _Connection(asyncio.Protocol):
             "asgi": {"version": "3.0", "spec_version": "2.3"},
             "http_version": parser.get_http_version(),
             "method": parser.get_method().decode("ascii"),
-            "scheme": "http",
+            "scheme": self.server.scheme,
             "path": unquote(path) if "%" in path else path,
             "raw_path": raw_path,
             "query_string": parsed.query or b"",
@@ -545,10 +546,14 @@ class _Connection(asyncio.Protocol):
 class HttpServer:
     """Serves `app` on a listening socket until `stop()`; answers in progress get `shutdown_grace_s` to end."""
 
-    def __init__(self, app: App, error_body: ErrorBody, limits: HttpLimits | None = None) -> None:
+    def __init__(
+        self, app: App, error_body: ErrorBody, limits: HttpLimits | None = None, tls: ssl.SSLContext | None = None
+    ) -> None:
         self.app = app
         self.error_body = error_body
         self.limits = limits or HttpLimits()
+        self.tls = tls
+        self.scheme = "https" if tls is not None else "http"
         self.connections: set[_Connection] = set()
         self.tasks: set[asyncio.Task[None]] = set()  # the app, one task per request being answered
         self.started = False
@@ -558,7 +563,12 @@ class HttpServer:
 
     async def serve_socket(self, sock: socket.socket) -> None:
         loop = asyncio.get_running_loop()
-        server = await loop.create_server(lambda: _Connection(self), sock=sock, backlog=2048)
+        # A client that does not complete the TLS handshake (plain HTTP to this port, a scanner) is dropped within
+        # the header timeout; asyncio logs a failed handshake only in debug mode.
+        handshake = self.limits.header_timeout_s if self.tls is not None else None
+        server = await loop.create_server(
+            lambda: _Connection(self), sock=sock, backlog=2048, ssl=self.tls, ssl_handshake_timeout=handshake
+        )
         self.started = True
         try:
             await self._stop.wait()

@@ -42,6 +42,7 @@ from app.service.remotes import RemoteRegistry
 from app.service.request_log import RequestLog
 from app.service.series_history import SeriesHistory
 from app.service.settings_routes import RunningValues, SettingsRoutes
+from app.service.tls import TlsError, TlsIdentity, endpoint_identity
 from app.service.upstream import UpstreamPool
 from app.settings import is_loopback_address
 from engines.processes import reap_leftover_engines
@@ -73,6 +74,9 @@ class ServeOptions:
     remotes: tuple[tuple[str, str], ...] = ()  # (name, base URL) of remote OpenAI-compatible servers
     settings_problem: str | None = None  # why the settings file could not be used, when it could not
     gateway_server: str = "own"  # app.service.http_server, or "uvicorn" (see README, "What the gateway costs")
+    tls: str = "auto"  # "auto": HTTPS when the endpoint listens beyond loopback; "on"; "off" (app.service.tls)
+    tls_cert: Path | None = None  # the user's certificate and key; None: ModelDeck's own, made on first use
+    tls_key: Path | None = None
 
 
 class _Server(uvicorn.Server):
@@ -117,19 +121,21 @@ def bind_socket(host: str, port: int, what: str) -> socket.socket:
     return sock
 
 
-def _uvicorn_server(app: Callable[..., object]) -> _Server:
+def _uvicorn_server(app: Callable[..., object], tls: TlsIdentity | None = None) -> _Server:
     # No proxy-headers middleware: clients' X-Forwarded-* are not to be believed, and it costs every request.
     config = uvicorn.Config(
         app, http="httptools", loop="none", lifespan="off", access_log=False, log_level="warning",
         proxy_headers=False, timeout_graceful_shutdown=2, timeout_keep_alive=30,
+        ssl_certfile=tls.cert_path if tls else None, ssl_keyfile=tls.key_path if tls else None,
     )  # fmt: skip
     return _Server(config)
 
 
-def _gateway_server(gateway: Gateway, which: str, max_body_bytes: int) -> _Listener:
+def _gateway_server(gateway: Gateway, which: str, max_body_bytes: int, tls: TlsIdentity | None) -> _Listener:
     if which == "uvicorn":
-        return _uvicorn_server(gateway)
-    return HttpServer(gateway, _error_body, HttpLimits(max_body_bytes=max_body_bytes))
+        return _uvicorn_server(gateway, tls)
+    context = tls.server_context() if tls else None
+    return HttpServer(gateway, _error_body, HttpLimits(max_body_bytes=max_body_bytes), context)
 
 
 def _error_body(status: int, message: str) -> bytes:
@@ -171,6 +177,7 @@ class Service:
                 "Drop --no-api-key, or bind to 127.0.0.1."
             )
         api_key = load_api_key(paths) if options.require_api_key else None
+        tls = await asyncio.to_thread(self._tls_identity)
         for record in await asyncio.to_thread(reap_leftover_engines, paths.engine_records):
             log.warning("stopped engine pid %s (%s) left behind by an earlier run", record.pid, record.model_id)
         gateway_sock = bind_socket(options.host, options.port, "OpenAI endpoint")
@@ -179,7 +186,22 @@ class Service:
         except ServiceError:
             gateway_sock.close()
             raise
-        await self._serve(models, api_key, gateway_sock, control_sock)
+        await self._serve(models, api_key, gateway_sock, control_sock, tls)
+
+    def _tls_identity(self) -> TlsIdentity | None:
+        """The endpoint's certificate, checked now: a bad one is a clear error before anything listens."""
+        options = self.options
+        loopback = is_loopback_address(options.host)
+        hosts = {options.host, *(LOOPBACK_HOSTS if loopback else allowed_hosts(options.host))}
+        try:
+            tls = endpoint_identity(options.tls, loopback, hosts, self.paths.tls_dir, options.tls_cert, options.tls_key)
+            if tls is not None:
+                tls.server_context()  # the pair loads in OpenSSL too, as both HTTP servers will load it
+        except TlsError as exc:
+            raise ServiceError(str(exc)) from exc
+        if tls is None and not loopback:
+            log.warning("TLS is off on %s: the API key crosses the network in clear", options.host)
+        return tls
 
     async def _serve(
         self,
@@ -187,6 +209,7 @@ class Service:
         api_key: ApiKey | None,
         gateway_sock: socket.socket,
         control_sock: socket.socket,
+        tls: TlsIdentity | None = None,
     ) -> None:
         options, paths = self.options, self.paths
         bus = EventBus()
@@ -198,9 +221,12 @@ class Service:
         gateway_port = gateway_sock.getsockname()[1]
         control_port = control_sock.getsockname()[1]
         shown_host = f"[{options.host}]" if ":" in options.host else options.host
-        url = f"http://{shown_host}:{gateway_port}/v1"
+        url = f"{'https' if tls else 'http'}://{shown_host}:{gateway_port}/v1"
         key_value = api_key.value if api_key else None
-        endpoint = EndpointInfo(url, key_value, api_key.source if api_key else "none", api_key.note if api_key else "")
+        tls_info = tls.describe() if tls else None
+        endpoint = EndpointInfo(
+            url, key_value, api_key.source if api_key else "none", api_key.note if api_key else "", tls_info
+        )
         token = secrets.token_urlsafe(32)
         write_private(paths.control_token_file, token + "\n")
         allowed = LOOPBACK_HOSTS if is_loopback_address(options.host) else allowed_hosts(options.host)
@@ -224,7 +250,7 @@ class Service:
 
         def use_key(fresh: ApiKey) -> dict[str, Any]:
             gateway.set_api_key(fresh.value)
-            info = EndpointInfo(url, fresh.value, fresh.source, fresh.note)
+            info = EndpointInfo(url, fresh.value, fresh.source, fresh.note, tls_info)
             control.set_endpoint(info)
             log.info("the API key was replaced (kept in: %s)", fresh.source)
             return dict(info.__dict__)
@@ -246,7 +272,7 @@ class Service:
             bench,
         )
         servers: list[tuple[_Listener, socket.socket]] = [
-            (_gateway_server(gateway, options.gateway_server, gateway_config.max_body_bytes), gateway_sock),
+            (_gateway_server(gateway, options.gateway_server, gateway_config.max_body_bytes, tls), gateway_sock),
             (_uvicorn_server(control), control_sock),
         ]
         loop = asyncio.get_running_loop()
@@ -267,6 +293,8 @@ class Service:
                 "started": time.time(),
             }))  # fmt: skip
             log.info("OpenAI endpoint on %s (API key: %s)", url, endpoint.key_source)
+            if tls:
+                _log_tls(tls)
             if options.settings_problem:
                 log.warning("settings: %s", options.settings_problem)
             if endpoint.key_note:
@@ -299,3 +327,14 @@ class Service:
             log.info("%s is ready", model_id)
         else:
             log.error("%s failed to start: %s", model_id, manager.describe(model_id)["message"])
+
+
+def _log_tls(tls: TlsIdentity) -> None:
+    """The serve banner's TLS lines: what a client checks, and how it trusts the certificate."""
+    kind = "self-signed certificate made by ModelDeck" if tls.own else "certificate"
+    log.info("TLS: %s %s, SHA-256 fingerprint %s", kind, tls.cert_path, tls.fingerprint)
+    if tls.own:
+        log.info("clients trust it with: curl --cacert %s, or in Python ssl.create_default_context(cafile=...)",
+                 tls.cert_path)  # fmt: skip
+    if tls.note:
+        log.warning("TLS: %s", tls.note)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import socket
+import ssl
 import subprocess
 import sys
 import time
@@ -284,11 +285,13 @@ def test_all_addresses_accept_this_machines_names_and_nothing_else(paths: AppPat
     try:
         port = running.url.split(":")[2].split("/")[0]
         key = {"Authorization": f"Bearer {running.api_key}"}
-        with httpx.Client(trust_env=False) as http:
+        # A LAN bind speaks HTTPS (tests/app/test_tls_service.py): trust the certificate the service made.
+        trusted = ssl.create_default_context(cafile=running.client.endpoint()["tls"]["cert_path"])
+        with httpx.Client(trust_env=False, verify=trusted) as http:
             for address in [*addresses[:1], socket.gethostname()]:
-                answer = http.get(f"http://127.0.0.1:{port}/v1/models", headers={**key, "Host": f"{address}:{port}"})
+                answer = http.get(f"https://127.0.0.1:{port}/v1/models", headers={**key, "Host": f"{address}:{port}"})
                 assert answer.status_code == 200, (address, answer.text)
-            evil = http.get(f"http://127.0.0.1:{port}/v1/models", headers={**key, "Host": f"evil.example:{port}"})
+            evil = http.get(f"https://127.0.0.1:{port}/v1/models", headers={**key, "Host": f"evil.example:{port}"})
             assert evil.status_code == 403
     finally:
         stop_service_process(running)
