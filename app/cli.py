@@ -22,11 +22,13 @@ from app.cli_vllm import COMMAND as VLLM_COMMAND
 from app.cli_vllm import add_vllm_commands, run_vllm_command
 from app.client import ControlError, ServiceUnavailable, connect, port_from_env
 from app.hub.library import known_models
+from app.interrupt import exit_promptly_on_interrupt, kill_descendants
 from app.keys import load_api_key
-from app.paths import AppPaths, app_paths
+from app.paths import AppPaths, app_paths, make_private_dirs
 from app.planner.recommend import USES
-from app.settings import LoadedSettings, load_settings, with_models_dir
+from app.settings import LoadedSettings, load_settings, origin_problem, with_models_dir
 from app.version import provenance
+from engines.logs import PrivateRotatingFileHandler
 
 
 def _size(text: str) -> int:
@@ -37,6 +39,16 @@ def _size(text: str) -> int:
         return int(float(number) * unit)
     except ValueError:
         raise argparse.ArgumentTypeError(f"not a size: {text!r} (examples: 512M, 8G)") from None
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
 
 
 def _upstream(text: str) -> tuple[str, str]:
@@ -55,6 +67,19 @@ def _remote(text: str) -> tuple[str, str]:
         return checked_name(name), checked_url(url)
     except RemoteError as exc:
         raise argparse.ArgumentTypeError(f"expected NAME=URL: {exc}") from None
+
+
+def _cors_origin(text: str) -> str:
+    problem = origin_problem(text)
+    if problem is not None:
+        raise argparse.ArgumentTypeError(problem)
+    return text
+
+
+def _on_off(text: str) -> bool:
+    if text.lower() not in ("on", "off"):
+        raise argparse.ArgumentTypeError(f"expected on or off, got {text!r}")
+    return text.lower() == "on"
 
 
 def _model_ttl(text: str) -> tuple[str, float | None]:
@@ -100,7 +125,11 @@ def _parser() -> argparse.ArgumentParser:
         help="idle TTL of one model, over --idle-ttl; ID=never keeps it loaded (repeatable)",
     )  # fmt: skip
     serve.add_argument(
-        "--max-memory", type=_size, metavar="SIZE", help="stop least recently used engines to stay under this (8G)"
+        "--max-memory",
+        type=_size,
+        metavar="SIZE",
+        help="stop least recently used engines to stay under this (8G; default: the RAM and GPU memory free at start, "
+        "less a margin)",
     )
     serve.add_argument(
         "--upstream", action="append", default=[], type=_upstream, metavar="ID=URL",
@@ -112,9 +141,17 @@ def _parser() -> argparse.ArgumentParser:
         "from $MODELDECK_REMOTE_KEY_<NAME> or the key store (repeatable)",
     )  # fmt: skip
     serve.add_argument(
+        "--max-connections", type=_positive, metavar="N",
+        help="client connections the OpenAI endpoint keeps open; the longest idle one makes room (from the open-file "
+        "limit, at most 4096)",
+    )  # fmt: skip
+    serve.add_argument(
         "--max-queue", type=int, default=32, metavar="N", help="requests waiting per engine before 429 (32)"
     )
-    serve.add_argument("--cors-origin", action="append", metavar="ORIGIN", help="allow this web origin (settings)")
+    serve.add_argument(
+        "--cors-origin", action="append", type=_cors_origin, metavar="ORIGIN",
+        help="allow this web origin, such as http://localhost:3000 (settings)",
+    )  # fmt: skip
     serve.add_argument(
         "--log-request-text", action="store_true",
         help="keep each request's prompt and completion text in the request log (off: measurements only)",
@@ -132,6 +169,11 @@ def _parser() -> argparse.ArgumentParser:
     )  # fmt: skip
     serve.add_argument("--tls-cert", type=Path, metavar="PEM", help="serve HTTPS with this certificate (and --tls-key)")
     serve.add_argument("--tls-key", type=Path, metavar="PEM", help="the unencrypted private key of --tls-cert")
+    serve.add_argument(
+        "--slot-routing", type=_on_off, default=os.environ.get("MODELDECK_SLOT_ROUTING", "on"), metavar="on|off",
+        help="send each conversation to the llama-server slot that holds its earlier turns, or leave the choice to "
+        "llama-server ($MODELDECK_SLOT_ROUTING; on)",
+    )  # fmt: skip
     models = commands.add_parser("models", help="list the models ModelDeck can serve")
     models.add_argument("--models-dir", action="append", default=[], type=Path, metavar="DIR", help=MODELS_DIR_HELP)
     commands.add_parser("ps", help="list the running engines")
@@ -165,9 +207,9 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _setup_service_logging(paths: AppPaths) -> None:
-    paths.logs.mkdir(parents=True, exist_ok=True)
+    make_private_dirs(paths)
     formatter = logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s")
-    to_file = logging.handlers.RotatingFileHandler(paths.service_log, maxBytes=5_000_000, backupCount=3)
+    to_file = PrivateRotatingFileHandler(paths.service_log, maxBytes=5_000_000, backupCount=3)
     to_stderr = logging.StreamHandler()
     for handler in (to_file, to_stderr):
         handler.setFormatter(formatter)
@@ -202,6 +244,8 @@ def _serve(args: argparse.Namespace, paths: AppPaths, loaded: LoadedSettings) ->
         tls=args.tls,
         tls_cert=args.tls_cert,
         tls_key=args.tls_key,
+        max_connections=args.max_connections,
+        slot_routing=args.slot_routing,
     )
     loop_factory: Callable[[], asyncio.AbstractEventLoop]
     try:
@@ -238,6 +282,9 @@ def _ps(paths: AppPaths) -> int:
     if client is None:
         print("The ModelDeck service is not running (start it with `modeldeck serve`).")
         return 1
+    budget = client.health().get("memory_budget") or {}
+    if budget.get("bytes") is not None:
+        print(f"Memory budget of the engines: {budget['bytes'] / 2**20:.0f} MiB ({budget['source']})")
     running = [m for m in client.models() if m["state"] != "stopped"]
     if not running:
         print("No engines are running.")
@@ -380,6 +427,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     if loaded.problem:
         print(f"modeldeck: settings: {loaded.problem}", file=sys.stderr)
     paths = with_models_dir(app_paths(), loaded.settings)
+    if args.command not in (None, "serve"):  # the GUI has Qt's event loop, the service its own shutdown deadline
+        exit_promptly_on_interrupt(on_force=kill_descendants)
     try:
         if args.command is None:
             from app.gui.launch import run_gui

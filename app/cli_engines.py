@@ -93,6 +93,7 @@ def _build(args: argparse.Namespace, paths: AppPaths) -> int:
 
     state = TaskState(show, interval_s=0.5)
     outcome: list[object] = []
+    done = threading.Event()
 
     def work() -> None:
         try:
@@ -100,16 +101,21 @@ def _build(args: argparse.Namespace, paths: AppPaths) -> int:
             outcome.append(built)
         except (BuildError, Stopped) as exc:
             outcome.append(exc)
+        finally:
+            done.set()
 
     # The build runs on a thread so that Ctrl-C here cancels it (and kills the compiler) instead of orphaning it.
+    # Waited for on an event, not with Thread.join: a KeyboardInterrupt inside join() can leave the thread marked
+    # as stopped while it runs (CPython 3.11), and the process then exited with the compiler still at work.
     worker = threading.Thread(target=work, name="llama-server-build")
     worker.start()
     try:
-        while worker.is_alive():
-            worker.join(timeout=0.2)
+        while not done.wait(0.2):
+            pass
     except KeyboardInterrupt:
         state.cancel()
-        worker.join()
+        done.wait()
+    worker.join()
     result = outcome[0] if outcome else None
     if isinstance(result, Stopped):
         print("\nmodeldeck: build cancelled", file=sys.stderr)

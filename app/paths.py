@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -98,6 +99,38 @@ def app_paths() -> AppPaths:
         Path(platformdirs.user_cache_dir(APP_NAME)),
         Path(platformdirs.user_state_dir(APP_NAME)),
     )
+
+
+PRIVATE_DIR_MODE = 0o700
+PRIVATE_FILE_MODE = 0o600
+
+
+def _tighten(path: Path, mode: int) -> None:
+    """Take group and other access away from `path` (made by an earlier version, or under a loose umask)."""
+    status = path.lstat()
+    if os.name == "posix" and not stat.S_ISLNK(status.st_mode) and stat.S_IMODE(status.st_mode) & 0o077:
+        path.chmod(mode)
+
+
+def make_private_dirs(paths: AppPaths) -> None:
+    """ModelDeck's own folders, created for this user only (0700), and tightened when they already exist: they hold
+    prompts (the request log with --log-request-text), keys and tokens."""
+    home = os.environ.get(HOME_ENV)
+    if home:  # everything under one folder: created private when it is created here (the user may have chosen it)
+        Path(home).expanduser().mkdir(mode=PRIVATE_DIR_MODE, parents=True, exist_ok=True)
+    for directory in (paths.config, paths.data, paths.logs, paths.cache, paths.state):
+        directory.mkdir(mode=PRIVATE_DIR_MODE, parents=True, exist_ok=True)
+        _tighten(directory, PRIVATE_DIR_MODE)
+
+
+def make_private_file(path: Path) -> None:
+    """Make sure `path` is a file only this user can read and write (0600) before a library opens it by name (SQLite
+    gives its -wal and -shm files the database's mode), without changing its content or following a link."""
+    flags = os.O_WRONLY | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0)
+    os.close(os.open(path, flags, PRIVATE_FILE_MODE))
+    for existing in (path, path.with_name(path.name + "-wal"), path.with_name(path.name + "-shm")):
+        if existing.exists():
+            _tighten(existing, PRIVATE_FILE_MODE)
 
 
 def write_private(path: Path, text: str) -> None:

@@ -149,10 +149,19 @@ def _origins(name: str, value: Any) -> tuple[str, ...]:
     if not isinstance(value, list | tuple) or not all(isinstance(v, str) for v in value):
         raise SettingsError(name, "must be a list of origins such as http://localhost:3000")
     for origin in value:
-        parts = urllib.parse.urlsplit(origin)
-        if parts.scheme not in ("http", "https") or not parts.netloc or parts.path or origin == "*":
-            raise SettingsError(name, f"{origin!r} is not an origin (scheme://host[:port], no wildcard, no path)")
+        problem = origin_problem(origin)
+        if problem is not None:
+            raise SettingsError(name, problem)
     return tuple(dict.fromkeys(value))
+
+
+def origin_problem(origin: str) -> str | None:
+    """Why `origin` cannot be allowed for CORS (`null`, a wildcard, a path), or None: the one rule the settings
+    and `serve --cors-origin` share. `null` is what sandboxed frames and file: pages send, so any page can."""
+    parts = urllib.parse.urlsplit(origin)
+    if parts.scheme not in ("http", "https") or not parts.netloc or parts.path or origin == "*":
+        return f"{origin!r} is not an origin (scheme://host[:port], no wildcard, no path, not null)"
+    return None
 
 
 def _ttl(name: str, value: Any) -> float | None:

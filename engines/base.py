@@ -34,6 +34,21 @@ class LaunchPlan:
     quantization: str | None = None
     # llama-server: request slots served at once by continuous batching (they share `context_length`)
     parallel: int = 1
+    # llama-cpp-python: bytes its RAM prompt cache may hold (the states of recent conversations); 0: no cache
+    prompt_cache_bytes: int = 0
+    # llama.cpp engines: OpenMP threads spin a while before they sleep (the runtime's default), or sleep at once
+    spin_wait: bool = False
+
+
+def openmp_wait_env(plan: LaunchPlan) -> dict[str, str]:
+    """How llama.cpp's OpenMP threads wait for each other, between the steps of every token and between tokens.
+
+    Spinning (GNU OpenMP's default, 300,000 spins before sleeping) doubles decode on an idle machine: on 2 cores,
+    102-107 tokens/s against 52-55 with passive waits (llama-server, SmolLM2). On a machine whose cores are busy
+    a spinning thread holds the core its descheduled peer needs, and every step waits for the scheduler: there it
+    collapses (0.6-0.9 tokens/s against 20-38 passive, tests/bench/engine_defaults.py; a shorter spin of 10,000
+    collapsed as often). The planner chooses from the machine's load when the engine starts."""
+    return {} if plan.spin_wait else {"OMP_WAIT_POLICY": "passive"}
 
 
 @dataclass(frozen=True)
@@ -75,6 +90,7 @@ class Capabilities:
     logprobs: bool = True  # answers `logprobs` requests
     parallel_from_plan: bool = False  # True: it serves `plan.parallel` requests at once (at most max_concurrency)
     quiet_start_s: float | None = None  # it may print nothing this long while starting (compiling, capturing)
+    slot_ids: bool = False  # True: a request may name the slot that serves it (llama-server's `id_slot`)
 
 
 class Engine(Protocol):

@@ -24,6 +24,28 @@ MAX_ENTRIES = 1_000_000
 MAX_DIMS = 4
 DEFAULT_ALIGNMENT = 32
 MAX_KEPT_ARRAY = 4096  # per-layer values of the largest models fit; vocabularies do not
+MAX_DIM = 2**40  # elements along one tensor dimension
+MAX_TENSOR_ELEMENTS = 2**50  # elements of one tensor: far beyond any model, far below what overflows a size
+# The counts a planner sizes things by (a tuple per layer, a table per head), bounded well above the largest
+# models (a few hundred layers, 128 heads, 10M tokens of context, 256k vocabularies): a header claiming more is
+# refused before anything is sized by it. Keys under the architecture's prefix, then global keys.
+ARCH_COUNT_LIMITS = {
+    "block_count": MAX_KEPT_ARRAY,
+    "attention.head_count": 65_536,
+    "attention.head_count_kv": 65_536,
+    "attention.key_length": 65_536,
+    "attention.value_length": 65_536,
+    "context_length": 2**27,
+    "embedding_length": 2**20,
+    "feed_forward_length": 2**22,
+    "expert_feed_forward_length": 2**22,
+    "expert_count": 65_536,
+    "expert_used_count": 65_536,
+    "vocab_size": 2**21,
+}
+# Strings in one array (vocabularies of 262k tokens, merge lists of a few 100k): each is read on its own, about
+# 10 microseconds apiece, so 2**24 of them would hold a preflight for minutes.
+MAX_STRING_ARRAY = 2**21
 # ggml type id -> (elements per block, bytes per block)
 _BLOCKS: dict[int, tuple[int, int]] = {int(kind): size for kind, size in GGML_QUANT_SIZES.items()}
 
@@ -178,6 +200,7 @@ def _read_header(reader: _BoundedReader) -> GGUFInfo:
         raise reader.fail(f"implausible header: {tensor_count} tensors, {kv_count} metadata entries")
     info = GGUFInfo(path=reader.path, version=version, tensor_count=tensor_count, metadata={})
     _read_metadata(reader, kv_count, info)
+    _check_counts(reader, info)
     tensor_bytes = _read_tensors(reader, tensor_count, size, info)
     return dataclasses.replace(info, tensor_bytes=tensor_bytes)
 
@@ -194,6 +217,21 @@ def _read_metadata(reader: _BoundedReader, count: int, info: GGUFInfo) -> None:
             _read_array(reader, key, info)
         else:
             raise reader.fail(f"metadata {key!r} has unknown value type {value_type}")
+
+
+def _check_counts(reader: _BoundedReader, info: GGUFInfo) -> None:
+    """Refuse a header whose layer, head, context, vocabulary or width counts no model has, naming the field
+    (the vocabulary's own array is bounded as it is read).
+    A count is one whole number, or one a layer in an array (longer arrays are not kept, so never used)."""
+    for name, limit in ARCH_COUNT_LIMITS.items():
+        key = f"{info.architecture}.{name}"  # as app.planner.facts reads it, "None." prefix included
+        scalar = info.metadata.get(key)
+        values = info.arrays.get(key, (scalar,) if isinstance(scalar, int) and not isinstance(scalar, bool) else ())
+        for value in values:
+            if not isinstance(value, int):  # a scalar of another type is an unknown count; an array's is used
+                raise reader.fail(f"{key} holds {value!r}, not a whole number")
+            if not 0 <= value <= limit:
+                raise reader.fail(f"{key} is {value}, outside the plausible range 0 to {limit}")
 
 
 def _read_array(reader: _BoundedReader, key: str, info: GGUFInfo) -> None:
@@ -216,6 +254,8 @@ def _read_array(reader: _BoundedReader, key: str, info: GGUFInfo) -> None:
                 f"truncated or corrupt: array {key!r} claims {count} strings, more than the remaining "
                 f"{remaining} bytes could hold"
             )
+        if count > MAX_STRING_ARRAY:
+            raise reader.fail(f"array {key!r} holds {count} strings, more than the limit of {MAX_STRING_ARRAY}")
         for _ in range(count):
             length = reader.u64(f"string length in {key!r}")
             if length > MAX_STRING_BYTES:
@@ -235,8 +275,13 @@ def _read_tensors(reader: _BoundedReader, count: int, size: int, info: GGUFInfo)
         if n_dims > MAX_DIMS:
             raise reader.fail(f"tensor {name!r} claims {n_dims} dimensions (at most {MAX_DIMS})")
         elements = 1
-        for _ in range(n_dims):
-            elements *= reader.u64(f"dimensions of {name!r}")
+        for axis in range(n_dims):
+            dim = reader.u64(f"dimensions of {name!r}")
+            if not 1 <= dim <= MAX_DIM:
+                raise reader.fail(f"tensor {name!r} dimension {axis} is {dim} (must be from 1 to {MAX_DIM})")
+            elements *= dim
+        if elements > MAX_TENSOR_ELEMENTS:
+            raise reader.fail(f"tensor {name!r} claims {elements} elements (at most {MAX_TENSOR_ELEMENTS})")
         ggml_type = reader.u32(f"type of {name!r}")
         offset = reader.u64(f"offset of {name!r}")
         info.tensor_elements[ggml_type] = info.tensor_elements.get(ggml_type, 0) + elements

@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import sys
 from importlib import metadata
+from pathlib import Path
 
-from engines.base import Capabilities, EngineCommand, Installation, LaunchPlan
-from engines.python_entry import module_command
+from engines.base import Capabilities, EngineCommand, Installation, LaunchPlan, openmp_wait_env
+from engines.python_entry import module_command, script_command
 
 DISTRIBUTION = "llama-cpp-python"
+# Its server with a prompt cache that counts all each entry holds (see the module): used when the plan has a cache.
+CACHED_SERVER = Path(__file__).with_name("_llama_cpp_server.py")
 
 
 class LlamaCppPythonEngine:
@@ -33,8 +36,11 @@ class LlamaCppPythonEngine:
         return Installation(True, version, f"{DISTRIBUTION} {version} in {sys.prefix}")
 
     def build_command(self, plan: LaunchPlan, port: int, api_key: str) -> EngineCommand:
+        # Isolated (-I): the script's directory, which holds this module, must not shadow the llama_cpp package.
+        cached = plan.prompt_cache_bytes > 0
+        server = script_command(CACHED_SERVER, site=True) if cached else module_command("llama_cpp.server")
         argv = [
-            *module_command("llama_cpp.server"),
+            *server,
             "--model", str(plan.model_path),
             "--model_alias", plan.model_id,
             "--host", "127.0.0.1",
@@ -50,6 +56,11 @@ class LlamaCppPythonEngine:
             # SmolLM2 at 8192 tokens, 16 GiB for a 128k vocabulary at 32k) that only `logprobs` would use.
             "--logits_all", "false",
         ]  # fmt: skip
+        if plan.prompt_cache_bytes > 0:
+            # One model context serves every client: without a cache, each conversation that takes its turn after
+            # another one has its whole prompt evaluated again. The cache keeps the state after each answer, and a
+            # request whose prompt extends a cached one resumes from it.
+            argv += ["--cache", "true", "--cache_type", "ram", "--cache_size", str(plan.prompt_cache_bytes)]
         if plan.embeddings:
             argv += ["--embedding", "true"]
         if plan.chat_format:
@@ -57,7 +68,7 @@ class LlamaCppPythonEngine:
         return EngineCommand(
             argv=tuple(argv),
             # The server's settings read API_KEY from the environment, which keeps the key off the command line.
-            env={"API_KEY": api_key},
+            env={"API_KEY": api_key, **openmp_wait_env(plan)},
             ready_path="/v1/models",
             ready_headers={"Authorization": f"Bearer {api_key}"},
             secrets=(api_key,),

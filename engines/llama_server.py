@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from engines.base import Capabilities, EngineCommand, Installation, LaunchPlan
+from engines.base import Capabilities, EngineCommand, Installation, LaunchPlan, openmp_wait_env
 
 EXECUTABLE = "llama-server"
 BUILD_INFO = "build-info.json"
@@ -89,6 +89,7 @@ class LlamaServerEngine:
         stream_usage=True,
         parallel_from_plan=True,
         tokenize_count_path=None,
+        slot_ids=True,
     )
 
     def __init__(self, configured: Path | None = None, build_roots: Sequence[Path] = ()) -> None:
@@ -164,10 +165,12 @@ class LlamaServerEngine:
         return EngineCommand(
             argv=tuple(argv),
             # llama-server reads LLAMA_API_KEY when --api-key is not given, which keeps the key off the command line.
-            # Its ggml threads are OpenMP threads, which spin while waiting by default: on a machine where anything
-            # else runs (the service's own gateway, a desktop), a spinning thread holds the core its peer needs.
-            # Measured here (2 busy cores, 4 streams): 3.6 tokens/s spinning, 46.8 with passive waits.
-            env={"LLAMA_API_KEY": api_key, "OMP_WAIT_POLICY": "passive"},
+            # With a unified KV cache the pinned build saves every idle slot to host memory and clears it whenever a
+            # task starts (`--cache-idle-slots`, on by default), and restores a prompt from there only into a slot
+            # it picked itself: a request naming its slot (`id_slot`, app/service/slot_router.py) then finds it
+            # empty and computes its whole history again. Set in the environment, which builds without the option
+            # ignore. Idle slots keep their KV; llama-server still purges them when the cache runs out of room.
+            env={"LLAMA_API_KEY": api_key, **openmp_wait_env(plan), "LLAMA_ARG_CACHE_IDLE_SLOTS": "false"},
             ready_path="/health",
             secrets=(api_key,),
         )

@@ -2,10 +2,26 @@
 
 from __future__ import annotations
 
+import io
 import logging
 import logging.handlers
+import os
+import stat
 from collections import deque
 from pathlib import Path
+
+
+class PrivateRotatingFileHandler(logging.handlers.RotatingFileHandler):
+    """A rotating log file only this user can read (0600; engines print paths, prompts in errors, settings), in a
+    folder only this user can enter when it is created here."""
+
+    def _open(self) -> io.TextIOWrapper:
+        path = Path(self.baseFilename)
+        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o600))
+        if os.name == "posix" and stat.S_IMODE(path.stat().st_mode) & 0o077:
+            path.chmod(0o600)  # an earlier version's file
+        return super()._open()
 
 
 class EngineLog:
@@ -19,11 +35,11 @@ class EngineLog:
         max_bytes: int = 5 * 1024 * 1024,
         backups: int = 3,
     ) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
+        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
         self.path = path
         self._lines: deque[str] = deque(maxlen=capacity)
         self._secrets = tuple(secret for secret in secrets if secret)
-        self._handler = logging.handlers.RotatingFileHandler(
+        self._handler = PrivateRotatingFileHandler(
             path, maxBytes=max_bytes, backupCount=backups, encoding="utf-8", delay=True
         )
         self._handler.setFormatter(logging.Formatter("%(asctime)s %(message)s"))

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
 import os
 import signal
@@ -14,10 +15,12 @@ from pathlib import Path
 
 import psutil
 
+from engines.environment import engine_environment
 from engines.python_entry import script_command
 
 MARKER_ENV = "MODELDECK_ENGINE_MARKER"
 PARENT_ENV = "MODELDECK_PARENT_PID"
+LIFELINE_ENV = "MODELDECK_LIFELINE_FD"
 _WRAPPER = Path(__file__).with_name("_exec_wrapper.py")
 
 
@@ -39,11 +42,32 @@ class EngineRecord:
     model_id: str
 
 
+@functools.cache
+def _lifeline() -> int | None:
+    """The read end of a pipe whose write end only this process holds, for the life of the process.
+
+    Every engine's watcher (engines/_exec_wrapper.py) waits on it: when this process dies, however it dies, the
+    kernel closes the write end and each watcher kills its engine's whole process group. That covers what the
+    parent-death signal does not: the engine's own children, and systems without prctl. Both ends are
+    non-inheritable: only engines get the read end, by `pass_fds`.
+    """
+    if os.name != "posix":
+        return None
+    read_end, _write_end = os.pipe()  # the write end is never closed: it lives as long as the process does
+    return read_end
+
+
 async def spawn_engine(
-    argv: tuple[str, ...], env: dict[str, str], marker: str
+    argv: tuple[str, ...], env: dict[str, str], marker: str, *, whole_environment: bool = False
 ) -> tuple[asyncio.subprocess.Process, EngineRecord | None]:
-    """Start argv through the exec wrapper in its own process group, output piped, stdin closed."""
-    full_env = {**os.environ, **env, MARKER_ENV: marker, PARENT_ENV: str(os.getpid())}
+    """Start argv through the exec wrapper in its own process group, output piped, stdin closed, with the allowed
+    part of this process's environment (engines/environment.py) and `env` over it. `whole_environment` is for a
+    program of ModelDeck's own (the benchmark client), which needs what the service has (its home, its key)."""
+    lifeline = _lifeline()
+    own = {**env, MARKER_ENV: marker, PARENT_ENV: str(os.getpid())}
+    full_env = {**os.environ, **own} if whole_environment else engine_environment(os.environ, own)
+    if lifeline is not None:
+        full_env[LIFELINE_ENV] = str(lifeline)
     process = await asyncio.create_subprocess_exec(
         *script_command(_WRAPPER), *argv,
         stdin=asyncio.subprocess.DEVNULL,
@@ -51,6 +75,7 @@ async def spawn_engine(
         stderr=asyncio.subprocess.STDOUT,
         env=full_env,
         start_new_session=True,
+        pass_fds=() if lifeline is None else (lifeline,),
     )  # fmt: skip
     try:
         create_time = psutil.Process(process.pid).create_time()
@@ -60,9 +85,8 @@ async def spawn_engine(
 
 
 def write_record(directory: Path, record: EngineRecord) -> Path:
-    directory.mkdir(parents=True, exist_ok=True)
     path = directory / f"{record.marker}.json"
-    path.write_text(json.dumps(asdict(record)), encoding="utf-8")
+    write_private_file(path, json.dumps(asdict(record)))
     return path
 
 

@@ -86,16 +86,22 @@ class RunningService:
 
 
 def start_service_process(
-    paths: AppPaths, tmp_path: Path, *args: str, api_key: str = "test-key", wait_ready: bool = True
+    paths: AppPaths,
+    tmp_path: Path,
+    *args: str,
+    api_key: str = "test-key",
+    wait_ready: bool = True,
+    preexec_fn: Callable[[], None] | None = None,
 ) -> RunningService:
-    """`python -m app serve` as a real subprocess, with its output in a file."""
+    """`python -m app serve` as a real subprocess, with its output in a file (`preexec_fn`: run in the child before
+    it starts, to set resource limits)."""
     port = free_port()
     log_path = tmp_path / f"service-{port}.log"
     env = {**os.environ, "MODELDECK_API_KEY": api_key, "PYTHONUNBUFFERED": "1"}
     with log_path.open("wb") as log:
         process = subprocess.Popen(
             [sys.executable, "-m", "app", "serve", "--port", str(port), *args],
-            stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env, cwd=REPO,
+            stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env, cwd=REPO, preexec_fn=preexec_fn,
         )  # fmt: skip
     deadline = time.monotonic() + 60
     address = None

@@ -13,7 +13,7 @@ from typing import Any
 from app.export.deployment import VLLM_VERSION, Deployment, ExportError
 from app.paths import AppPaths
 from app.planner.cluster import ClusterPlan, ClusterPlanError, ClusterTarget, plan_cluster
-from app.planner.facts import ModelFacts, facts_from_hf_config
+from app.planner.facts import ImplausibleConfig, ModelFacts, facts_from_hf_config
 from app.planner.plans import NoVariants, resolve
 from engines.gguf import GGUFError
 
@@ -63,7 +63,10 @@ def hub_facts(repo_id: str, *, endpoint: str, token: str | None) -> ModelFacts:
     except Exception as exc:  # huggingface_hub's error zoo; translate() names each case or re-raises
         raise translate(exc, endpoint, repo_id, token is not None) from exc
     counts: dict[str, int] = {str(dtype): int(n) for dtype, n in metadata.parameter_count.items()}
-    return facts_from_hf_config(config, counts)
+    try:
+        return facts_from_hf_config(config, counts)
+    except ImplausibleConfig as exc:
+        raise ExportError(f"{repo_id}: {exc}") from None
 
 
 def _from_saved(data: dict[str, Any], options: ExportOptions) -> Deployment:

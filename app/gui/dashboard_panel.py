@@ -1,4 +1,5 @@
-"""The live dashboard: throughput, TTFT, CPU, RAM, GPU memory by process and KV-cache use, over a chosen window.
+"""The live dashboard: throughput, TTFT, CPU, RAM, GPU memory by process, KV-cache use and prompt cache reuse,
+over a chosen window.
 
 Cheap by construction: samples only land in fixed buffers as they arrive; one QTimer (2 Hz, running only while
 the panel is visible and not paused) pushes changed buffers to curves created once, with `setData`,
@@ -48,6 +49,8 @@ CHARTS = (
     ChartSpec("gpu", "GPU memory by process", "GiB",
               ("gpu_process_memory_bytes", "gpu_memory_used_bytes", "gpu_memory_total_bytes"), 1 / GIB, True),
     ChartSpec("kv", "KV cache", "%", ("engine_kv_cache_usage",), 100.0, True),
+    # Prompt tokens served from the engine's cache over all prompt tokens: the multi-turn reuse slot routing is for.
+    ChartSpec("cache", "Prompt cache reuse", "%", ("prompt_cache_reuse",), 100.0, True),
 )  # fmt: skip
 _CHART_OF_NAME = {name: chart for chart in CHARTS for name in chart.names}
 

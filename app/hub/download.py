@@ -10,6 +10,8 @@ snapshot. Only the metadata comes from huggingface_hub (`hf_hub_url`, `get_hf_fi
 from __future__ import annotations
 
 import hashlib
+import io
+import os
 import shutil
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -193,6 +195,11 @@ def _retry_until_complete(
     failures = 0
     while True:
         state.check()
+        if partial.is_symlink():
+            raise HubError(
+                f"{partial} is a symbolic link, not a partial download: ModelDeck never writes through links. "
+                "Remove it and run the pull again."
+            )
         have = partial.stat().st_size if partial.exists() else 0
         if have > file.size:  # not this file's bytes (counted as the whole file when the job began): start over
             state.advance(-file.size)
@@ -231,7 +238,7 @@ def _fetch_range(
                 state.advance(-have)
                 have = 0
             # Unbuffered, so every byte received is on disk even when the process is killed the next moment.
-            with partial.open("r+b" if have else "wb", buffering=0) as out:
+            with _open_partial(partial, have) as out:
                 out.seek(have)
                 out.truncate()
                 # As the bytes arrive, not in fixed chunks: a stalled connection must not hold back what came.
@@ -250,6 +257,14 @@ def _fetch_range(
             "pull again to resume"
         ) from exc
     return written > 0
+
+
+def _open_partial(partial: Path, have: int) -> io.FileIO:
+    """The partial file, unbuffered, for writing from `have` on; never through a symbolic link (O_NOFOLLOW): a link
+    planted where the partial belongs would have the download written into whatever file it points at."""
+    flags = os.O_WRONLY | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_BINARY", 0)
+    fd = os.open(partial, flags if have else flags | os.O_TRUNC, 0o666)  # the cache's usual mode, less the umask
+    return os.fdopen(fd, "wb", buffering=0)
 
 
 def _resumes_at(response: httpx.Response, offset: int) -> bool:

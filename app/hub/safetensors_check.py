@@ -17,8 +17,8 @@ def check_model_folder(files: list[Path]) -> None:
         raise ValueError("there is no config.json")
     try:
         data = json.loads(config.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        raise ValueError(f"config.json is not readable JSON ({exc})") from exc
+    except (OSError, ValueError, RecursionError) as exc:
+        raise ValueError(f"config.json is not readable JSON ({exc.__class__.__name__}: {exc})") from None
     if not isinstance(data, dict):
         raise ValueError("config.json is not a JSON object")
     shards = [f for f in files if f.name.endswith(".safetensors")]
@@ -40,8 +40,8 @@ def check_shard(path: Path) -> None:
             raise ValueError(f"{path.name}: the header claims {length:,} bytes of a {size:,}-byte file")
         try:
             header = json.loads(source.read(length))
-        except ValueError as exc:
-            raise ValueError(f"{path.name}: the header is not JSON ({exc})") from exc
+        except (ValueError, RecursionError) as exc:  # RecursionError: nested thousands of levels deep
+            raise ValueError(f"{path.name}: the header is not JSON ({exc.__class__.__name__}: {exc})") from None
     if not isinstance(header, dict):
         raise ValueError(f"{path.name}: the header is not a JSON object")
     data_bytes = size - 8 - length

@@ -11,6 +11,7 @@ from app.paths import AppPaths
 from engines.base import Engine
 from engines.llama_server import LlamaServerEngine
 from engines.registry import ENGINES
+from engines.sglang import SGLangEngine
 from engines.trtllm import TRTLLMEngine
 
 # A llama-server executable to use instead of looking for one (a build of the user's own, say).
@@ -37,7 +38,8 @@ def llama_server_engine(paths: AppPaths) -> LlamaServerEngine:
 
 def available_engines(paths: AppPaths) -> dict[str, Engine]:
     """Every registered engine by name, llama-server searching ModelDeck's builds too and vLLM from its own
-    environment when one is registered (`modeldeck vllm-env`), TensorRT-LLM with its options file beside the engine
-    records. Installed or not: ask `detect()`."""
+    environment when one is registered (`modeldeck vllm-env`), TensorRT-LLM and SGLang with their options files
+    beside the engine records. Installed or not: ask `detect()`."""
     return {**ENGINES, **configured_engines(paths), LlamaServerEngine.name: llama_server_engine(paths),
-            TRTLLMEngine.name: TRTLLMEngine(run_dir=paths.engine_records)}  # fmt: skip
+            TRTLLMEngine.name: TRTLLMEngine(run_dir=paths.engine_records),
+            SGLangEngine.name: SGLangEngine(run_dir=paths.engine_records)}  # fmt: skip

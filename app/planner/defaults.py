@@ -1,4 +1,5 @@
-"""The first planner: a CPU plan with sound defaults. The memory model and GPU fitting come later."""
+"""The plan a model starts with when nobody chose one: llama-server where it is installed (parallel slots, each
+keeping its own prompt cache), else llama-cpp-python with a prompt cache of its own; CPU only, sound defaults."""
 
 from __future__ import annotations
 
@@ -6,10 +7,20 @@ import os
 
 import psutil
 
+from app.planner.facts import ModelFacts, facts_from_gguf
 from engines.base import LaunchPlan
 from engines.gguf import GGUFInfo
 
 DEFAULT_CONTEXT = 4096
+DEFAULT_BATCH = 512
+LLAMA_CPP_PYTHON = "llama-cpp-python"
+LLAMA_SERVER = "llama-server"
+# llama-server's slots when nobody says how many: an interactive chat and a script each keep a slot, and with it
+# their prompt's cache, instead of evicting each other; as many as llama-server picks by itself.
+DEFAULT_SLOTS = 4
+# llama-cpp-python keeps the state after each answer in its prompt cache; this many conversations at full context
+# can take turns (measured with three: 2.3-2.8 s to the first token of every turn without it).
+PROMPT_CACHE_STATES = 3
 
 
 def physical_cores() -> int:
@@ -20,15 +31,60 @@ def physical_cores() -> int:
     return psutil.cpu_count(logical=False) or os.cpu_count() or 1
 
 
-def default_plan(model_id: str, info: GGUFInfo) -> LaunchPlan:
-    """A plan for serving a GGUF model on the CPU."""
+def logical_cores() -> int:
+    return psutil.cpu_count(logical=True) or os.cpu_count() or 1
+
+
+def spin_wait_fits(threads: int, load: float | None = None) -> bool:
+    """Whether the engine's threads may spin while they wait for each other (engines.base.openmp_wait_env): only
+    where each of them finds a core free of other work. `load`: the one-minute load average, read now when None;
+    half a core of background work is tolerated."""
+    if load is None:
+        load = psutil.getloadavg()[0]
+    return load + threads <= logical_cores() + 0.5
+
+
+def prompt_cache_state_bytes(facts: ModelFacts, context: int, batch: int) -> int | None:
+    """What one entry of llama-cpp-python's prompt cache holds at most: the KV cache of a full context, the copy of
+    its logits buffer (one row per token of a batch) and the tokens. None where the facts do not say."""
+    kv_per_token = facts.kv_bytes_per_token()
+    if kv_per_token is None or facts.vocab_size is None:
+        return None
+    logits_rows = min(context, batch) + 1  # the buffer's copy, and the last output inside llama.cpp's state
+    return kv_per_token * context + logits_rows * facts.vocab_size * 4 + context * 4
+
+
+def prompt_cache_bytes(facts: ModelFacts, context: int, batch: int, room: int | None = None) -> int:
+    """The prompt cache for llama-cpp-python: PROMPT_CACHE_STATES full entries, fewer when only `room` bytes are
+    left beside the engine's own memory, and none when not even one fits (an entry larger than the cache is
+    dropped at once)."""
+    one = prompt_cache_state_bytes(facts, context, batch)
+    if one is None:
+        return 0
+    states = PROMPT_CACHE_STATES if room is None else max(0, min(PROMPT_CACHE_STATES, room // one))
+    return states * one
+
+
+def default_plan(
+    model_id: str, info: GGUFInfo, engine: str = LLAMA_CPP_PYTHON, load: float | None = None
+) -> LaunchPlan:
+    """A plan for serving a GGUF model on the CPU with `engine`; `load` as for spin_wait_fits (None: read now).
+
+    One thread per physical core: llama-cpp-python's own default, half the logical CPUs, is one thread on 2 cores
+    and costs 1.6-1.9x; on a busy machine one thread was no better than two with passive waits (10.9 against 20.5
+    tokens/s, tests/bench/engine_defaults.py)."""
     trained = info.context_length
     context = min(DEFAULT_CONTEXT, trained) if trained else DEFAULT_CONTEXT
+    server = engine == LLAMA_SERVER
+    threads = physical_cores()
     return LaunchPlan(
         model_id=model_id,
         model_path=info.path,
         context_length=context,
-        threads=physical_cores(),
-        batch_size=512,
+        threads=threads,
+        spin_wait=spin_wait_fits(threads, load),
+        batch_size=DEFAULT_BATCH,
         gpu_layers=0,
+        parallel=DEFAULT_SLOTS if server else 1,
+        prompt_cache_bytes=0 if server else prompt_cache_bytes(facts_from_gguf(info), context, DEFAULT_BATCH),
     )

@@ -11,13 +11,30 @@ from typing import Any
 
 from gguf.constants import GGMLQuantizationType, LlamaFileType
 
-from engines.gguf import GGUFInfo, Scalar
+from engines.gguf import ARCH_COUNT_LIMITS, GGUFInfo, Scalar
 
 # safetensors dtype -> bytes per element
 _SAFETENSORS_BYTES = {
     "F64": 8, "I64": 8, "U64": 8, "F32": 4, "I32": 4, "U32": 4, "F16": 2, "BF16": 2, "I16": 2, "U16": 2,
     "F8_E4M3": 1, "F8_E5M2": 1, "I8": 1, "U8": 1, "BOOL": 1,
 }  # fmt: skip
+
+
+# config.json key -> the bound of the GGUF key that holds the same count (engines.gguf)
+_CONFIG_LIMITS = {
+    "num_hidden_layers": ARCH_COUNT_LIMITS["block_count"],
+    "num_attention_heads": ARCH_COUNT_LIMITS["attention.head_count"],
+    "num_key_value_heads": ARCH_COUNT_LIMITS["attention.head_count_kv"],
+    "head_dim": ARCH_COUNT_LIMITS["attention.key_length"],
+    "hidden_size": ARCH_COUNT_LIMITS["embedding_length"],
+    "intermediate_size": ARCH_COUNT_LIMITS["feed_forward_length"],
+    "vocab_size": ARCH_COUNT_LIMITS["vocab_size"],
+    "max_position_embeddings": ARCH_COUNT_LIMITS["context_length"],
+}
+
+
+class ImplausibleConfig(ValueError):
+    """A config.json count no model has (2**31 layers): refused before anything is sized by it."""
 
 
 @dataclass(frozen=True)
@@ -146,11 +163,10 @@ def facts_from_hf_config(config: Mapping[str, Any], parameters_by_dtype: Mapping
     packed = 32 // bits if quantization in ("AWQ", "GPTQ") and isinstance(bits, int) and bits > 0 else 1
     parameters = sum(n * (packed if dtype == "I32" else 1) for dtype, n in parameters_by_dtype.items()) or None
     weight_bytes = sum(n * _SAFETENSORS_BYTES.get(dtype, 2) for dtype, n in parameters_by_dtype.items()) or None
-    layers = config.get("num_hidden_layers")
-    heads = config.get("num_attention_heads")
-    kv = config.get("num_key_value_heads", heads)
-    hidden = config.get("hidden_size")
-    head_dim = config.get("head_dim") or (hidden // heads if hidden and heads else None)
+    counts = _config_counts(config)
+    layers, heads, hidden = counts["num_hidden_layers"], counts["num_attention_heads"], counts["hidden_size"]
+    kv = counts["num_key_value_heads"] if "num_key_value_heads" in config else heads
+    head_dim = counts["head_dim"] or (hidden // heads if hidden and heads else None)
     dtype = config.get("torch_dtype") or config.get("dtype")
     architectures = config.get("architectures")
     return ModelFacts(
@@ -159,16 +175,31 @@ def facts_from_hf_config(config: Mapping[str, Any], parameters_by_dtype: Mapping
         parameters=parameters,
         layers=layers,
         attention_heads=heads,
-        kv_heads=(kv,) * layers if isinstance(kv, int) and isinstance(layers, int) else None,
+        kv_heads=(kv,) * layers if kv is not None and layers is not None else None,
         head_dim_k=head_dim,
         head_dim_v=head_dim,
         embedding_length=hidden,
-        feed_forward_length=config.get("intermediate_size"),
-        vocab_size=config.get("vocab_size"),
-        trained_context=config.get("max_position_embeddings"),
+        feed_forward_length=counts["intermediate_size"],
+        vocab_size=counts["vocab_size"],
+        trained_context=counts["max_position_embeddings"],
         quantization=quantization
         or (str(dtype).upper().replace("BFLOAT16", "BF16").replace("FLOAT16", "F16") if dtype else None),
         weight_bytes=weight_bytes,
         chat_template=None,
         dtype=str(dtype) if dtype else None,
     )
+
+
+def _config_counts(config: Mapping[str, Any]) -> dict[str, int | None]:
+    """The counts config.json holds, each a whole number within its bound or None (absent, or not a number:
+    some configs hold one a layer in a list). Raises ImplausibleConfig naming the key of one out of bounds."""
+    counts: dict[str, int | None] = {}
+    for key, limit in _CONFIG_LIMITS.items():
+        value = config.get(key)
+        if isinstance(value, bool) or not isinstance(value, int):
+            counts[key] = None
+        elif 0 <= value <= limit:
+            counts[key] = value
+        else:
+            raise ImplausibleConfig(f"config.json: {key} is {value}, outside the plausible range 0 to {limit}")
+    return counts

@@ -13,14 +13,15 @@ from app.hub.library import ModelSpec, known_models, model_id_from_filename
 from app.paths import AppPaths
 from app.planner.calibration import CalibrationStore, Correction
 from app.planner.engine_choice import engine_fits
-from app.planner.facts import facts_from_gguf, facts_from_hf_config
+from app.planner.facts import ImplausibleConfig, facts_from_gguf, facts_from_hf_config
 from app.planner.recommend import SERVE_USERS, Option, Recommendation, Variant, recommend
 from engines.base import Engine, Installation, LaunchPlan
-from engines.gguf import read_gguf_info
+from engines.gguf import MAX_DIM, read_gguf_info
 from engines.registry import ENGINES
 
 PORT_PLACEHOLDER = "<port>"  # chosen free at launch
 MAX_SAFETENSORS_HEADER = 100 * 1024 * 1024
+MAX_SAFETENSORS_DIMS = 8
 
 
 class NoVariants(ValueError):
@@ -34,20 +35,34 @@ def gguf_variant(path: Path) -> Variant:
 
 
 def _safetensors_counts(path: Path) -> dict[str, int]:
-    """Element counts per dtype from one safetensors file's JSON header (bounded; tensor data is never read)."""
+    """Element counts per dtype from one safetensors file's JSON header (bounded; tensor data is never read).
+    Raises NoVariants for a header that is not a table of tensors with plausible shapes."""
     with path.open("rb") as stream:
-        (length,) = struct.unpack("<Q", stream.read(8))
-        if length > MAX_SAFETENSORS_HEADER:
-            raise NoVariants(f"{path}: safetensors header claims {length} bytes")
-        header = json.loads(stream.read(length))
+        prefix = stream.read(8)
+        (length,) = struct.unpack("<Q", prefix) if len(prefix) == 8 else (None,)
+        if length is None or length > MAX_SAFETENSORS_HEADER:
+            raise NoVariants(f"{path}: not a safetensors file, or its header claims {length} bytes")
+        try:
+            header = json.loads(stream.read(length))
+        except (ValueError, RecursionError) as exc:
+            raise NoVariants(
+                f"{path}: the safetensors header is not readable JSON ({exc.__class__.__name__})"
+            ) from None
+    if not isinstance(header, dict):
+        raise NoVariants(f"{path}: the safetensors header is not a JSON object")
     counts: dict[str, int] = {}
     for name, tensor in header.items():
         if name == "__metadata__":
             continue
+        dtype, shape = (tensor.get("dtype"), tensor.get("shape")) if isinstance(tensor, dict) else (None, None)
+        if not isinstance(dtype, str) or not isinstance(shape, list) or len(shape) > MAX_SAFETENSORS_DIMS:
+            raise NoVariants(f"{path}: tensor {name!r} has no dtype and shape of at most {MAX_SAFETENSORS_DIMS} dims")
         elements = 1
-        for dim in tensor["shape"]:
-            elements *= int(dim)
-        counts[tensor["dtype"]] = counts.get(tensor["dtype"], 0) + elements
+        for dim in shape:
+            if isinstance(dim, bool) or not isinstance(dim, int) or not 0 <= dim <= MAX_DIM:
+                raise NoVariants(f"{path}: tensor {name!r} has a dimension of {dim!r} (0 to {MAX_DIM})")
+            elements *= dim
+        counts[dtype] = counts.get(dtype, 0) + elements
     return counts
 
 
@@ -55,13 +70,18 @@ def safetensors_variant(directory: Path) -> Variant:
     """A model directory in Hugging Face layout (config.json beside *.safetensors) as a variant for vLLM."""
     try:
         config = json.loads((directory / "config.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        raise NoVariants(f"{directory}: no readable config.json ({exc})") from exc
+    except (OSError, ValueError, RecursionError) as exc:  # RecursionError: nested thousands of levels deep
+        raise NoVariants(f"{directory}: no readable config.json ({exc.__class__.__name__}: {exc})") from None
+    if not isinstance(config, dict):
+        raise NoVariants(f"{directory}: config.json is not a JSON object")
     counts: dict[str, int] = {}
     for shard in sorted(directory.glob("*.safetensors")):
         for dtype, n in _safetensors_counts(shard).items():
             counts[dtype] = counts.get(dtype, 0) + n
-    facts = facts_from_hf_config(config, counts)
+    try:
+        facts = facts_from_hf_config(config, counts)
+    except ImplausibleConfig as exc:
+        raise NoVariants(f"{directory}: {exc}") from None
     return Variant(facts.quantization or "unknown", facts, str(directory))
 
 
@@ -107,7 +127,7 @@ def plan_model(
     and every known engine scored for it.
 
     `engines`: the engines as this machine has them (app.installs.available); `installations`: their detection
-    (`detect_engines`, slow: callers keep it). llama-server is planned for several users when it is installed."""
+    (`detect_engines`, slow: callers keep it). llama-server is planned wherever it is installed."""
     engines = engines if engines is not None else ENGINES
     # The planner applies one correction to its llama.cpp options: that engine's, for this architecture.
     gguf = next((v for v in variants if v.engine_family == "llama.cpp"), variants[0] if variants else None)
@@ -117,8 +137,8 @@ def plan_model(
         else Correction.none()
     )
     installations = detect_engines(engines) if installations is None else installations
-    several = use == "serve" and users != 1  # only serving asks for more than one user
-    server = several and LLAMA_SERVER in installations and installations[LLAMA_SERVER].installed
+    # llama-server wherever it is installed: even one person's chat and a script of theirs each keep a slot.
+    server = LLAMA_SERVER in installations and installations[LLAMA_SERVER].installed
     result = recommend(hardware, variants, use, users=users, correction=correction, llama_server=server)
     return replace(
         result,
@@ -164,6 +184,7 @@ def launch_plan(model_id: str, option: Option) -> LaunchPlan:
         batch_size=p["batch"],
         gpu_layers=p["gpu_layers"],
         parallel=p.get("parallel", 1),
+        prompt_cache_bytes=p.get("prompt_cache", 0),
     )
 
 

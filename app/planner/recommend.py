@@ -9,14 +9,24 @@ GGUF model, llama-server (continuous batching over parallel slots) replaces llam
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from app.hardware.profile import GPUInfo, HardwareProfile
 from app.planner.calibration import Correction
+from app.planner.defaults import DEFAULT_BATCH, DEFAULT_SLOTS, prompt_cache_bytes, prompt_cache_state_bytes
 from app.planner.engine_choice import EngineFit
 from app.planner.facts import ModelFacts
-from app.planner.memory import CUDA_CONTEXT, GIB, MIB, MemoryEstimate, MissingFacts, llama_cpp_memory, vllm_memory
+from app.planner.memory import (
+    CUDA_CONTEXT,
+    GIB,
+    MIB,
+    MemoryEstimate,
+    MemoryPart,
+    MissingFacts,
+    llama_cpp_memory,
+    vllm_memory,
+)
 
 USES = ("chat", "serve", "long-context")
 SERVE_USERS = 8
@@ -210,22 +220,24 @@ def _llama_option(
         "partial": f"{gpu_layers} of {layers} layers on the GPU, the rest on the CPU",
         "cpu": "runs on the CPU" + (": no usable GPU" if not budgets.gpus else ""),
     }[tier]
-    parallel = min(need.users, MAX_PARALLEL)
-    server = llama_server and need.users > 1
-    if need.users == 1:
-        engine_reason = f"engine llama.cpp: one user, {where}"
-    elif server:
+    parallel = min(max(need.users, DEFAULT_SLOTS), MAX_PARALLEL)
+    server = llama_server
+    if server:
+        clients = f"{need.users} users" if need.users > 1 else "a chat and a script"
         engine_reason = (
-            f"engine llama-server: {where}; continuous batching serves {need.users} users at once in {parallel} "
-            f"parallel slots sharing the {context}-token context (llama-cpp-python answers one at a time)"
+            f"engine llama-server: {where}; continuous batching serves {clients} at once in {parallel} "
+            f"parallel slots sharing the {context}-token context, each slot keeping its prompt cache "
+            "(llama-cpp-python answers one at a time)"
         )
+    elif need.users == 1:
+        engine_reason = f"engine llama.cpp: one user, {where}"
     else:
         engine_reason = (
             f"engine llama.cpp: {where}; it answers one request at a time, so {need.users} users take turns "
             "(`modeldeck engines build llama-server` would serve them at once; vLLM needs a safetensors model and an "
             "NVIDIA GPU)"
         )
-    reasons = (
+    reasons: tuple[str, ...] = (
         engine_reason,
         f"quantization {variant.name}: {_bits(facts)} bits per weight, the best quality that fits"
         if fits
@@ -238,6 +250,17 @@ def _llama_option(
     parameters: dict[str, Any] = {"gpu_layers": gpu_layers, "context": context, "threads": threads, "batch": 512}
     if server:
         parameters["parallel"] = parallel
+    else:
+        # The cache's entries are copied out of the engine's buffers into system memory, wherever the layers run.
+        cache = prompt_cache_bytes(facts, context, DEFAULT_BATCH, room=max(0, budgets.ram - memory.ram))
+        parameters["prompt_cache"] = cache
+        memory = replace(memory, parts=(*memory.parts, MemoryPart("prompt_cache", cache, 0, False)))
+        reasons += (
+            f"prompt cache {cache >> 20} MiB: the state after each answer, for {cache // one} conversations at "
+            "full context, so that clients taking turns resume where they were"
+            if cache and (one := prompt_cache_state_bytes(facts, context, DEFAULT_BATCH))
+            else "prompt cache off: not one full context's state fits beside the engine",
+        )
     return Option(
         engine="llama-server" if server else "llama-cpp-python",
         variant=variant.name,

@@ -24,6 +24,7 @@ from app.bench.card import BenchCard, LevelResult, compare_rows, with_gains
 from app.bench.sweep import parse_concurrency
 from app.self_command import modeldeck_command
 from app.service.events import EventBus
+from app.service.json_body import load_json
 from engines.processes import spawn_engine, stop_process_tree
 
 log = logging.getLogger("modeldeck.bench")
@@ -75,7 +76,7 @@ class BenchRequest:
     @classmethod
     def from_json(cls, raw: bytes, known_models: Collection[str]) -> BenchRequest:
         try:
-            body = json.loads(raw or b"null")
+            body = load_json(raw or b"null")
         except ValueError:
             raise BadBenchRequest("The body must be JSON.") from None
         if not isinstance(body, dict):
@@ -176,7 +177,7 @@ class BenchRuns:
         if self._run is not None and self._run.state == "running":
             raise BenchConflict(f"A benchmark of {self._run.request.model} is already running; cancel it first.")
         run = BenchRun(f"bench-{next(self._ids)}", request)
-        process, _ = await spawn_engine(request.argv(), {}, run.id)
+        process, _ = await spawn_engine(request.argv(), {}, run.id, whole_environment=True)  # ModelDeck's own
         self._run, self._process = run, process
         self._task = asyncio.create_task(self._follow(run, process))
         self._publish(run)

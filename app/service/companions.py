@@ -70,7 +70,9 @@ class EmbeddingCompanions:
                 self._footprints[model_id] = footprint
         state = await supervisor.start()
         if state != EngineState.READY or supervisor.base_url is None:
-            return EmbeddingRoute(None, f"The embedding process of `{model_id}` could not start: {supervisor.message}")
+            # The reason is the engine's log: kept for the control API, not sent to OpenAI clients.
+            return EmbeddingRoute(None, f"The embedding process of `{model_id}` could not start; its engine's log is "
+                                 "in the ModelDeck window and the control API.")  # fmt: skip
         return EmbeddingRoute(supervisor.base_url)
 
     def _new(self, model_id: str, engine: EmbeddingModeEngine, plan: LaunchPlan) -> EngineSupervisor:

@@ -112,7 +112,9 @@ class ControlApi:
     ) -> None:
         match method, parts:
             case "GET", ["api", "health"]:
-                await send_json(send, 200, {"status": "ok", "version": __version__})
+                lifecycle = self._manager.lifecycle
+                budget = {"bytes": lifecycle.max_loaded_bytes, "source": lifecycle.max_loaded_source}
+                await send_json(send, 200, {"status": "ok", "version": __version__, "memory_budget": budget})
             case "GET", ["api", "about"]:
                 await send_json(send, 200, await self._about())
             case "GET", ["api", "models"]:

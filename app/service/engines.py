@@ -19,7 +19,7 @@ from app.hardware.profile import HardwareProfile
 from app.hub.library import ModelSpec
 from app.paths import AppPaths
 from app.planner.calibration import CalibrationStore
-from app.planner.defaults import DEFAULT_CONTEXT, default_plan
+from app.planner.defaults import DEFAULT_CONTEXT, LLAMA_CPP_PYTHON, LLAMA_SERVER, default_plan, spin_wait_fits
 from app.planner.facts import facts_from_gguf
 from app.planner.memory import MissingFacts, llama_cpp_memory
 from app.service.admission import EngineQueue
@@ -60,6 +60,7 @@ class LifecyclePolicy:
     max_loaded_bytes: int | None = None  # against the planner's predicted peak of each engine's plan
     max_waiting: int = 32  # requests waiting per engine before 429
     model_ttl_s: Mapping[str, float | None] = field(default_factory=dict)  # model id -> its own idle TTL
+    max_loaded_source: str = "--max-memory"  # where max_loaded_bytes comes from (app.service.memory_budget)
 
     def ttl_for(self, model_id: str) -> float | None:
         """The idle TTL of one model: its own if it has one, else the default."""
@@ -154,11 +155,13 @@ class EngineManager:
         return (self.remotes[found[0]], found[1]) if found else None
 
     def upstream_bearer(self, model_id: str) -> str:
-        """The key the gateway sends upstream: the remote's own (possibly none), else the engines' internal key."""
+        """The key the gateway sends upstream: a remote's own (possibly none), none to an --upstream server (it runs
+        outside ModelDeck, and the internal key must not leave the service), else the engines' internal key."""
         remote = self.remote_of(model_id)
-        if remote is None:
-            return self.internal_key
-        return remote[0].api_key or ""
+        if remote is not None:
+            return remote[0].api_key or ""
+        spec = self.models.get(model_id)
+        return "" if spec is not None and spec.url is not None else self.internal_key
 
     def supervisor(self, model_id: str) -> EngineSupervisor | None:
         return self._supervisors.get(model_id)
@@ -367,19 +370,31 @@ class EngineManager:
             self._refuse(model_id, str(exc))
             return None
         self._preflight_errors.pop(model_id, None)
-        engine_name = overrides.engine if overrides is not None and overrides.engine else spec.engine
+        if overrides is not None and overrides.engine:
+            engine_name = overrides.engine
+        else:
+            engine_name = await asyncio.to_thread(self._default_gguf_engine, spec.engine)
         installation = await asyncio.to_thread(self.engines[engine_name].detect)
         if not installation.installed:
             self._refuse(model_id, f"{engine_name} cannot run here: {installation.detail}")
             return None
-        plan = default_plan(model_id, info)
+        plan = default_plan(model_id, info, engine_name)
         if overrides is not None:
             try:
                 plan = overrides.apply(plan, info.context_length)
             except BadOverrides as exc:  # checked before the start; the file changed since
                 self._refuse(model_id, str(exc))
                 return None
+            plan = replace(plan, spin_wait=spin_wait_fits(plan.threads))  # the threads asked for may differ
         return _Prepared(plan, engine_name, self._footprint(spec, info, plan, engine_name), info=info)
+
+    def _default_gguf_engine(self, engine_name: str) -> str:
+        """llama-server in place of llama-cpp-python where it is installed: its slots serve several clients at once,
+        each keeping its prompt cache (blocking: it runs `llama-server --version`)."""
+        server = self.engines.get(LLAMA_SERVER)
+        if engine_name != LLAMA_CPP_PYTHON or server is None:
+            return engine_name
+        return LLAMA_SERVER if server.detect().installed else engine_name
 
     async def _prepare_folder(self, spec: ModelSpec, overrides: PlanOverrides | None) -> _Prepared | None:
         """A safetensors folder for vLLM: planned from its config.json and headers for this machine."""
@@ -417,7 +432,7 @@ class EngineManager:
         except MissingFacts:
             return spec.size_bytes
         corrected = self.memory_check.correction(engine_name, facts.architecture).apply(predicted)
-        return corrected.ram + corrected.vram
+        return corrected.ram + corrected.vram + plan.prompt_cache_bytes
 
     async def _make_room(self, spec: ModelSpec) -> bool:
         """Stop least recently used idle engines until `spec` fits under the memory cap (predicted peaks)."""

@@ -39,11 +39,22 @@ from app.service.asgi import (
     wait_disconnect,
 )
 from app.service.engines import EngineManager
-from app.service.metering import RequestRecord, StreamMeter, ends_with_done, percentile, split_done, usage_event
+from app.service.json_body import load_json
+from app.service.metering import (
+    RequestRecord,
+    StreamMeter,
+    ends_with_done,
+    percentile,
+    prompt_cache,
+    split_done,
+    usage_event,
+)
 from app.service.prompt_tokens import count_tokens, prompt_text
 from app.service.request_log import RequestLog
 from app.service.request_text import PROMPT_FIELDS, RequestText
-from app.service.upstream import Endpoint, Response, Unreachable, UpstreamError, UpstreamPool
+from app.service.slot_router import SlotChoice, SlotRouter, prompt_parts
+from app.service.templates import TemplateRenderer
+from app.service.upstream import REMOTE_LIMITS, Endpoint, Response, Unreachable, UpstreamError, UpstreamPool
 from app.service.validation import CheckedRequest, InvalidRequest, check_request
 from engines.states import EngineState
 
@@ -61,6 +72,7 @@ class GatewayConfig:
     max_body_bytes: int = 4 * 1024 * 1024
     start_timeout_s: float = 300.0
     log_request_text: bool = False  # the user's choice: prompts and completions in the request log
+    slot_routing: bool = True  # send each conversation to the engine slot holding its prefix (app.service.slot_router)
 
 
 @dataclass
@@ -72,6 +84,8 @@ class _Outcome:
     meter: StreamMeter | None = None
     prompt_tokens: int | None = None
     completion_tokens: int | None = None
+    prompt_cached_tokens: int | None = None
+    slot: int | None = None
     error: str | None = None
     complete: bool = False  # the engine's answer was passed on in full
     serving: bool = True  # until the handler is done with the request
@@ -88,6 +102,12 @@ class Gateway:
         self._pool = pool
         self._log = log
         self._endpoints: dict[tuple[str, str], Endpoint] = {}  # (URL, bearer) -> prepared request head
+        self._templates = TemplateRenderer()  # its worker process starts on the first render
+        self._slots = SlotRouter()
+
+    async def close(self) -> None:
+        """End the chat template worker, if one was started."""
+        await self._templates.close()
 
     def set_api_key(self, api_key: str) -> None:
         """Check requests against this key from now on: the old one stops working at once."""
@@ -162,7 +182,7 @@ class Gateway:
             await send_error(send, 415, "Content-Type must be application/json.", "invalid_request_error")
             return
         try:
-            payload = json.loads(body)
+            payload = load_json(body)
             checked = check_request(path, payload, self._manager.context_length)
         except (ValueError, UnicodeDecodeError) as exc:
             param = exc.param if isinstance(exc, InvalidRequest) else None
@@ -237,10 +257,27 @@ class Gateway:
                     outcome.status, outcome.error = 503, route.error
                     await send_error(send, 503, route.error, "server_error", "model_unavailable")
             if base_url is not None:
-                await self._forward(base_url, path, body, payload, checked, send, direct, outcome)
+                choice = self._choose_slot(model, base_url, path, payload)
+                outcome.slot = choice.slot if choice is not None else None
+                try:
+                    routed = choice.body(body) if choice is not None else body
+                    await self._forward(base_url, path, routed, payload, checked, send, direct, outcome)
+                finally:
+                    if choice is not None:
+                        self._slots.finished(choice)
             self._manager.touch(model)
         finally:
             queue.release(acquired)
+
+    def _choose_slot(self, model: str, base_url: str, path: str, payload: dict[str, Any]) -> SlotChoice | None:
+        """The slot of the model's engine for this request, for an engine that serves several and takes `id_slot`."""
+        if not self._config.slot_routing or not self._manager.engine(model).capabilities.slot_ids:
+            return None
+        slots = self._manager.queue(model).capacity
+        if slots < 2 or self._manager.remote_of(model) is not None:
+            return None
+        prompt = prompt_parts(path, payload)
+        return None if prompt is None else self._slots.choose(model, base_url, slots, prompt)
 
     async def _engine_url(self, model: str, send: Send, outcome: _Outcome, restarting: bool = False) -> str | None:
         """The ready engine's URL, starting it on demand (or waiting for its restart); answers the client itself
@@ -256,11 +293,21 @@ class Gateway:
                 if state == EngineState.STARTING:
                     message = f"The model `{model}` did not become ready within {self._config.start_timeout_s:.0f} s."
                 else:
-                    message = f"The model `{model}` could not be started: {self._manager.describe(model)['message']}"
+                    message = self._start_failure(model)
                 outcome.status, outcome.error = 503, message
                 await send_error(send, 503, message, "server_error", "model_unavailable")
                 return None
         return url
+
+    def _start_failure(self, model: str) -> str:
+        """Why the model cannot serve, for a client: what to do, never the engine's log or the model's path
+        (the control API and the ModelDeck window show those)."""
+        diagnosis = self._manager.describe(model)["diagnosis"]
+        why = f" {diagnosis['summary']} {diagnosis['advice']}" if diagnosis else ""
+        return (
+            f"The model `{model}` could not be started.{why} The reason and the engine's log are in the ModelDeck "
+            f"window, `modeldeck ps` and the control API (GET /api/models/{model}/logs)."
+        )
 
     def _endpoint(self, url: str, model: str) -> Endpoint:
         bearer = self._manager.upstream_bearer(model)  # the engines' internal key, or a remote's own
@@ -268,7 +315,9 @@ class Gateway:
         if endpoint is None:
             if len(self._endpoints) > 256:  # engines restarted on new ports many times over
                 self._endpoints.clear()
-            endpoint = self._endpoints[(url, bearer)] = Endpoint.post(url, bearer)
+            # A server ModelDeck did not start (--remote, --upstream) gets size and time limits on its answers.
+            limits = REMOTE_LIMITS if self._manager.models[model].url is not None else None
+            endpoint = self._endpoints[(url, bearer)] = Endpoint.post(url, bearer, limits)
         return endpoint
 
     async def _forward(
@@ -297,6 +346,10 @@ class Gateway:
             headers = [item for item in upstream.headers if item[0] in _FORWARDED_RESPONSE_HEADERS]
             if not checked.stream or upstream.status != 200:
                 answer = await upstream.read()
+                chat_failed = upstream.status == 500 and path == "/v1/chat/completions"
+                if chat_failed and await self._template_refused(checked.model, payload, send, outcome):
+                    outcome.complete = True
+                    return
                 if path == "/v1/embeddings" and upstream.status == 200:
                     answer = _shape_embeddings(answer, not capabilities.embeddings_pooled, encoding == "base64")
                 _read_usage(answer, outcome)
@@ -320,6 +373,25 @@ class Gateway:
                 await send({"type": "http.response.body", "body": event + b"\n\ndata: [DONE]\n\n"})
         finally:
             upstream.release(answered=outcome.complete)
+
+    async def _template_refused(self, model: str, payload: dict[str, Any], send: Send, outcome: _Outcome) -> bool:
+        """After an engine's 500 to a chat request: when the model's chat template is what failed, answer what
+        it refused instead of the engine's bare error (True). Rendered in ModelDeck's own sandbox, off the loop."""
+        template = self._manager.chat_template(model)
+        if template is None:
+            return False
+        rendered = await self._templates.render(template, payload["messages"])
+        if rendered.text is not None:
+            return False  # the template renders: the engine failed for another reason, passed on as it is
+        if rendered.kind == "refused":  # the template's own check of the conversation (roles, order, ...)
+            status, kind, message = 400, "invalid_request_error", "The model's chat template refused these messages"
+        else:
+            status, kind, message = 500, "server_error", "The model's chat template cannot be used"
+        problem = f"{message}: {rendered.problem}."
+        advice = " Send a prompt to /v1/completions instead, or use a model file with another chat template."
+        outcome.status, outcome.error = status, problem
+        await send_error(send, status, problem + advice if status == 500 else problem, kind, "chat_template_error")
+        return True
 
     async def _post(
         self, model: str, base_url: str, path: str, body: bytes, send: Send, outcome: _Outcome
@@ -402,7 +474,7 @@ class Gateway:
         it out: completion tokens counted from the stream, prompt tokens counted by the engine's tokenizer."""
         before, done = split_done(chunk)
         count_path = self._manager.engine(checked.model).capabilities.tokenize_count_path
-        text = prompt_text(path, payload, self._manager.chat_template(checked.model))
+        text = await prompt_text(path, payload, self._manager.chat_template(checked.model), self._templates)
         if count_path is not None and text is not None:
             outcome.prompt_tokens = await count_tokens(
                 self._pool, self._endpoint(base_url + count_path, checked.model), text
@@ -455,12 +527,17 @@ def _adding_headers(send: Send, extra: list[tuple[bytes, bytes]]) -> Callable[[M
 
 def _read_usage(answer: bytes, outcome: _Outcome) -> None:
     try:
-        usage = json.loads(answer).get("usage") or {}
-    except (ValueError, AttributeError):
+        decoded = json.loads(answer)
+        usage = decoded.get("usage") or {}
+    except (ValueError, AttributeError, RecursionError):
         return
     if isinstance(usage, dict):
         outcome.prompt_tokens = usage.get("prompt_tokens")
         outcome.completion_tokens = usage.get("completion_tokens")
+    cache = prompt_cache(usage, decoded.get("timings"))
+    if outcome.prompt_tokens is None:  # llama-server's timings count the prompt too
+        outcome.prompt_tokens = cache.prompt_tokens
+    outcome.prompt_cached_tokens = cache.cached_tokens
 
 
 def _shape_embeddings(answer: bytes, pool: bool, as_base64: bool) -> bytes:
@@ -476,7 +553,7 @@ def _shape_embeddings(answer: bytes, pool: bool, as_base64: bool) -> bytes:
                 vector = [value / norm for value in pooled]
             item["embedding"] = base64.b64encode(struct.pack(f"<{len(vector)}f", *vector)).decode() if (
                 as_base64) else vector  # fmt: skip
-    except (ValueError, KeyError, TypeError, struct.error):
+    except (ValueError, KeyError, TypeError, struct.error, RecursionError):
         return answer
     return json.dumps(result).encode()
 
@@ -486,6 +563,12 @@ def _record(path: str, checked: CheckedRequest, outcome: _Outcome, started_at: f
     meter = outcome.meter
     itls = meter.inter_token_latencies() if meter else []
     completion = meter.completion_tokens if meter else outcome.completion_tokens
+    prompt, cached = outcome.prompt_tokens, outcome.prompt_cached_tokens
+    if meter is not None:
+        cache = prompt_cache(meter.usage, meter.timings)
+        prompt, cached = (meter.usage or {}).get("prompt_tokens", prompt), cache.cached_tokens
+        if prompt is None:  # a stream without usage: llama-server's timings count the prompt too
+            prompt = cache.prompt_tokens
     return RequestRecord(
         id=f"{_ID_PREFIX}-{next(_ids)}",
         time=started_at,
@@ -496,12 +579,12 @@ def _record(path: str, checked: CheckedRequest, outcome: _Outcome, started_at: f
         queued_s=outcome.queued_s,
         ttft_s=meter.ttft_s if meter else None,
         duration_s=duration,
-        prompt_tokens=(meter.usage or {}).get("prompt_tokens", outcome.prompt_tokens)
-        if meter
-        else outcome.prompt_tokens,
+        prompt_tokens=prompt,
         completion_tokens=completion,
         itl_p50_s=percentile(itls, 0.5),
         itl_max_s=max(itls) if itls else None,
         decode_tps=meter.decode_tps() if meter else None,
         error=outcome.error,
+        prompt_cached_tokens=cached,
+        slot=outcome.slot,
     )

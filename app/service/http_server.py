@@ -30,6 +30,7 @@ from urllib.parse import unquote
 import httptools
 
 from app.service.asgi import DIRECT_BODY, Message, Scope
+from app.service.connection_cap import NoRoom, busy_answer, make_room
 
 log = logging.getLogger("modeldeck.http")
 
@@ -50,6 +51,7 @@ class HttpLimits:
     body_timeout_s: float = 30.0  # from the end of the headers to the end of the body
     keep_alive_s: float = 30.0  # an idle connection between requests
     max_pipelined: int = 16  # requests read ahead of the one being answered; more close the connection
+    max_connections: int = 1024  # open at once; at the cap the longest idle one makes room (connection_cap.py)
     shutdown_grace_s: float = 2.0
 
 
@@ -266,6 +268,7 @@ class _Connection(asyncio.Protocol):
         self._header_bytes = 0
         self._client: tuple[str, int] | None = None
         self._local: tuple[str, int] | None = None
+        self.idle_since: float | None = None  # between requests (or before the first): may be closed at the cap
 
     # asyncio.Protocol
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -276,7 +279,9 @@ class _Connection(asyncio.Protocol):
         peer, local = transport.get_extra_info("peername"), transport.get_extra_info("sockname")
         self._client = (str(peer[0]), int(peer[1])) if isinstance(peer, tuple) else None
         self._local = (str(local[0]), int(local[1])) if isinstance(local, tuple) else None
-        self.server.connections.add(self)
+        self.idle_since = time.monotonic()
+        if not self.server.admit(self):
+            return
         self._arm(self.limits.header_timeout_s, self._too_slow)
 
     def data_received(self, data: bytes) -> None:
@@ -334,6 +339,7 @@ class _Connection(asyncio.Protocol):
     # httptools callbacks
     def on_message_begin(self) -> None:
         self._in_head = True
+        self.idle_since = None
         self._url, self._headers, self._header_bytes = b"", [], 0
         if self._active is None and self._parsing is None:
             self._arm(self.limits.header_timeout_s, self._too_slow)
@@ -474,6 +480,7 @@ class _Connection(asyncio.Protocol):
             if self._in_head:  # the next request has begun
                 self._arm(self.limits.header_timeout_s, self._too_slow)
             elif self._parsing is None:
+                self.idle_since = time.monotonic()
                 self._arm(self.limits.keep_alive_s, self.close)
 
     def _refuse(self, status: int, message: str) -> None:
@@ -585,6 +592,20 @@ class HttpServer:
             for connection in list(self.connections):
                 connection.close()
             await server.wait_closed()
+
+    def admit(self, connection: _Connection) -> bool:
+        """Count a new connection in; at the cap, close the longest idle one for it, or refuse it when none is."""
+        try:
+            evicted = make_room(self.connections, self.limits.max_connections, connection)
+        except NoRoom:
+            connection.idle_since = None
+            connection.write(busy_answer(self.error_body(503, "Too many connections; try again shortly.")))
+            connection.close()
+            return False
+        if evicted is not None:
+            self.connections.discard(cast(_Connection, evicted))  # its descriptor is released as it closes
+        self.connections.add(connection)
+        return True
 
     def stop(self) -> None:
         self._stop.set()

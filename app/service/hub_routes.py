@@ -7,7 +7,6 @@ Hub calls and disk work block, so they run on threads; the Hugging Face token is
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 from dataclasses import replace
 from pathlib import Path
@@ -28,6 +27,7 @@ from app.service.asgi import BodyTooLarge, ClientGone, Receive, Send, read_body,
 from app.service.downloads import DownloadConflict, Downloads, sentence
 from app.service.engines import EngineManager
 from app.service.events import EventBus
+from app.service.json_body import load_json
 from app.service.library_ops import LibraryError, delete_files, describe_library, import_gguf, pulled_by_id, verify
 from app.service.recommend_variant import VariantPick, header_file, pick_from_plan, plan_variants, recommend_variant
 from engines.gguf import GGUFError, GGUFInfo
@@ -251,7 +251,7 @@ class _BadRequest(Exception):
 
 async def _json_body(receive: Receive) -> dict[str, Any]:
     try:
-        body = json.loads(await read_body(receive, MAX_BODY) or b"{}")
+        body = load_json(await read_body(receive, MAX_BODY) or b"{}")
     except BodyTooLarge:
         raise _BadRequest(f"The body is over {MAX_BODY} bytes.") from None
     except ValueError:

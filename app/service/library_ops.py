@@ -6,12 +6,15 @@ Every function here blocks on the disk (hashing gigabytes, copying a file): the 
 from __future__ import annotations
 
 import hashlib
+import os
 import re
 import shutil
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePath
 from typing import Any
 
+from app.hub import confined
+from app.hub.cache import RepoCache
 from app.hub.download import disk_free
 from app.hub.library import ModelSpec, model_id_from_filename
 from app.hub.pulled import PulledModel, forget_pull, load_pulled
@@ -150,26 +153,102 @@ def _git_sha1(path: Path) -> str:
 
 
 def delete_files(spec: ModelSpec, paths: AppPaths) -> None:
-    """Delete a pulled model (its snapshot links and blobs, and its index entry) or an imported file."""
-    if spec.source == "hub":
-        pulled = forget_pull(paths, spec.id)
-        files = model_files(spec, pulled)
-        for file in files:
-            blob = file.resolve()
-            file.unlink(missing_ok=True)
-            if blob != file:
-                blob.unlink(missing_ok=True)
-        for folder in {file.parent for file in files}:
-            if folder.is_dir() and not any(folder.iterdir()):
-                folder.rmdir()  # an emptied snapshot folder
-    elif spec.source == "local" and spec.path is not None:
-        if spec.path.is_dir():
-            raise LibraryError(403, f"{spec.path} is a folder you placed there; delete it yourself if you mean to.")
-        if spec.path.resolve().parent != paths.models_dir.resolve():
-            raise LibraryError(403, f"{spec.path} is outside the models folder; ModelDeck deletes only its own files.")
-        spec.path.unlink(missing_ok=True)
-    else:
-        raise LibraryError(403, f"{spec.name} is {spec.source}, not downloaded or imported: it cannot be deleted.")
+    """Delete a pulled model (its snapshot entries, and the blobs no other snapshot links to, and its index entry)
+    or an imported file. Nothing outside the model's own cache folder or the models folder is touched, and no link
+    is followed (app.hub.confined)."""
+    try:
+        if spec.source == "hub":
+            pulled = pulled_by_id(paths).get(spec.id)
+            entries = [_snapshot_entry(Path(file), pulled) for file in pulled.files] if pulled else []
+            forget_pull(paths, spec.id)
+            _delete_snapshot_entries(entries)
+        elif spec.source == "local" and spec.path is not None:
+            if spec.path.is_dir():
+                raise LibraryError(403, f"{spec.path} is a folder you placed there; delete it yourself if you mean to.")
+            if spec.path.resolve().parent != paths.models_dir.resolve():
+                raise LibraryError(
+                    403, f"{spec.path} is outside the models folder; ModelDeck deletes only its own files."
+                )
+            confined.remove(paths.models_dir, PurePath(_entry_name(spec, paths.models_dir)))
+        else:
+            raise LibraryError(403, f"{spec.name} is {spec.source}, not downloaded or imported: it cannot be deleted.")
+    except confined.ConfinedError as exc:
+        raise LibraryError(403, f"Not deleted: {exc}.") from exc
+
+
+def _entry_name(spec: ModelSpec, models_dir: Path) -> str:
+    """The name of a local model's own entry in the models folder. Its path is resolved, so for a link in the folder
+    it names the file the link points at; the library keeps the entry's name as the model's name."""
+    entry = models_dir / spec.name
+    if PurePath(spec.name).name == spec.name and entry.resolve() == spec.path:
+        return spec.name
+    return spec.path.name if spec.path is not None else spec.name
+
+
+@dataclass(frozen=True)
+class _SnapshotEntry:
+    """One file of a pull: the cache folder holding the repository's folder, and the file's path below it."""
+
+    root: Path
+    relative: PurePath  # models--ORG--NAME/snapshots/COMMIT/FILE
+
+    @property
+    def repo(self) -> PurePath:
+        return PurePath(self.relative.parts[0])
+
+
+def _snapshot_entry(file: Path, pulled: PulledModel) -> _SnapshotEntry:
+    """Where `file` sits in a Hugging Face cache, checked against the pull it belongs to."""
+    anchor = (RepoCache(Path(), pulled.repo_id).folder_name, "snapshots", pulled.commit)
+    parts = file.parts
+    for start in range(len(parts) - len(anchor)):
+        if parts[start : start + len(anchor)] == anchor:
+            return _SnapshotEntry(Path(*parts[:start]), PurePath(*parts[start:]))
+    raise confined.ConfinedError(f"{file} is not in the snapshot {pulled.commit} of {pulled.repo_id}")
+
+
+def _blob_of(entry: _SnapshotEntry, target: str) -> PurePath | None:
+    """The blob (repo/blobs/HASH, relative to the cache) a snapshot link's target names; None for anything else."""
+    joined = os.path.normpath(os.path.join(*entry.relative.parent.parts, target))
+    blob = PurePath(joined)
+    if blob.parent == entry.repo / "blobs" and _HUB_HASH.fullmatch(blob.name):
+        return blob
+    return None
+
+
+def _linked_blobs(root: Path, repo: PurePath) -> set[PurePath]:
+    """Every blob that a link in the repository's snapshots still points at (links are read, never followed)."""
+    linked: set[PurePath] = set()
+    snapshots = root / repo / "snapshots"
+    for folder, _dirs, names in os.walk(snapshots, followlinks=False):
+        for name in names:
+            path = Path(folder, name)
+            if path.is_symlink():
+                entry = _SnapshotEntry(root, path.relative_to(root))
+                blob = _blob_of(entry, os.readlink(path))
+                if blob is not None:
+                    linked.add(blob)
+    return linked
+
+
+def _delete_snapshot_entries(entries: list[_SnapshotEntry]) -> None:
+    candidates: dict[tuple[Path, PurePath], set[PurePath]] = {}
+    for entry in entries:
+        kind = confined.entry_kind(entry.root, entry.relative)
+        if kind == "link":
+            blob = _blob_of(entry, confined.read_link(entry.root, entry.relative))
+            if blob is not None:
+                candidates.setdefault((entry.root, entry.repo), set()).add(blob)
+        if kind in ("link", "file"):
+            confined.remove(entry.root, entry.relative)
+    for (root, repo), blobs in candidates.items():
+        for blob in blobs - _linked_blobs(root, repo):  # a blob another snapshot links to stays
+            if confined.entry_kind(root, blob) == "file":
+                confined.remove(root, blob)
+    for entry in entries:
+        folder = entry.relative.parent
+        while len(folder.parts) > 2 and confined.remove_empty_folder(entry.root, folder):
+            folder = folder.parent  # emptied folders of the snapshot, up to the snapshot's own
 
 
 def import_gguf(source: Path, paths: AppPaths, taken: set[str]) -> ModelSpec:

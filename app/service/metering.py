@@ -11,11 +11,13 @@ import itertools
 import json
 import re
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
 _CONTENT = re.compile(rb'"(?:content|text)": ?"(?:[^"\\]|\\.)')
-_USAGE = re.compile(rb'"usage": ?\{')
+# usage, and llama-server's `timings` (on the last event, with `cache_n`): one search for both, as on every chunk
+_USAGE = re.compile(rb'"(?:usage|timings)": ?\{')
 _DONE = b"data: [DONE]"
 
 
@@ -38,6 +40,8 @@ class RequestRecord:
     itl_max_s: float | None
     decode_tps: float | None
     error: str | None
+    prompt_cached_tokens: int | None = None  # prompt tokens the engine took from its cache, if it says
+    slot: int | None = None  # the engine slot the gateway chose (app.service.slot_router)
 
 
 class StreamMeter:
@@ -47,6 +51,7 @@ class StreamMeter:
         self.started = started
         self.token_times: list[float] = []
         self.usage: dict[str, Any] | None = None
+        self.timings: dict[str, Any] | None = None
         self.first_event: dict[str, Any] | None = None  # id, object, model: for a usage chunk we add
         self._carry = b""
 
@@ -75,11 +80,14 @@ class StreamMeter:
         for event in events.split(b"\n\n"):
             if event.startswith(b"data: {") and _USAGE.search(event):
                 try:
-                    usage = json.loads(event[6:]).get("usage")
+                    decoded = json.loads(event[6:])
                 except ValueError:
                     continue
+                usage, timings = decoded.get("usage"), decoded.get("timings")
                 if isinstance(usage, dict):
                     self.usage = usage
+                if isinstance(timings, dict):
+                    self.timings = timings
 
     @property
     def ttft_s(self) -> float | None:
@@ -99,6 +107,45 @@ class StreamMeter:
         if len(times) < 2 or times[-1] <= times[0]:
             return None
         return (len(times) - 1) / (times[-1] - times[0])
+
+
+@dataclass(frozen=True)
+class PromptCache:
+    """How much of a request's prompt the engine served from its cache. Unknown values are None."""
+
+    prompt_tokens: int | None
+    cached_tokens: int | None
+
+
+def prompt_cache(usage: Any, timings: Any) -> PromptCache:
+    """From what the engine reported: OpenAI's `usage.prompt_tokens_details.cached_tokens`, else llama-server's
+    `timings` (`cache_n` tokens taken from the cache, `prompt_n` computed). An engine that reports neither leaves
+    the cached count unknown: never a guess."""
+    usage = usage if isinstance(usage, dict) else {}
+    prompt = usage.get("prompt_tokens")
+    prompt = prompt if _count(prompt) else None
+    details = usage.get("prompt_tokens_details")
+    cached = details.get("cached_tokens") if isinstance(details, dict) else None
+    if _count(cached):
+        return PromptCache(prompt, cached)
+    if isinstance(timings, dict) and _count(timings.get("cache_n")) and _count(timings.get("prompt_n")):
+        cache_n, prompt_n = timings["cache_n"], timings["prompt_n"]
+        return PromptCache(prompt if prompt is not None else cache_n + prompt_n, cache_n)
+    return PromptCache(prompt, None)
+
+
+def cache_reuse(counts: Iterable[tuple[int | None, int | None]]) -> tuple[int, float] | None:
+    """Cached prompt tokens and their share of the prompt tokens, over the (cached, prompt) counts of requests
+    whose engine reported both; None when none did."""
+    cached_total = prompt_total = 0
+    for cached, prompt in counts:
+        if cached is not None and prompt:
+            cached_total, prompt_total = cached_total + cached, prompt_total + prompt
+    return (cached_total, cached_total / prompt_total) if prompt_total else None
+
+
+def _count(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
 def ends_with_done(chunk: bytes) -> bool:

@@ -3,13 +3,13 @@ checked against fixed bounds and against the model before anything starts."""
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass, fields, replace
 from typing import Any
 
 import psutil
 
+from app.service.json_body import load_json
 from engines.base import LaunchPlan
 
 MAX_BODY = 4096
@@ -55,7 +55,7 @@ class PlanOverrides:
         if not body.strip():
             return None
         try:
-            data = json.loads(body)
+            data = load_json(body)
         except ValueError:
             raise BadOverrides("The body must be a JSON object of launch parameters.") from None
         if not isinstance(data, dict):

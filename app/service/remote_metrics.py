@@ -11,12 +11,14 @@ import time
 import aiohttp
 
 from app.service.engines import EngineManager, RemoteEndpoint
+from app.service.remotes import read_bounded
 from app.service.series import Point
 from engines.metrics import METRICS_CONFIGS, MetricsConfig, MetricTranslator
 
 log = logging.getLogger("modeldeck.metrics")
 
 SCRAPE_TIMEOUT_S = 2.0
+MAX_SCRAPE_BYTES = 4 * 1024 * 1024  # an exposition of a few thousand series
 
 
 def config_for(text: str) -> MetricsConfig | None:
@@ -52,7 +54,10 @@ class RemoteScraper:
             ) as response:
                 if response.status != 200:
                     raise aiohttp.ClientResponseError(response.request_info, (), status=response.status)
-                text = await response.text()
+                raw = await read_bounded(response, MAX_SCRAPE_BYTES)
+                if raw is None:
+                    raise aiohttp.ClientPayloadError(f"an exposition over {MAX_SCRAPE_BYTES} bytes")
+                text = raw.decode("utf-8", errors="replace")
         except (aiohttp.ClientError, TimeoutError) as exc:
             if remote.name not in self._failing:  # once per failing spell, not once a second
                 log.warning("metrics of remote %s unavailable at %s/metrics: %s", remote.name, remote.url, exc)

@@ -3,9 +3,8 @@ DELETE /api/remotes/NAME. Keys are taken, stored and used, never answered back."
 
 from __future__ import annotations
 
-import json
-
 from app.service.asgi import BodyTooLarge, ClientGone, Receive, Send, read_body, send_error, send_json
+from app.service.json_body import load_json
 from app.service.remotes import RemoteError, RemoteRegistry, RemoteUnavailable
 
 MAX_BODY = 16 * 1024
@@ -35,7 +34,7 @@ class RemoteRoutes:
 
     async def _add(self, receive: Receive, send: Send) -> None:
         try:
-            body = json.loads(await read_body(receive, MAX_BODY))
+            body = load_json(await read_body(receive, MAX_BODY))
         except ClientGone:
             return
         except (BodyTooLarge, ValueError, UnicodeDecodeError):

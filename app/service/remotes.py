@@ -27,12 +27,15 @@ from app.hub.library import ModelSpec
 from app.keys import insecure_keyring_reason
 from app.paths import AppPaths, write_private
 from app.service.engines import EngineManager, RemoteEndpoint
+from app.service.json_body import load_json
 
 log = logging.getLogger("modeldeck.remotes")
 
 NAME = re.compile(r"^[a-z0-9][a-z0-9._-]{0,62}$")
 KEYRING_SERVICE = "modeldeck-remote"
 LIST_TIMEOUT_S = 10.0
+MAX_LIST_BYTES = 4 * 1024 * 1024  # a remote's /v1/models answer
+MAX_REMOTE_MODELS = 1000
 REFRESH_S = 30.0
 KEY_ENV_PREFIX = "MODELDECK_REMOTE_KEY_"
 
@@ -129,6 +132,18 @@ class SavedRemote:
     models: tuple[str, ...] = ()  # their ids at the remote, when last listed
 
 
+async def read_bounded(response: aiohttp.ClientResponse, limit: int) -> bytes | None:
+    """The body of a remote's answer, or None when it is over `limit` bytes (read no further than that)."""
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in response.content.iter_chunked(64 * 1024):
+        size += len(chunk)
+        if size > limit:
+            return None
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
 async def list_models(session: aiohttp.ClientSession, url: str, key: str | None) -> tuple[str, ...]:
     """The model ids a remote lists at /v1/models. Raises RemoteUnavailable with the reason."""
     headers = {"Authorization": f"Bearer {key}"} if key else {}
@@ -140,7 +155,10 @@ async def list_models(session: aiohttp.ClientSession, url: str, key: str | None)
                 raise RemoteUnavailable(f"{url} refused the API key (HTTP {response.status})")
             if response.status != 200:
                 raise RemoteUnavailable(f"{url}/v1/models answered HTTP {response.status}")
-            data = await response.json(content_type=None)
+            raw = await read_bounded(response, MAX_LIST_BYTES)
+            if raw is None:
+                raise RemoteUnavailable(f"{url}/v1/models answered more than {MAX_LIST_BYTES} bytes")
+            data = load_json(raw)
     except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
         if isinstance(exc, RemoteUnavailable):
             raise
@@ -149,6 +167,8 @@ async def list_models(session: aiohttp.ClientSession, url: str, key: str | None)
         ids = tuple(str(item["id"]) for item in data["data"])
     except (KeyError, TypeError) as exc:
         raise RemoteUnavailable(f"{url}/v1/models is not an OpenAI model list") from exc
+    if len(ids) > MAX_REMOTE_MODELS:
+        raise RemoteUnavailable(f"{url}/v1/models lists {len(ids)} models, more than {MAX_REMOTE_MODELS}")
     return tuple(dict.fromkeys(ids))
 
 

@@ -6,6 +6,7 @@ API, which carry measurements."""
 
 from __future__ import annotations
 
+import logging
 import queue
 import sqlite3
 import threading
@@ -17,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from app.service.events import EventBus
-from app.service.metering import RequestRecord, percentile
+from app.service.metering import RequestRecord, cache_reuse, percentile
 from app.service.request_text import RequestText, completion_text, prompt_json
 
 _TEXT_COLUMNS = ["prompt_text", "completion_text"]
@@ -26,6 +27,10 @@ _SCHEMA = f"CREATE TABLE IF NOT EXISTS requests ({', '.join(_COLUMNS)})"
 _INSERT = f"INSERT INTO requests ({', '.join(_COLUMNS)}) VALUES ({', '.join('?' for _ in _COLUMNS)})"
 _Entry = tuple[RequestRecord, RequestText | None]
 _GATHER_S = 0.25
+RETRY_S = 1.0  # how often a failed write is tried again
+MAX_UNWRITTEN = 50_000  # records kept in memory while the disk refuses them (a few MB); then the oldest go
+
+log = logging.getLogger("modeldeck.requests")
 
 
 class RequestLog:
@@ -53,7 +58,8 @@ class RequestLog:
             listener(record)
         key = (record.model, record.status)
         self._totals[key] = self._totals.get(key, 0) + 1
-        for kind, count in (("prompt", record.prompt_tokens), ("completion", record.completion_tokens)):
+        for kind, count in (("prompt", record.prompt_tokens), ("completion", record.completion_tokens),
+                            ("prompt_cached", record.prompt_cached_tokens)):  # fmt: skip
             if count:
                 self._tokens[(record.model, kind)] = self._tokens.get((record.model, kind), 0) + count
         self._pending.put((record, text))
@@ -78,19 +84,23 @@ class RequestLog:
             "# HELP modeldeck_requests_total Requests through the gateway by model and HTTP status.",
             "# TYPE modeldeck_requests_total counter",
         ]
-        lines += [f'modeldeck_requests_total{{model="{m}",status="{s}"}} {n}' for (m, s), n in self._totals.items()]
-        lines += ["# HELP modeldeck_tokens_total Prompt and completion tokens by model.",
+        lines += [
+            f'modeldeck_requests_total{{model="{_label(m)}",status="{s}"}} {n}' for (m, s), n in self._totals.items()
+        ]
+        lines += ["# HELP modeldeck_tokens_total Prompt, completion and cached prompt tokens by model.",
                   "# TYPE modeldeck_tokens_total counter"]  # fmt: skip
-        lines += [f'modeldeck_tokens_total{{model="{m}",kind="{k}"}} {n}' for (m, k), n in self._tokens.items()]
+        lines += [f'modeldeck_tokens_total{{model="{_label(m)}",kind="{k}"}} {n}' for (m, k), n in self._tokens.items()]
         for name, index, what in (("running", 0, "in an engine"), ("waiting", 1, "waiting in the gateway queue")):
             lines += [f"# HELP modeldeck_requests_{name} Requests {what}.", f"# TYPE modeldeck_requests_{name} gauge"]
-            lines += [f'modeldeck_requests_{name}{{model="{m}"}} {q[index]}' for m, q in queues.items()]
+            lines += [f'modeldeck_requests_{name}{{model="{_label(m)}"}} {q[index]}' for m, q in queues.items()]
         lines += ["# HELP modeldeck_ttft_seconds Time to first token over the last 5 minutes.",
                   "# TYPE modeldeck_ttft_seconds summary"]  # fmt: skip
         for model, summary in self.aggregates(300).items():
             for quantile, key in (("0.5", "ttft_p50_s"), ("0.95", "ttft_p95_s")):
                 if summary[key] is not None:
-                    lines.append(f'modeldeck_ttft_seconds{{model="{model}",quantile="{quantile}"}} {summary[key]}')
+                    lines.append(
+                        f'modeldeck_ttft_seconds{{model="{_label(model)}",quantile="{quantile}"}} {summary[key]}'
+                    )
         return "\n".join(lines) + "\n"
 
     def close(self) -> None:
@@ -99,20 +109,41 @@ class RequestLog:
 
     def _write(self, database: Path) -> None:
         connection = sqlite3.connect(database)
+        unwritten: deque[tuple[Any, ...]] = deque(maxlen=MAX_UNWRITTEN)  # rows a failed write kept for the next
+        failing_since: float | None = None
         try:
             _create_or_migrate(connection)
             while True:
-                batch = [self._pending.get()]
-                if batch[0] is not None:
+                try:  # while rows wait for the disk, wake up to try again even if no request comes
+                    batch = [self._pending.get(timeout=RETRY_S if unwritten else None)]
+                except queue.Empty:
+                    batch = []
+                if batch and batch[0] is not None:
                     # One transaction for whatever piles up meanwhile: under load, one wake-up and one write
                     # for many requests instead of one each, on the interpreter the event loop needs.
                     time.sleep(_GATHER_S)
                 while not self._pending.empty():
                     batch.append(self._pending.get())
-                rows = [_row(*entry) for entry in batch if entry is not None]
-                with connection:
-                    connection.executemany(_INSERT, rows)
+                dropped = max(0, len(unwritten) + len(batch) - MAX_UNWRITTEN)
+                unwritten.extend(_row(*entry) for entry in batch if entry is not None)
+                try:
+                    with connection:
+                        connection.executemany(_INSERT, unwritten)
+                except sqlite3.Error as exc:  # a full disk, or the file gone read-only: keep the rows, try again
+                    if failing_since is None:
+                        failing_since = time.monotonic()
+                        log.error("cannot write the request log %s (%s); requests are kept in memory and written "
+                                  "when it works again", database, exc)  # fmt: skip
+                    if dropped:
+                        log.error("the request log lost its %d oldest unwritten records", dropped)
+                else:
+                    if failing_since is not None:
+                        log.warning("the request log is written again (%d records caught up)", len(unwritten))
+                        failing_since = None
+                    unwritten.clear()
                 if None in batch:
+                    if unwritten:
+                        log.error("stopping with %d request records the disk did not take", len(unwritten))
                     return
         finally:
             connection.close()
@@ -143,6 +174,7 @@ def _summarize(records: list[RequestRecord], window_s: float) -> dict[str, Any]:
     queued = [r.queued_s for r in records]
     completion = sum(r.completion_tokens or 0 for r in records)
     prompt = sum(r.prompt_tokens or 0 for r in records)
+    cache = cache_reuse((r.prompt_cached_tokens, r.prompt_tokens) for r in records)
     return {
         "requests": len(records),
         "errors": sum(1 for r in records if r.status >= 400),
@@ -154,4 +186,12 @@ def _summarize(records: list[RequestRecord], window_s: float) -> dict[str, Any]:
         "ttft_p95_s": percentile(ttfts, 0.95),
         "itl_p50_s": percentile(itls, 0.5),
         "queue_p50_s": percentile(queued, 0.5),
+        "prompt_cached_tokens": cache[0] if cache else None,
+        "prompt_cache_reuse": cache[1] if cache else None,
     }
+
+
+def _label(value: str) -> str:
+    """A Prometheus label value: backslash, double quote and line feed escaped, as the text format requires.
+    Model ids come from file names and remote servers' lists: a quote or a newline would forge series."""
+    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")

@@ -2,7 +2,8 @@
 
 Series names (labels in braces):
 - gateway, per model: generation_tokens_per_s, prompt_tokens_per_s, requests_per_s, generation_tokens_total,
-  prompt_tokens_total, ttft_p50_s, ttft_p95_s, itl_p50_s (over the last minute), requests_running,
+  prompt_tokens_total, ttft_p50_s, ttft_p95_s, itl_p50_s, prompt_cache_reuse (the share of prompt tokens the engine
+  took from its cache, only where the engine reports it) (over the last minute), requests_running,
   requests_waiting {model}
 - processes: process_cpu_percent, process_rss_bytes {model} for each engine, {process=service} for the service;
   system_cpu_percent, system_memory_used_bytes, system_memory_total_bytes
@@ -25,7 +26,7 @@ import psutil
 
 from app.hardware.gpu_sampling import GPUReading
 from app.service.engines import EngineManager
-from app.service.metering import RequestRecord, percentile
+from app.service.metering import RequestRecord, cache_reuse, percentile
 from app.service.series import Point
 from engines.metrics import METRICS_CONFIGS, MetricTranslator
 from engines.states import EngineState
@@ -53,6 +54,7 @@ class GatewaySampler:
         self._manager = manager
         self._counts: dict[str, _ModelCounts] = {}
         self._latencies: deque[tuple[float, str, float | None, float | None]] = deque()  # time, model, ttft, itl
+        self._caching: deque[tuple[float, str, int, int]] = deque()  # time, model, cached and prompt tokens
 
     def on_record(self, record: RequestRecord) -> None:
         """RequestLog listener: runs on the event loop for every finished request, so it only adds."""
@@ -62,12 +64,16 @@ class GatewaySampler:
         counts.requests_since_tick += 1
         if record.ttft_s is not None or record.itl_p50_s is not None:
             self._latencies.append((time.monotonic(), record.model, record.ttft_s, record.itl_p50_s))
+        if record.prompt_cached_tokens is not None and record.prompt_tokens:
+            self._caching.append((time.monotonic(), record.model, record.prompt_cached_tokens, record.prompt_tokens))
 
     def sample(self, elapsed_s: float) -> list[Point]:
         points: list[Point] = []
         cutoff = time.monotonic() - LATENCY_WINDOW_S
         while self._latencies and self._latencies[0][0] < cutoff:
             self._latencies.popleft()
+        while self._caching and self._caching[0][0] < cutoff:
+            self._caching.popleft()
         queues = self._manager.queue_depths()
         for model in self._counts.keys() | queues.keys():
             counts = self._counts.setdefault(model, _ModelCounts())
@@ -96,6 +102,9 @@ class GatewaySampler:
             value = percentile(values, fraction)
             if value is not None:
                 yield Point.of(name, value, model=model)
+        cache = cache_reuse((cached, prompt) for _, m, cached, prompt in self._caching if m == model)
+        if cache is not None:
+            yield Point.of("prompt_cache_reuse", cache[1], model=model)
 
 
 class ProcessSampler:

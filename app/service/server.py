@@ -11,24 +11,29 @@ import os
 import secrets
 import signal
 import socket
+import sys
+import threading
 import time
 from collections.abc import Callable, Generator
-from dataclasses import dataclass
+from dataclasses import astuple, dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
 import aiohttp
 import uvicorn
 
+from app.hardware.detect import detect_hardware
 from app.hub.cache import default_cache_dir
 from app.hub.library import ModelSpec, external_model, known_models
 from app.installs.available import available_engines
+from app.interrupt import kill_descendants
 from app.keys import ApiKey, load_api_key
-from app.paths import AppPaths, write_private
+from app.paths import AppPaths, make_private_dirs, make_private_file, write_private
 from app.service.advisor import Advisor
 from app.service.asgi import LOOPBACK_HOSTS, openai_error
 from app.service.bench_routes import BenchRoutes
 from app.service.bench_runs import BenchRuns
+from app.service.connection_cap import connection_caps, raise_open_file_limit
 from app.service.control import ControlApi, EndpointInfo
 from app.service.engines import EngineManager, LifecyclePolicy
 from app.service.events import EventBus
@@ -36,6 +41,7 @@ from app.service.gateway import Gateway, GatewayConfig
 from app.service.http_server import HttpLimits, HttpServer
 from app.service.hub_routes import HubRoutes, hub_endpoint
 from app.service.lan import allowed_hosts
+from app.service.memory_budget import configured_budget, default_budget
 from app.service.metrics_pipeline import MetricsPipeline
 from app.service.remote_routes import RemoteRoutes
 from app.service.remotes import RemoteRegistry
@@ -44,12 +50,14 @@ from app.service.series_history import SeriesHistory
 from app.service.settings_routes import RunningValues, SettingsRoutes
 from app.service.tls import TlsError, TlsIdentity, endpoint_identity
 from app.service.upstream import UpstreamPool
+from app.service.uvicorn_cap import capped_protocol
 from app.settings import is_loopback_address
 from engines.processes import reap_leftover_engines
 from engines.states import EngineState
 from engines.supervisor import SupervisorPolicy
 
 log = logging.getLogger("modeldeck.service")
+SHUTDOWN_DEADLINE_S = 1.8  # from Ctrl-C to the end of the process, whatever the stop waits on
 
 
 class ServiceError(Exception):
@@ -77,6 +85,8 @@ class ServeOptions:
     tls: str = "auto"  # "auto": HTTPS when the endpoint listens beyond loopback; "on"; "off" (app.service.tls)
     tls_cert: Path | None = None  # the user's certificate and key; None: ModelDeck's own, made on first use
     tls_key: Path | None = None
+    max_connections: int | None = None  # on the OpenAI endpoint; None: from the open-file limit (connection_cap)
+    slot_routing: bool = True  # conversations to the llama-server slot holding their prefix (app.service.slot_router)
 
 
 class _Server(uvicorn.Server):
@@ -121,21 +131,23 @@ def bind_socket(host: str, port: int, what: str) -> socket.socket:
     return sock
 
 
-def _uvicorn_server(app: Callable[..., object], tls: TlsIdentity | None = None) -> _Server:
+def _uvicorn_server(app: Callable[..., object], max_connections: int, tls: TlsIdentity | None = None) -> _Server:
     # No proxy-headers middleware: clients' X-Forwarded-* are not to be believed, and it costs every request.
     config = uvicorn.Config(
-        app, http="httptools", loop="none", lifespan="off", access_log=False, log_level="warning",
+        app, http=capped_protocol(max_connections), loop="none", lifespan="off", access_log=False, log_level="warning",
         proxy_headers=False, timeout_graceful_shutdown=2, timeout_keep_alive=30,
         ssl_certfile=tls.cert_path if tls else None, ssl_keyfile=tls.key_path if tls else None,
     )  # fmt: skip
     return _Server(config)
 
 
-def _gateway_server(gateway: Gateway, which: str, max_body_bytes: int, tls: TlsIdentity | None) -> _Listener:
+def _gateway_server(
+    gateway: Gateway, which: str, max_body_bytes: int, max_connections: int, tls: TlsIdentity | None
+) -> _Listener:
     if which == "uvicorn":
-        return _uvicorn_server(gateway, tls)
-    context = tls.server_context() if tls else None
-    return HttpServer(gateway, _error_body, HttpLimits(max_body_bytes=max_body_bytes), context)
+        return _uvicorn_server(gateway, max_connections, tls)
+    limits = HttpLimits(max_body_bytes=max_body_bytes, max_connections=max_connections)
+    return HttpServer(gateway, _error_body, limits, tls.server_context() if tls else None)
 
 
 def _error_body(status: int, message: str) -> bytes:
@@ -151,14 +163,49 @@ class Service:
         self.paths = paths
         self._policy = policy
         self._stop = asyncio.Event()
+        self._stopped = threading.Event()  # the orderly stop is over
+        self._signalled_at = 0.0
 
     def request_stop(self) -> None:
         self._stop.set()
 
+    def _on_signal(self, sig: signal.Signals) -> None:
+        """SIGTERM: an orderly stop, as long as it takes. Ctrl-C: the same, but over within SHUTDOWN_DEADLINE_S; a
+        second Ctrl-C, or the deadline, ends the process at once (the engines die with it: _exec_wrapper.py)."""
+        if sig != signal.SIGINT:
+            self.request_stop()
+            return
+        if self._signalled_at:
+            self._force_exit(sig)
+        self._signalled_at = time.monotonic()
+        self.request_stop()
+        threading.Thread(target=self._deadline, args=(sig,), name="shutdown-deadline", daemon=True).start()
+
+    def _deadline(self, sig: signal.Signals) -> None:
+        if not self._stopped.wait(SHUTDOWN_DEADLINE_S):
+            log.error("the orderly stop took over %.1f s; ending now", SHUTDOWN_DEADLINE_S)
+            self._force_exit(sig)
+        # Stopped in time; what is left is the interpreter's own exit (thread pools joined, modules torn down),
+        # which has nothing more to save: it gets until the deadline too.
+        time.sleep(max(0.0, SHUTDOWN_DEADLINE_S - (time.monotonic() - self._signalled_at)))
+        self._force_exit(sig, code=0)
+
+    def _force_exit(self, sig: signal.Signals, code: int | None = None) -> None:
+        if code is None:
+            kill_descendants()
+            for path in (self.paths.service_file, self.paths.control_token_file):
+                with contextlib.suppress(OSError):
+                    path.unlink()
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(OSError, ValueError):
+                stream.flush()
+        os._exit(128 + sig if code is None else code)
+
     async def run(self) -> None:
         options, paths = self.options, self.paths
-        for directory in (paths.config, paths.data, paths.logs, paths.state):
-            directory.mkdir(parents=True, exist_ok=True)
+        make_private_dirs(paths)
+        for database in (paths.requests_db, paths.metrics_db, paths.calibration_db):
+            make_private_file(database)
         models = known_models(paths, options.models_dirs) | {
             model_id: external_model(model_id, url) for model_id, url in options.upstreams
         }
@@ -213,8 +260,14 @@ class Service:
     ) -> None:
         options, paths = self.options, self.paths
         bus = EventBus()
+        budget = (
+            configured_budget(options.max_loaded_bytes)
+            if options.max_loaded_bytes is not None
+            else default_budget(await asyncio.to_thread(detect_hardware, paths.models_dir))
+        )
+        log.info("memory budget of the engines: %s MiB (%s)", (budget.bytes or 0) >> 20, budget.source)
         lifecycle = LifecyclePolicy(
-            options.idle_ttl_s, options.max_loaded_bytes, options.max_waiting, dict(options.model_ttls)
+            options.idle_ttl_s, budget.bytes, options.max_waiting, dict(options.model_ttls), budget.source
         )
         manager = EngineManager(models, paths, bus, self._policy, lifecycle, available_engines(paths))
         request_log = RequestLog(paths.requests_db, bus)
@@ -234,7 +287,11 @@ class Service:
         # Engines' own /metrics are scraped once a second: off the hot path, so aiohttp is fine there.
         scrape_session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=5))
         gateway_config = GatewayConfig(
-            key_value, allowed, frozenset(options.cors_origins), log_request_text=options.log_request_text
+            key_value,
+            allowed,
+            frozenset(options.cors_origins),
+            log_request_text=options.log_request_text,
+            slot_routing=options.slot_routing,
         )
         gateway = Gateway(manager, gateway_config, pool, request_log)
         advisor = Advisor(paths)
@@ -271,13 +328,16 @@ class Service:
             settings,
             bench,
         )
+        caps = connection_caps(raise_open_file_limit(), options.max_connections)
+        log.info("connections kept open at most: %s on the OpenAI endpoint, %s on the control API", *astuple(caps))
         servers: list[tuple[_Listener, socket.socket]] = [
-            (_gateway_server(gateway, options.gateway_server, gateway_config.max_body_bytes, tls), gateway_sock),
-            (_uvicorn_server(control), control_sock),
-        ]
+            (_gateway_server(gateway, options.gateway_server, gateway_config.max_body_bytes, caps.gateway, tls),
+             gateway_sock),
+            (_uvicorn_server(control, caps.control), control_sock),
+        ]  # fmt: skip
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(sig, self.request_stop)
+            loop.add_signal_handler(sig, self._on_signal, sig)
         tasks = [asyncio.create_task(server.serve_socket(sock)) for server, sock in servers]
         preloads: list[asyncio.Task[None]] = [
             asyncio.create_task(manager.stop_idle_engines()),
@@ -314,12 +374,14 @@ class Service:
             await manager.stop_all()
             await asyncio.gather(*tasks, return_exceptions=True)
             pool.close()
+            await gateway.close()
             await scrape_session.close()
             await asyncio.to_thread(request_log.close)
             for sig in (signal.SIGINT, signal.SIGTERM):
                 loop.remove_signal_handler(sig)
             paths.service_file.unlink(missing_ok=True)
             paths.control_token_file.unlink(missing_ok=True)
+            self._stopped.set()
 
     async def _start_model(self, manager: EngineManager, model_id: str) -> None:
         state = await manager.start(model_id)

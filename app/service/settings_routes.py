@@ -8,7 +8,6 @@ the key's user-only file) on a thread; they are never logged, and the Hugging Fa
 from __future__ import annotations
 
 import asyncio
-import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -17,6 +16,7 @@ from app.hub.token import TokenStoreError, clear_token, read_token, save_token
 from app.keys import ApiKey, KeyNotReplaceable, replace_api_key
 from app.paths import AppPaths
 from app.service.asgi import BodyTooLarge, ClientGone, Receive, Send, openai_error, read_body, send_json
+from app.service.json_body import load_json
 from app.service.lan import is_unspecified, lan_addresses, local_addresses
 from app.settings import (
     RESTART_FIELDS,
@@ -207,7 +207,7 @@ def _clear_token() -> bool:
 
 async def _json_body(receive: Receive) -> dict[str, Any]:
     try:
-        body = json.loads(await read_body(receive, MAX_BODY) or b"{}")
+        body = load_json(await read_body(receive, MAX_BODY) or b"{}")
     except BodyTooLarge:
         raise _Refused(413, f"The body is over {MAX_BODY} bytes.", "invalid_request_error") from None
     except ValueError:

@@ -26,6 +26,20 @@ _DRAIN_S = 2.0  # how long the end of an answer nobody reads is awaited, to keep
 _PAUSE_AFTER = 64  # body pieces buffered for a reader that does not keep up before the engine is paused
 
 
+@dataclass(frozen=True, slots=True)
+class AnswerLimits:
+    """Bounds on an answer from a server ModelDeck did not start (`--remote`, `--upstream`): its size, and how
+    long it may go silent or take in all. Engines ModelDeck runs on loopback are trusted to end their answers."""
+
+    max_head_bytes: int = 64 * 1024
+    max_bytes: int = 256 * 1024 * 1024  # head and body: a long completion, or 2048 embeddings of 4096 floats
+    idle_s: float = 300.0  # no byte at all: a non-streamed answer's head comes when it is done
+    total_s: float = 3600.0
+
+
+REMOTE_LIMITS = AnswerLimits()
+
+
 class UpstreamError(Exception):
     """The engine could not be reached, closed the connection early, or answered something that is not HTTP."""
 
@@ -43,9 +57,10 @@ class Endpoint:
     port: int
     head: bytes  # request line and headers up to `Content-Length: `
     tls: bool = False  # https: a remote endpoint (engines on loopback are plain http)
+    limits: AnswerLimits | None = None  # None: an engine ModelDeck started
 
     @classmethod
-    def post(cls, url: str, bearer: str) -> Endpoint:
+    def post(cls, url: str, bearer: str, limits: AnswerLimits | None = None) -> Endpoint:
         """`bearer` "" sends no Authorization header (a remote that needs no key)."""
         parts = urlsplit(url)
         if parts.scheme not in ("http", "https") or parts.hostname is None:
@@ -58,7 +73,7 @@ class Endpoint:
             f"POST {parts.path or '/'} HTTP/1.1\r\nHost: {host_header}:{port}\r\n{authorization}"
             "Content-Type: application/json\r\nAccept-Encoding: identity\r\nContent-Length: "
         )
-        return cls(parts.hostname, port, head.encode("latin-1"), tls)
+        return cls(parts.hostname, port, head.encode("latin-1"), tls, limits)
 
     def request(self, body: bytes) -> bytes:
         return b"".join((self.head, b"%d\r\n\r\n" % len(body), body))
@@ -197,6 +212,11 @@ class _Connection(asyncio.Protocol):
         self.paused = False
         self.received = False  # any byte of the current answer
         self._keep_alive = False  # the current answer leaves the connection open
+        self._limits: AnswerLimits | None = None  # of the current answer
+        self._size = self._head_size = 0
+        self._last_read = self._deadline = 0.0
+        self._watchdog: asyncio.TimerHandle | None = None
+        self._overflow: str | None = None  # why a parser callback stopped the answer
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self._transport = cast(asyncio.Transport, transport)  # uvloop's transports do not subclass asyncio's
@@ -207,10 +227,12 @@ class _Connection(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         self.received = True
         response = self._response  # the parser may finish the answer and let it go
+        if self._limits is not None and not self._count(len(data)):
+            return
         try:
             self._parser.feed_data(data)
         except httptools.HttpParserError as exc:
-            self._abort(UpstreamError(f"the engine's answer is not valid HTTP: {exc}"))
+            self._abort(UpstreamError(self._overflow or f"the engine's answer is not valid HTTP: {exc}"))
             return
         if response is not None:
             if response._pending:  # one write to the client for all the body pieces of this read
@@ -226,12 +248,51 @@ class _Connection(asyncio.Protocol):
         if self._response is not None:
             self._response._fail(UpstreamError("the engine closed the connection"))
 
-    def send(self, request: bytes) -> Response:
+    def send(self, request: bytes, limits: AnswerLimits | None = None) -> Response:
         assert self._transport is not None
         self._response = Response(self)
         self.received = False
+        self._limits = limits
+        if limits is not None:
+            now = asyncio.get_running_loop().time()
+            self._size = self._head_size = 0
+            self._last_read, self._deadline, self._overflow = now, now + limits.total_s, None
+            self._watch()
         self._transport.write(request)
         return self._response
+
+    def _count(self, size: int) -> bool:
+        """Note `size` more bytes of a limited answer; False (and the answer failed) past its size limit."""
+        assert self._limits is not None
+        self._size += size
+        self._last_read = asyncio.get_running_loop().time()
+        if self._size > self._limits.max_bytes:
+            self._abort(UpstreamError(f"the answer is over the limit of {self._limits.max_bytes} bytes"))
+            return False
+        return True
+
+    def _watch(self) -> None:
+        """Fail a limited answer that goes silent for `idle_s` (not counting while the client holds it back)
+        or lasts past `total_s`; else look again when the next of those could be reached."""
+        limits, self._watchdog = self._limits, None
+        if limits is None or self._response is None or self.closed:
+            return
+        now = asyncio.get_running_loop().time()
+        if self.paused:
+            self._last_read = now
+        if now >= self._deadline:
+            self._abort(UpstreamError(f"the answer took longer than {limits.total_s:g} s"))
+        elif now - self._last_read >= limits.idle_s:
+            self._abort(UpstreamError(f"nothing arrived for {limits.idle_s:g} s"))
+        else:
+            wake = min(self._last_read + limits.idle_s, self._deadline)
+            self._watchdog = asyncio.get_running_loop().call_at(wake, self._watch)
+
+    def _unwatch(self) -> None:
+        self._limits = None
+        if self._watchdog is not None:
+            self._watchdog.cancel()
+            self._watchdog = None
 
     async def answer(self) -> Response:
         """Wait for the head of the answer to the request just sent."""
@@ -245,6 +306,7 @@ class _Connection(asyncio.Protocol):
 
     def finish(self, reusable: bool) -> None:
         self._response = None
+        self._unwatch()
         if reusable and self._keep_alive and not self.closed and len(self._idle) < (self._idle.maxlen or 0):
             if self.paused:
                 self.resume()
@@ -264,6 +326,7 @@ class _Connection(asyncio.Protocol):
 
     def close(self) -> None:
         self.closed = True
+        self._unwatch()
         if self._transport is not None:
             self._transport.close()
 
@@ -284,6 +347,11 @@ class _Connection(asyncio.Protocol):
 
     # httptools callbacks
     def on_header(self, name: bytes, value: bytes) -> None:
+        if self._limits is not None:
+            self._head_size += len(name) + len(value) + 4
+            if self._head_size > self._limits.max_head_bytes:
+                self._overflow = f"the answer's headers are over the limit of {self._limits.max_head_bytes} bytes"
+                raise UpstreamError(self._overflow)  # stops the parser: data_received fails the answer
         if self._response is not None:
             self._response.headers.append((name.lower(), value))
 
@@ -299,6 +367,9 @@ class _Connection(asyncio.Protocol):
             self._response._push(body)
 
     def on_message_complete(self) -> None:
+        if self._watchdog is not None:
+            self._watchdog.cancel()
+            self._watchdog = None
         if self._response is not None:
             self._response._complete()
 
@@ -324,7 +395,7 @@ class UpstreamPool:
             connection = idle.pop()
             if connection.closed:
                 continue
-            response = connection.send(request)
+            response = connection.send(request, endpoint.limits)
             try:
                 return await connection.answer()
             except UpstreamError:
@@ -338,7 +409,7 @@ class UpstreamPool:
                 raise
             break
         connection = await self._connect(endpoint)
-        response = connection.send(request)
+        response = connection.send(request, endpoint.limits)
         try:
             return await connection.answer()
         except UpstreamError as exc:

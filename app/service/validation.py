@@ -82,6 +82,30 @@ def messages(value: Any) -> str | None:
         content = message.get("content")
         if content is not None and not isinstance(content, str | list):
             return f"[{index}].content must be a string or an array of parts"
+        if isinstance(content, list):
+            for number, part in enumerate(content):
+                problem = _part_problem(part)
+                if problem is not None:
+                    return f"[{index}].content[{number}]{problem}"
+    return None
+
+
+def _part_problem(part: Any) -> str | None:
+    """What is wrong with one content part. Images only inline: an engine with a vision model fetches an
+    image URL itself, from this machine, which would let any client reach the user's network through it."""
+    if not isinstance(part, dict) or not isinstance(part.get("type"), str):
+        return " must be an object with a `type`"
+    if part["type"] != "image_url":
+        return None
+    image = part.get("image_url")
+    url = image.get("url") if isinstance(image, dict) else image
+    if not isinstance(url, str):
+        return ".image_url must be an object with a `url`"
+    if url[:5].lower() != "data:":
+        return (
+            ".image_url.url must be a data: URL (data:image/png;base64,...): image URLs are not fetched, "
+            "send the image inline"
+        )
     return None
 
 

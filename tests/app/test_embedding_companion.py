@@ -133,7 +133,8 @@ def test_the_companion_counts_under_the_memory_cap(
 ) -> None:
     """Two models fit under the cap, not two and a companion: starting the companion stops the idle other model.
     The cap is set from the service's own predictions (no calibration yet when the models start: the second model
-    runs on llama-cpp-python, whose measurements do not correct llama-server's)."""
+    runs on llama-cpp-python, named since llama-server is the default here, whose measurements do not correct
+    llama-server's; its prompt cache counts)."""
     monkeypatch.setenv(LLAMA_SERVER_ENV, str(llama_server_binary))
     paths.models_dir.mkdir(parents=True)
     (paths.models_dir / "second.gguf").write_bytes(bundled_gguf.read_bytes())
@@ -143,9 +144,11 @@ def test_the_companion_counts_under_the_memory_cap(
     companion = companion_plan(plan)
     companion_peak = llama_cpp_memory(facts, companion.context_length, batch=companion.batch_size).ram
     assert companion_peak // 2 < model_peak
-    service = start_service_process(paths, tmp_path, "--max-memory", str(2 * model_peak + companion_peak // 2))
+    cap = 2 * model_peak + plan.prompt_cache_bytes + companion_peak // 2
+    service = start_service_process(paths, tmp_path, "--max-memory", str(cap))
     try:
-        assert service.client.start_model("second", wait=True)["state"] == "ready"
+        second = service.client.start_model("second", wait=True, overrides={"engine": "llama-cpp-python"})
+        assert second["state"] == "ready" and second["engine"] == "llama-cpp-python"
         assert start_on_llama_server(service, parallel=1)["plan"]["context"] == plan.context_length
         assert model_state(service, "second")["state"] == "ready"  # two models fit
 

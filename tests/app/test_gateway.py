@@ -19,7 +19,7 @@ import pytest
 
 from app.hub.library import BUNDLED_ID
 from app.paths import AppPaths
-from app.planner.defaults import DEFAULT_CONTEXT
+from app.planner.defaults import DEFAULT_CONTEXT, default_plan
 from app.planner.facts import facts_from_gguf
 from app.planner.memory import llama_cpp_memory
 from engines.gguf import read_gguf_info
@@ -250,8 +250,12 @@ def test_two_models_alternate_under_a_memory_cap_and_idle_ttl(
 ) -> None:
     paths.models_dir.mkdir(parents=True)
     (paths.models_dir / "second.gguf").write_bytes(bundled_gguf.read_bytes())
-    # The cap counts the planner's predicted peak of each engine's default plan: room for one model at a time.
-    peak = llama_cpp_memory(facts_from_gguf(read_gguf_info(bundled_gguf)), DEFAULT_CONTEXT).ram
+    # The cap counts the planner's predicted peak of each engine's default plan, its prompt cache included: room for
+    # one model at a time.
+    info = read_gguf_info(bundled_gguf)
+    peak = (
+        llama_cpp_memory(facts_from_gguf(info), DEFAULT_CONTEXT).ram + default_plan(BUNDLED_ID, info).prompt_cache_bytes
+    )
     cap = str(peak * 3 // 2)
     service = start_service_process(paths, tmp_path, "--max-memory", cap, "--idle-ttl", "3")
     try:

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from app.hub.cache import RepoCache, UnsafeName, check_filename
-from app.hub.download import RetryPolicy, download_files, resolve
+from app.hub.download import RetryPolicy, _open_partial, download_files, resolve
 from app.hub.errors import OFFLINE_MESSAGE, HubError, OfflineError
 from app.hub.hub_api import ModelDetails, model_details, search_models
 from app.hub.library import known_models
@@ -326,3 +326,32 @@ def test_429_past_every_retry_says_so_and_keeps_nothing_broken(
         fetch(hub, "org/m", "m.gguf", cache_dir)
     hub.faults.too_many_times = 0
     assert fetch(hub, "org/m", "m.gguf", cache_dir).read_bytes() == gguf_slice
+
+
+def test_a_link_planted_where_the_partial_belongs_is_never_written_through(
+    hub: FakeHub, gguf_slice: bytes, cache_dir: Path, tmp_path: Path
+) -> None:
+    """Whoever can write in the cache could point the partial at a file of the user's: the download must refuse,
+    and the file it points at keep its bytes."""
+    add_repo(hub, "org/m", {"m.gguf": gguf_slice})
+    victim = tmp_path / "precious.txt"
+    victim.write_bytes(b"the user's own words\n")
+    partial = RepoCache(cache_dir, "org/m").incomplete(sha256(gguf_slice))
+    partial.parent.mkdir(parents=True)
+    partial.symlink_to(victim)
+    with pytest.raises(HubError, match="symbolic link"):
+        fetch(hub, "org/m", "m.gguf", cache_dir)
+    assert victim.read_bytes() == b"the user's own words\n"
+    assert hub.downloads("m.gguf") == []
+
+
+def test_the_partial_is_opened_without_following_a_link(tmp_path: Path) -> None:
+    """The check above runs before each attempt; a link planted between it and the open is refused by O_NOFOLLOW."""
+    victim = tmp_path / "precious.txt"
+    victim.write_bytes(b"kept")
+    link = tmp_path / "blob.incomplete"
+    link.symlink_to(victim)
+    for have in (0, 2):
+        with pytest.raises(OSError, match="symbolic links"):
+            _open_partial(link, have)
+    assert victim.read_bytes() == b"kept"

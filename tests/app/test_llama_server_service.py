@@ -16,6 +16,7 @@ from app.client import ControlError
 from app.hub.library import BUNDLED_ID
 from app.installs.available import LLAMA_SERVER_ENV
 from app.paths import AppPaths
+from app.planner.defaults import DEFAULT_SLOTS
 from tests.conftest import RunningService, start_service_process, stop_service_process, wait_for
 
 PARALLEL = 4
@@ -97,5 +98,33 @@ def test_asking_for_llama_server_where_none_is_built_is_refused_clearly(
         assert "llama-server cannot run here" in str(refused.value)
         assert "modeldeck engines build llama-server" in str(refused.value)
         assert model_state(service)["state"] == "stopped"  # nothing was started, nothing lost
+        # Without llama-server the default engine stays llama-cpp-python, one request at a time.
+        started = service.client.start_model(BUNDLED_ID, wait=True)
+        assert started["state"] == "ready" and started["engine"] == "llama-cpp-python"
+        assert started["plan"]["parallel"] == 1
+    finally:
+        stop_service_process(service)
+
+
+def test_llama_server_is_the_default_engine_where_it_is_built(
+    paths: AppPaths, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, llama_server_binary: Path
+) -> None:
+    """A model started with no engine named runs on llama-server with DEFAULT_SLOTS slots, so that a chat and a
+    script do not take turns in one prompt cache; naming llama-cpp-python still gets it."""
+    monkeypatch.setenv(LLAMA_SERVER_ENV, str(llama_server_binary))
+    service = start_service_process(paths, tmp_path, "--model", BUNDLED_ID)
+    try:
+        model = model_state(service)
+        assert model["state"] == "ready", service.client.logs(BUNDLED_ID)
+        assert model["engine"] == "llama-server" and model["plan"]["parallel"] == DEFAULT_SLOTS
+        reply = service.openai_client().chat.completions.create(
+            model=BUNDLED_ID, messages=[{"role": "user", "content": "Hi"}], max_tokens=4
+        )
+        assert reply.choices[0].message.content
+        assert model_state(service)["max_concurrent_requests"] == DEFAULT_SLOTS  # the gateway lets them through
+        service.client.stop_model(BUNDLED_ID)
+        started = service.client.start_model(BUNDLED_ID, wait=True, overrides={"engine": "llama-cpp-python"})
+        assert started["state"] == "ready" and started["engine"] == "llama-cpp-python"
+        assert started["plan"]["parallel"] == 1 and started["max_concurrent_requests"] == 1
     finally:
         stop_service_process(service)

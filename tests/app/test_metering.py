@@ -4,7 +4,17 @@ from __future__ import annotations
 
 import json
 
-from app.service.metering import StreamMeter, ends_with_done, split_done, usage_event
+import pytest
+
+from app.service.metering import (
+    PromptCache,
+    StreamMeter,
+    cache_reuse,
+    ends_with_done,
+    prompt_cache,
+    split_done,
+    usage_event,
+)
 
 
 def event(delta: dict[str, str], finish: str | None = None) -> bytes:
@@ -49,3 +59,31 @@ def test_usage_event_goes_before_done() -> None:
     usage = json.loads(usage_event({"id": "c1", "model": "m", "object": "chat.completion.chunk"}, 7, 3)[6:])
     assert usage["choices"] == [] and usage["id"] == "c1"
     assert usage["usage"] == {"prompt_tokens": 7, "completion_tokens": 3, "total_tokens": 10}
+
+
+def test_llama_server_timings_on_the_last_event_give_the_cached_prompt_tokens() -> None:
+    """The last event of a llama-server stream without include_usage: finish_reason and `timings`."""
+    meter = StreamMeter(started=0.0)
+    meter.feed(event({"content": "x"}))
+    last = {"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}], "object": "chat.completion.chunk",
+            "timings": {"cache_n": 120, "prompt_n": 30, "prompt_ms": 80.5, "predicted_n": 1}}  # fmt: skip
+    meter.feed(b"data: " + json.dumps(last).encode() + b"\n\ndata: [DONE]\n\n")
+    assert meter.timings is not None and meter.usage is None
+    assert prompt_cache(meter.usage, meter.timings) == PromptCache(prompt_tokens=150, cached_tokens=120)
+
+
+def test_openai_cached_tokens_win_and_unknown_stays_unknown() -> None:
+    usage = {"prompt_tokens": 200, "prompt_tokens_details": {"cached_tokens": 150}}
+    assert prompt_cache(usage, {"cache_n": 1, "prompt_n": 1}) == PromptCache(200, 150)
+    assert prompt_cache({"prompt_tokens": 200}, None) == PromptCache(200, None)  # e.g. llama-cpp-python
+    assert prompt_cache({"prompt_tokens": 200, "prompt_tokens_details": None}, None) == PromptCache(200, None)
+    assert prompt_cache(None, {"cache_n": "12", "prompt_n": 3}) == PromptCache(None, None)  # not counts
+    assert prompt_cache(None, {"cache_n": -1, "prompt_n": 3}) == PromptCache(None, None)
+    assert prompt_cache(None, None) == PromptCache(None, None)
+
+
+def test_cache_reuse_counts_only_requests_that_report_it() -> None:
+    assert cache_reuse([(None, 100), (None, None)]) is None
+    assert cache_reuse([]) is None
+    cached, share = cache_reuse([(90, 100), (None, 1000), (0, 100), (10, 0)]) or (0, 0.0)
+    assert cached == 90 and share == pytest.approx(0.45)

@@ -1,15 +1,18 @@
-"""The planner picks llama-server over llama-cpp-python for several users when it is available here, with one slot
-per user (at most 64), and says why; `modeldeck recommend` prints it with the real build's command line."""
+"""The planner picks llama-server over llama-cpp-python when it is available here, with one slot per user (at least
+4, at most 64), and says why; without it, llama-cpp-python with a prompt cache sized from the memory plan.
+`modeldeck recommend` prints it with the real build's command line."""
 
 from __future__ import annotations
 
 import os
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 from app.hub.library import BUNDLED_ID
 from app.installs.available import LLAMA_SERVER_ENV
+from app.planner.defaults import DEFAULT_SLOTS, PROMPT_CACHE_STATES, prompt_cache_state_bytes
 from app.planner.plans import with_command
 from app.planner.recommend import recommend
 from engines.llama_server import LlamaServerEngine
@@ -37,11 +40,39 @@ def test_without_llama_server_several_users_take_turns_and_are_told_how_to_fix_i
     assert "modeldeck engines build llama-server" in result.best.reasons[0]
 
 
-def test_one_user_keeps_llama_cpp_python_even_with_llama_server_here(bundled_gguf: Path) -> None:
-    for use, users in (("chat", None), ("serve", 1)):
+def test_one_user_gets_llama_server_too_with_its_default_slots(bundled_gguf: Path) -> None:
+    """Changed with the engine defaults: one person's chat and a script of theirs each keep a slot (and its prompt
+    cache) instead of evicting each other on llama-cpp-python, so llama-server is chosen wherever it is here."""
+    for use, users, clients in (("chat", None, "a chat and a script"), ("serve", 1, "a chat and a script"),
+                                ("serve", 2, "2 users")):  # fmt: skip
         result = recommend(machine("laptop_8core_16gb"), bundled_variants(bundled_gguf), use, users=users,
                            llama_server=True)  # fmt: skip
-        assert result.best is not None and result.best.engine == "llama-cpp-python"
+        assert result.best is not None and result.best.engine == "llama-server"
+        assert result.best.parameters["parallel"] == DEFAULT_SLOTS
+        assert "prompt_cache" not in result.best.parameters
+        assert f"serves {clients} at once in {DEFAULT_SLOTS} parallel slots" in result.best.reasons[0]
+
+
+def test_without_llama_server_the_prompt_cache_is_sized_from_the_memory_plan(bundled_gguf: Path) -> None:
+    """llama-cpp-python keeps the states of PROMPT_CACHE_STATES conversations at full context, counted in the
+    memory the plan needs; fewer when only that much is free, none when not one fits."""
+    variants = bundled_variants(bundled_gguf)
+    roomy = recommend(machine("laptop_8core_16gb"), variants, "chat")
+    assert roomy.best is not None and roomy.best.engine == "llama-cpp-python"
+    one = prompt_cache_state_bytes(variants[0].facts, roomy.best.context, 512)
+    assert one is not None and one > variants[0].facts.kv_bytes_per_token() * roomy.best.context  # type: ignore[operator]
+    assert roomy.best.parameters["prompt_cache"] == PROMPT_CACHE_STATES * one
+    assert roomy.best.memory.part("prompt_cache").ram == PROMPT_CACHE_STATES * one
+    assert not roomy.best.memory.part("prompt_cache").resident_at_load
+    assert any(reason.startswith(f"prompt cache {3 * one >> 20} MiB") for reason in roomy.best.reasons)
+    without_cache = roomy.best.memory.ram - PROMPT_CACHE_STATES * one
+    budget = roomy.budgets["ram"]
+    for free_states, expected in ((1.5, 1), (0.5, 0)):
+        hw = machine("laptop_8core_16gb")
+        hw = replace(hw, ram_available=hw.ram_available - budget + without_cache + int(free_states * one))
+        tight = recommend(hw, variants, "chat")
+        assert tight.best is not None and tight.best.parameters["prompt_cache"] == expected * one
+    assert "prompt cache off" in " ".join(tight.best.reasons)
 
 
 def test_the_command_is_llama_servers_with_the_slots(bundled_gguf: Path) -> None:

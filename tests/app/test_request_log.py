@@ -3,13 +3,18 @@
 from __future__ import annotations
 
 import sqlite3
-from dataclasses import fields
+import subprocess
+import sys
+import textwrap
+import time
+from dataclasses import fields, replace
 from pathlib import Path
 
 from app.service.events import EventBus
 from app.service.metering import RequestRecord
 from app.service.request_log import RequestLog
 from app.service.request_text import RequestText
+from tests.conftest import REPO
 
 
 def record(request_id: str) -> RequestRecord:
@@ -36,3 +41,86 @@ def test_a_log_without_text_columns_gains_them(tmp_path: Path) -> None:
         rows = reopened.execute("SELECT id, prompt_text, completion_text FROM requests ORDER BY rowid").fetchall()
     reopened.close()
     assert rows == [("old", None, None), ("new", '"Once"', " upon"), ("plain", None, None)]
+
+
+FULL_DISK_SCRIPT = textwrap.dedent("""
+    import logging, resource, signal, sqlite3, sys, threading, time
+    from pathlib import Path
+    from app.service.events import EventBus
+    from app.service.request_log import RequestLog
+    from app.service.request_text import RequestText
+    from tests.app.test_request_log import record
+
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit then fails (EFBIG) instead of killing
+    database = Path(sys.argv[1])
+    wal = database.with_name(database.name + "-wal")
+    text = RequestText("/v1/completions", "x" * 20_000, stream=False, answer=[])
+
+    def stored() -> int:
+        reader = sqlite3.connect(database)
+        try:
+            return reader.execute("SELECT count(*) FROM requests").fetchone()[0]
+        except sqlite3.OperationalError:  # the writer has not created the table yet
+            return 0
+        finally:
+            reader.close()
+
+    failed, recovered = threading.Event(), threading.Event()
+
+    class Watch(logging.Handler):
+        def emit(self, entry: logging.LogRecord) -> None:
+            print(entry.getMessage(), file=sys.stderr, flush=True)
+            (failed if "cannot write" in entry.getMessage() else recovered).set()
+
+    logging.getLogger("modeldeck.requests").addHandler(Watch())
+    log = RequestLog(database, EventBus())
+    log.add(record("before"), text)
+    while stored() < 1:
+        time.sleep(0.05)
+    _, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+    # The disk is full: no file of this process may grow past the largest one there now.
+    resource.setrlimit(resource.RLIMIT_FSIZE, (max(database.stat().st_size, wal.stat().st_size), hard))
+    for index in range(200):
+        log.add(record(f"during-{index}"), text)
+    assert failed.wait(30), "the writer never said that the disk refused the records"
+    assert stored() == 1, stored()
+    assert len(log.recent(1000)) == 201 and log.aggregates(time.time() + 1)["m"]["requests"] == 201
+    resource.setrlimit(resource.RLIMIT_FSIZE, (hard, hard))  # space again
+    log.add(record("after"))
+    assert recovered.wait(30), "the writer never caught up"
+    log.close()
+    print("stored", stored(), flush=True)
+""")
+
+
+def test_a_full_disk_loses_no_request_record(tmp_path: Path) -> None:
+    """The disk filling up is simulated with RLIMIT_FSIZE in a child process (no file may grow: SQLite's write fails
+    as on a full disk, as "disk I/O error" rather than SQLITE_FULL; no mount needed). The writer keeps what it could
+    not write, the service's in-memory records and aggregates go on, and everything is written once space returns."""
+    result = subprocess.run(
+        [sys.executable, "-c", FULL_DISK_SCRIPT, str(tmp_path / "requests.sqlite")],
+        capture_output=True, text=True, timeout=120, cwd=REPO,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["stored", "202"], (result.stdout, result.stderr)
+    assert "cannot write the request log" in result.stderr and "written again" in result.stderr
+
+
+def test_cache_reuse_is_over_requests_whose_engine_reported_it_and_unknown_otherwise(tmp_path: Path) -> None:
+    log = RequestLog(tmp_path / "requests.sqlite", EventBus())
+    now = time.time()
+    log.add(replace(record("a"), time=now, model="no-cache-info"))
+    log.add(replace(record("b"), time=now, model="llama", prompt_tokens=100, prompt_cached_tokens=0, slot=1))
+    log.add(replace(record("c"), time=now, model="llama", prompt_tokens=300, prompt_cached_tokens=240, slot=1))
+    log.add(replace(record("d"), time=now, model="llama", prompt_tokens=50))  # this one reported nothing
+    summary = log.aggregates(60)
+    assert summary["no-cache-info"]["prompt_cache_reuse"] is None  # unknown, not 0
+    assert summary["no-cache-info"]["prompt_cached_tokens"] is None
+    assert summary["llama"]["prompt_cached_tokens"] == 240
+    assert summary["llama"]["prompt_cache_reuse"] == 240 / 400
+    assert 'modeldeck_tokens_total{model="llama",kind="prompt_cached"} 240' in log.prometheus({})
+    log.close()
+    with sqlite3.connect(tmp_path / "requests.sqlite") as database:
+        rows = database.execute("SELECT id, prompt_cached_tokens, slot FROM requests ORDER BY rowid").fetchall()
+    database.close()
+    assert rows == [("a", None, None), ("b", 0, 1), ("c", 240, 1), ("d", None, None)]

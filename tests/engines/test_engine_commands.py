@@ -10,6 +10,7 @@ import itertools
 from pathlib import Path
 
 import pytest
+import yaml
 
 from engines.base import EngineCommand, LaunchPlan
 from engines.sglang import SGLangEngine
@@ -79,7 +80,20 @@ def test_sglang_carries_the_plan() -> None:
     assert value(command.argv, "--tp-size") == str(plan.tensor_parallel_size)
     assert value(command.argv, "--context-length") == str(plan.context_length)
     assert "--enable-metrics" in command.argv
-    assert command.secrets == (KEY,) and value(command.argv, "--api-key") == KEY  # its only way to take a key
+
+
+def test_sglang_takes_its_key_from_a_private_options_file_not_the_command_line(tmp_path: Path) -> None:
+    """A command line is readable by every local user; SGLang's `--config` YAML file carries the key instead."""
+    engine = SGLangEngine(run_dir=tmp_path)
+    for plan in PLANS:
+        command = engine.build_command(plan, 41234, KEY)
+        assert not any(KEY in arg for arg in command.argv) and "--api-key" not in command.argv
+        options = Path(value(command.argv, "--config") or "")
+        assert options.parent == tmp_path and options.suffix == ".yaml" and list(command.files) == [options]
+        assert yaml.safe_load(command.files[options]) == {"api-key": KEY}
+        assert command.secrets == (KEY,)
+    assert not any(tmp_path.iterdir())  # the supervisor writes it (0600) when it starts the engine
+    assert engine.build_command(PLANS[0], 1, KEY).files.keys() != engine.build_command(PLANS[0], 2, KEY).files.keys()
 
 
 def test_tgi_keeps_the_key_off_the_command_line_and_stats_off() -> None:

@@ -8,6 +8,7 @@ import json
 import os
 import shutil
 import subprocess
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -111,7 +112,12 @@ def test_the_key_travels_in_the_environment_variable_llama_server_reads() -> Non
     assert "sekret" not in " ".join(command.argv)
     api_key_env = _options()["--api-key"]["env"]
     assert api_key_env == "LLAMA_API_KEY" and command.env[api_key_env] == "sekret"
-    assert command.env["OMP_WAIT_POLICY"] == "passive"  # see the adapter: spinning threads starve each other
+    # Changed with the engine defaults: passive waits unless the plan found the cores free (engines.base).
+    assert command.env["OMP_WAIT_POLICY"] == "passive"
+    spinning = LlamaServerEngine().build_command(replace(PLANS["cpu, one slot"], spin_wait=True), 8123, "sekret")
+    assert "OMP_WAIT_POLICY" not in spinning.env and spinning.env["LLAMA_API_KEY"] == "sekret"
+    idle_env = _options()["--cache-idle-slots"]["env"]  # the pinned build's name for it
+    assert command.env[idle_env] == "false"  # idle slots keep their KV for the gateway's slot routing
     assert command.secrets == ("sekret",)
     assert command.ready_path == "/health"
 

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import psutil
+import pytest
 from PySide6.QtWidgets import QApplication
 from pytestqt.qtbot import QtBot
 
@@ -124,6 +125,21 @@ def test_history_answer_then_live_samples(qtbot: QtBot) -> None:
     panel.refresh()
     assert panel.curve_data(series_key("system_cpu_percent", {})) == ([T0, T0 + 1, T0 + 2, T0 + 3], [1, 2, 3, 4])
     assert not panel.chart_shown("gpu")  # no GPU series: no GPU chart
+
+
+def test_prompt_cache_reuse_chart_appears_with_its_first_series_in_percent(qtbot: QtBot) -> None:
+    panel = shown_panel(qtbot)
+    panel.add_sample({"t": T0, "points": [["system_cpu_percent", {}, 5.0]]})
+    panel.refresh()
+    assert not panel.chart_shown("cache")  # no engine has reported cached prompt tokens: no chart, no guess
+    for second, share in ((1, 0.0), (2, 0.5), (3, 0.92)):
+        panel.add_sample({"t": T0 + second, "points": [["prompt_cache_reuse", {"model": "alpha"}, share]]})
+        panel.refresh()
+    assert panel.chart_shown("cache")
+    x, y = panel.curve_data(series_key("prompt_cache_reuse", {"model": "alpha"}))
+    assert x == [T0 + 1, T0 + 2, T0 + 3] and y == pytest.approx([0.0, 50.0, 92.0])  # a 0-1 share in percent
+    assert "prompt_cache_reuse model=alpha: 92 %" in panel.show_values_at(T0 + 3, "cache")
+    assert panel.plots["cache"].titleLabel.text == "Prompt cache reuse"
 
 
 def test_dashboard_in_the_main_window_shows_live_samples(qtbot: QtBot, main_window: MainWindow) -> None:

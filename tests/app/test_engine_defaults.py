@@ -1,0 +1,48 @@
+"""The engine defaults the planner chooses: OpenMP threads spin only where the cores are free of other work
+(measured by tests/bench/engine_defaults.py: spinning doubles decode on an idle machine and collapses on a busy
+one), one thread per physical core, and the wait policy reaching both llama.cpp engines' environment."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import psutil
+import pytest
+
+from app.planner.defaults import DEFAULT_SLOTS, default_plan, logical_cores, physical_cores, spin_wait_fits
+from engines.gguf import read_gguf_info
+from engines.llama_cpp import LlamaCppPythonEngine
+from engines.llama_server import LlamaServerEngine
+
+
+def test_threads_spin_only_where_each_finds_a_free_core() -> None:
+    cores = logical_cores()
+    assert spin_wait_fits(1, load=cores - 1.5)
+    assert spin_wait_fits(1, load=cores - 0.5)  # half a core of background work is tolerated
+    assert not spin_wait_fits(1, load=cores - 0.4)
+    assert not spin_wait_fits(cores, load=1.0)  # one busy core: a peer of the engine's would wait for it
+
+
+def test_without_a_load_given_the_plan_reads_the_machines(bundled_gguf: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    info = read_gguf_info(bundled_gguf)
+    monkeypatch.setattr(psutil, "getloadavg", lambda: (0.0, 0.0, 0.0))
+    assert default_plan("m", info).spin_wait is (physical_cores() <= logical_cores())
+    monkeypatch.setattr(psutil, "getloadavg", lambda: (logical_cores() + 1.0, 0.0, 0.0))
+    assert default_plan("m", info).spin_wait is False
+
+
+def test_the_wait_policy_reaches_both_llama_cpp_engines(bundled_gguf: Path) -> None:
+    info = read_gguf_info(bundled_gguf)
+    busy, idle = default_plan("m", info, load=100.0), default_plan("m", info, load=0.0)
+    assert busy.threads == idle.threads == physical_cores()
+    for engine in (LlamaCppPythonEngine(), LlamaServerEngine()):
+        assert engine.build_command(busy, 1, "k").env["OMP_WAIT_POLICY"] == "passive"
+        if idle.spin_wait:
+            assert "OMP_WAIT_POLICY" not in engine.build_command(idle, 1, "k").env
+
+
+def test_llama_server_gets_its_slots_and_llama_cpp_python_its_cache(bundled_gguf: Path) -> None:
+    info = read_gguf_info(bundled_gguf)
+    server, single = default_plan("m", info, "llama-server"), default_plan("m", info)
+    assert server.parallel == DEFAULT_SLOTS >= 2 and server.prompt_cache_bytes == 0
+    assert single.parallel == 1 and single.prompt_cache_bytes > 0

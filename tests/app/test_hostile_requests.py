@@ -1,0 +1,133 @@
+"""Hostile requests against a real service process: each gets a clear 4xx (or a 503 that says what to do without
+internals), the service logs no traceback, and it keeps serving."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import openai
+import pytest
+
+from app.hub.library import BUNDLED_ID
+from app.paths import AppPaths
+from tests.conftest import REPO, RunningService, free_port, start_service_process, stop_service_process
+
+DEEP = b"[" * 100_000 + b"]" * 100_000  # json.loads raises RecursionError on it
+NESTED_65 = b'{"model": "m", "prompt": "x", "user": ' + b"[" * 65 + b"]" * 65 + b"}"
+
+
+@pytest.fixture
+def idle_service(paths: AppPaths, tmp_path: Path) -> Iterator[RunningService]:
+    """The service with no engine started: every request here is refused before one would be."""
+    service = start_service_process(paths, tmp_path)
+    yield service
+    stop_service_process(service)
+
+
+def gateway(service: RunningService) -> httpx.Client:
+    return httpx.Client(
+        base_url=service.url.removesuffix("/v1"), headers={"Authorization": f"Bearer {service.api_key}"},
+        timeout=30, trust_env=False,
+    )  # fmt: skip
+
+
+def control(service: RunningService) -> httpx.Client:
+    address = service.client.address
+    headers = {"Authorization": f"Bearer {address.token}"}
+    return httpx.Client(base_url=address.control_url, headers=headers, timeout=30, trust_env=False)
+
+
+def test_deeply_nested_json_is_a_400_everywhere(idle_service: RunningService) -> None:
+    service = idle_service
+    with gateway(service) as v1, control(service) as api:
+        for route in ("/v1/chat/completions", "/v1/completions", "/v1/embeddings"):
+            for body in (DEEP, NESTED_65):
+                answer = v1.post(route, content=body, headers={"Content-Type": "application/json"})
+                assert answer.status_code == 400, (route, answer.text)
+                error = answer.json()["error"]
+                assert error["type"] == "invalid_request_error" and "not valid JSON" in error["message"]
+        for method, path, body in [
+            ("POST", f"/api/models/{BUNDLED_ID}/start", DEEP[:4000]),
+            ("POST", "/api/remotes", DEEP[:16_000]),
+            ("PUT", "/api/settings", DEEP[:16_000]),
+            ("POST", "/api/downloads", DEEP[:16_000]),
+            ("POST", "/api/bench", DEEP[:4000]),
+        ]:
+            answer = api.request(method, path, content=body)
+            assert answer.status_code == 400, (path, answer.status_code, answer.text)
+        assert v1.get("/v1/models").status_code == 200
+    assert service.client.health()["status"] == "ok"
+    assert "Traceback" not in service.output() and "RecursionError" not in service.output()
+
+
+def test_remote_image_urls_are_refused_and_inline_images_pass_the_check(idle_service: RunningService) -> None:
+    """An engine with a vision model fetches image URLs itself: a client could reach the user's network."""
+    service = idle_service
+    client = service.openai_client()
+    for url in ("http://169.254.169.254/latest/meta-data/", "file:///etc/passwd", "HTTPS://intranet/x.png"):
+        with pytest.raises(openai.BadRequestError) as refused:
+            client.chat.completions.create(model="absent", messages=[{"role": "user", "content": [
+                {"type": "text", "text": "What is this?"}, {"type": "image_url", "image_url": {"url": url}},
+            ]}])  # fmt: skip
+        assert refused.value.body["param"] == "messages"  # type: ignore[index]
+        assert "`messages` [0].content[1].image_url.url must be a data: URL" in refused.value.message
+    with pytest.raises(openai.NotFoundError):  # past the checks, to the unknown model
+        client.chat.completions.create(model="absent", messages=[{"role": "user", "content": [
+            {"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBORw0KGgo="}},
+        ]}])  # fmt: skip
+
+
+def test_a_model_that_cannot_start_answers_503_without_paths_or_logs(paths: AppPaths, tmp_path: Path) -> None:
+    paths.models_dir.mkdir(parents=True)
+    broken = paths.models_dir / "broken-model.gguf"
+    broken.write_bytes(b"GGUF" + bytes(100))
+    service = start_service_process(paths, tmp_path, "--model", "broken-model")
+    try:
+        with pytest.raises(openai.APIStatusError) as error:
+            service.openai_client().completions.create(model="broken-model", prompt="x", max_tokens=2)
+        assert error.value.status_code == 503
+        message = error.value.message
+        assert "could not be started" in message and "/api/models/broken-model/logs" in message
+        assert str(paths.models_dir) not in message and "GGUF version" not in message
+        # the reason stays where the user looks for it
+        model = next(m for m in service.client.models() if m["id"] == "broken-model")
+        assert str(broken) in model["message"] and "unsupported GGUF version" in model["message"]
+    finally:
+        stop_service_process(service)
+
+
+def test_cors_origin_null_is_refused_on_the_command_line(paths: AppPaths) -> None:
+    """`null` is the origin of sandboxed frames and file: pages: allowing it allows any page."""
+    for origin in ("null", "*", "http://localhost:3000/path"):
+        result = subprocess.run(
+            [sys.executable, "-m", "app", "serve", "--port", str(free_port()), "--cors-origin", origin],
+            capture_output=True, text=True, timeout=60, cwd=REPO, stdin=subprocess.DEVNULL,
+        )  # fmt: skip
+        assert result.returncode == 2, result.stderr
+        assert f"argument --cors-origin: {origin!r} is not an origin" in result.stderr
+        assert not paths.service_file.exists()
+
+
+def test_prometheus_labels_are_escaped(paths: AppPaths, tmp_path: Path) -> None:
+    """A model id with a quote and a line feed (ids come from file names and remote servers' lists) must not
+    forge a series in GET /metrics."""
+    with socket.socket() as closed:  # a port nothing listens on: the request fails upstream, and is counted
+        closed.bind(("127.0.0.1", 0))
+        port = closed.getsockname()[1]
+    evil = 'evil"} 1\nmodeldeck_forged 1\n#'
+    service = start_service_process(paths, tmp_path, "--upstream", f"{evil}=http://127.0.0.1:{port}")
+    try:
+        with pytest.raises(openai.APIStatusError):
+            service.openai_client().completions.create(model=evil, prompt="x", max_tokens=2)
+        with control(service) as api:
+            text = api.get("/metrics").text
+        assert not any(line.startswith("modeldeck_forged") for line in text.splitlines())
+        escaped = 'model="evil\\"} 1\\nmodeldeck_forged 1\\n#"'
+        assert f"modeldeck_requests_total{{{escaped},status=" in text
+    finally:
+        stop_service_process(service)

@@ -1,0 +1,34 @@
+"""Request bodies parsed with their nesting bounded."""
+
+from __future__ import annotations
+
+import pytest
+
+from app.service.json_body import MAX_DEPTH, BadJson, load_json
+
+
+def nested(depth: int) -> bytes:
+    return b'{"a": ' * (depth - 1) + b"[]" + b"}" * (depth - 1)
+
+
+def test_nesting_up_to_the_limit_is_read_and_one_more_level_refused() -> None:
+    assert load_json(nested(MAX_DEPTH)) is not None
+    with pytest.raises(BadJson, match=f"nested more than {MAX_DEPTH} levels deep"):
+        load_json(nested(MAX_DEPTH + 1))
+
+
+def test_a_body_deeper_than_the_interpreter_can_parse_is_bad_json_not_a_recursion_error() -> None:
+    with pytest.raises(BadJson, match="levels deep"):
+        load_json(b"[" * 200_000 + b"]" * 200_000)
+
+
+def test_many_brackets_side_by_side_are_not_depth() -> None:
+    body = b'{"messages": [' + b",".join([b'{"role": "user", "content": [{"type": "text"}]}'] * 500) + b"]}"
+    assert len(load_json(body)["messages"]) == 500
+    assert load_json('{"text": "' + "[" * 1000 + '"}') == {"text": "[" * 1000}
+
+
+@pytest.mark.parametrize("raw", [b"", b"{", b"\xff\xfe", b"NaN-ish", b'{"a": 1}}'])
+def test_what_is_not_json_is_bad_json(raw: bytes) -> None:
+    with pytest.raises(BadJson):
+        load_json(raw)
