@@ -17,7 +17,7 @@ import pytest
 
 from app.hub.task import Progress, Stopped, TaskState
 from app.installs.llama_server_build import BuildError, build_llama_server, cmake_flags
-from engines.llama_server import LlamaServerEngine, installed_builds, loaded_cpu_variant
+from engines.llama_server import LlamaServerEngine, cpu_variant, installed_builds
 
 MAIN_C = r"""
 #include <stdio.h>
@@ -165,29 +165,23 @@ def test_an_unknown_backend_is_refused(tmp_path: Path) -> None:
         cmake_flags(source, "rocm")
 
 
-PORTABLE_MAIN_C = r"""
-#include <stdio.h>
-#include <string.h>
-int main(int argc, char **argv) {
-    if (argc > 1 && strcmp(argv[1], "--version") == 0) {
-        fprintf(stderr, "load_backend: loaded CPU backend from ./libggml-cpu-haswell.so\n");
-        fprintf(stderr, "version: tiny-1 (test)\n");
-        return 0;
-    }
-    return 1;
-}
-"""
-# ggml's CPU variants as a portable build makes them: MODULE libraries beside the executable, built with it.
+# ggml's CPU variants as a portable build makes them: MODULE libraries beside the executable, built with it, each
+# scoring itself for this CPU (ggml loads the highest; 0: it cannot run here).
 PORTABLE_EXTRA = """
-add_library(ggml-cpu-x64 MODULE part1.c)
-add_library(ggml-cpu-haswell MODULE part2.c)
-set_target_properties(ggml-cpu-x64 ggml-cpu-haswell PROPERTIES LIBRARY_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/bin)
-add_dependencies(llama-server ggml-cpu-x64 ggml-cpu-haswell)
+file(WRITE ${CMAKE_BINARY_DIR}/x64.c "int ggml_backend_score(void) { return 1; }")
+file(WRITE ${CMAKE_BINARY_DIR}/haswell.c "int ggml_backend_score(void) { return 64; }")
+file(WRITE ${CMAKE_BINARY_DIR}/zen9.c "int ggml_backend_score(void) { return 0; }")
+add_library(ggml-cpu-x64 MODULE ${CMAKE_BINARY_DIR}/x64.c)
+add_library(ggml-cpu-haswell MODULE ${CMAKE_BINARY_DIR}/haswell.c)
+add_library(ggml-cpu-zen9 MODULE ${CMAKE_BINARY_DIR}/zen9.c)
+set_target_properties(ggml-cpu-x64 ggml-cpu-haswell ggml-cpu-zen9 PROPERTIES
+                      LIBRARY_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/bin)
+add_dependencies(llama-server ggml-cpu-x64 ggml-cpu-haswell ggml-cpu-zen9)
 """
 
 
 def test_a_portable_build_carries_its_cpu_variants_and_says_which_one_loads(tmp_path: Path) -> None:
-    source = tiny_project(tmp_path / "portable", PORTABLE_MAIN_C, PORTABLE_EXTRA)
+    source = tiny_project(tmp_path / "portable", extra=PORTABLE_EXTRA)
     result = build_llama_server(source, tmp_path / "builds", TaskState(), backend="cpu", version="9.9.9",
                                 portable=True)  # fmt: skip
 
@@ -196,10 +190,11 @@ def test_a_portable_build_carries_its_cpu_variants_and_says_which_one_loads(tmp_
     for flag in ("-DGGML_NATIVE=OFF", "-DGGML_BACKEND_DL=ON", "-DGGML_CPU_ALL_VARIANTS=ON", "-DBUILD_SHARED_LIBS=ON"):
         assert flag in result.flags
     assert "-DBUILD_SHARED_LIBS=OFF" not in result.flags
-    assert {p.name for p in directory.glob("libggml-cpu-*.so")} == {"libggml-cpu-x64.so", "libggml-cpu-haswell.so"}
+    variants = ["libggml-cpu-haswell.so", "libggml-cpu-x64.so", "libggml-cpu-zen9.so"]
+    assert sorted(p.name for p in directory.glob("libggml-cpu-*.so")) == variants
     info = json.loads((directory / "build-info.json").read_text())
     assert info["portable"] is True
-    assert info["cpu_variants"] == ["libggml-cpu-haswell.so", "libggml-cpu-x64.so"]
+    assert info["cpu_variants"] == variants
     installation = LlamaServerEngine(result.executable).detect()
     assert installation.installed and installation.detail.endswith("CPU variant haswell")
 
@@ -211,8 +206,8 @@ def test_a_portable_build_without_cpu_variants_is_refused(tmp_path: Path) -> Non
     assert installed_builds(tmp_path / "builds") == []
 
 
-def test_a_native_build_logs_no_cpu_variant() -> None:
-    assert loaded_cpu_variant("version: 1 (test)\nmain: loading model\n") is None
-    assert loaded_cpu_variant("load_backend: loaded CPU backend from /opt/e/libggml-cpu-sapphirerapids.so") == (
-        "sapphirerapids"
-    )
+def test_a_build_for_this_machine_has_no_cpu_variant(tmp_path: Path) -> None:
+    result = build_llama_server(tiny_project(tmp_path / "native"), tmp_path / "builds", TaskState(), backend="cpu",
+                                version="9.9.9")  # fmt: skip
+    assert cpu_variant(result.executable.parent) is None
+    assert "CPU variant" not in LlamaServerEngine(result.executable).detect().detail

@@ -19,6 +19,7 @@ import pytest
 
 from app import __version__
 from app.hub.library import BUNDLED_ID
+from engines.llama_server import cpu_variant
 from tests.conftest import free_port, wait_for
 
 PACKAGES_ENV = "MODELDECK_TEST_PACKAGES"
@@ -132,7 +133,7 @@ def test_packaged_engines_name_the_llama_server_it_carries_and_its_cpu_variant(u
     assert f"libggml-cpu-{variant.group(1)}.so" in carried
 
 
-def test_the_portable_llama_server_carries_cpu_variants_and_logs_the_one_it_loads(
+def test_the_portable_llama_server_carries_cpu_variants_and_loads_one(
     unpacked: Path, home: Path, tmp_path: Path
 ) -> None:
     (folder,) = unpacked.glob("engine-builds/llama-server-*-portable")
@@ -160,8 +161,8 @@ def test_the_portable_llama_server_carries_cpu_variants_and_logs_the_one_it_load
     finally:
         server.terminate()
         server.wait(timeout=30)
-    loaded = re.search(r"loaded CPU backend from (\S+)", log_path.read_text())
-    assert loaded and Path(loaded.group(1)).name in variants
+    # Built with GGML_BACKEND_DL, it has no CPU code of its own: a model that loads and answers means a variant loaded.
+    assert cpu_variant(folder) in {name.removeprefix("libggml-cpu-").removesuffix(".so") for name in variants}
 
 
 def test_the_deb_declares_what_it_needs_and_installs_a_working_binary(tmp_path: Path, home: Path) -> None:
