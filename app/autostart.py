@@ -12,6 +12,8 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from app.self_command import modeldeck_command
+
 APP_ID = "io.modeldeck.ModelDeck"
 DESKTOP_FILE = "modeldeck.desktop"
 RUN_KEY = r"Software\Microsoft\Windows\CurrentVersion\Run"
@@ -37,7 +39,7 @@ def launch_command() -> list[str]:
     if script.exists():
         return [str(script)]
     found = shutil.which("modeldeck")
-    return [found] if found else [sys.executable, "-m", "app"]
+    return [found] if found else modeldeck_command()
 
 
 def _desktop_quote(argument: str) -> str:

@@ -13,6 +13,7 @@ import sys
 import urllib.parse
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 from app.bench.prompts import DEFAULT_PROMPT_MODE, DEFAULT_TURNS, PROMPT_MODES
 from app.cli_engines import add_engine_commands, run_engines_command
@@ -27,6 +28,7 @@ from app.keys import load_api_key
 from app.paths import AppPaths, app_paths, make_private_dirs
 from app.planner.recommend import USES
 from app.settings import LoadedSettings, load_settings, origin_problem, with_models_dir
+from app.version import provenance
 from engines.logs import PrivateRotatingFileHandler
 
 
@@ -94,8 +96,20 @@ def _model_ttl(text: str) -> tuple[str, float | None]:
     return model_id, ttl
 
 
+class _PrintVersion(argparse.Action):
+    """`--version`, asking git for the commit only when it is given."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str, **kwargs: Any) -> None:
+        super().__init__(option_strings, dest, nargs=0, **kwargs)
+
+    def __call__(self, parser: argparse.ArgumentParser, *_args: object, **_kwargs: object) -> None:
+        print(provenance().line())
+        parser.exit()
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="modeldeck", description="Serve language models locally.")
+    parser.add_argument("--version", action=_PrintVersion, help="print the version and the build's git commit")
     commands = parser.add_subparsers(dest="command")
     serve = commands.add_parser("serve", help="run the service in the foreground (headless)")
     # Unset flags take the saved settings (app.settings); a flag given overrides them for this run.

@@ -23,6 +23,11 @@ def add_engine_commands(commands: argparse._SubParsersAction[argparse.ArgumentPa
     build.add_argument("--dest", type=Path, metavar="DIR", help="where builds go (default: ModelDeck's engine builds)")
     build.add_argument("--backend", choices=("cpu", "cuda", "metal"), help="default: what this machine's tools allow")
     build.add_argument("--jobs", type=int, metavar="N", help="parallel compile jobs (default: all cores)")
+    build.add_argument(
+        "--portable", action="store_true",
+        help="run on any CPU of this architecture: one CPU library per instruction-set level, the best loaded at "
+        "start (what packages ship; several times longer to build)",
+    )  # fmt: skip
 
 
 def run_engines_command(args: argparse.Namespace, paths: AppPaths) -> int:
@@ -33,8 +38,10 @@ def run_engines_command(args: argparse.Namespace, paths: AppPaths) -> int:
 
 def _list(paths: AppPaths) -> int:
     from app.installs.available import LLAMA_SERVER_ENV, available_engines
+    from app.version import provenance
     from engines.llama_server import installed_builds
 
+    print(f"{provenance().line()}\n")
     for name, engine in available_engines(paths).items():
         if name == "external":
             continue
@@ -90,7 +97,8 @@ def _build(args: argparse.Namespace, paths: AppPaths) -> int:
 
     def work() -> None:
         try:
-            outcome.append(build_llama_server(source, dest, state, backend=backend, jobs=args.jobs))
+            built = build_llama_server(source, dest, state, backend=backend, jobs=args.jobs, portable=args.portable)
+            outcome.append(built)
         except (BuildError, Stopped) as exc:
             outcome.append(exc)
         finally:

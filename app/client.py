@@ -8,7 +8,6 @@ import os
 import socket
 import ssl
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Iterator, Mapping
@@ -18,6 +17,7 @@ from typing import Any
 import httpx
 
 from app.paths import AppPaths
+from app.self_command import modeldeck_command
 
 START_TIMEOUT_S = 30.0
 HUB_TIMEOUT_S = 60.0  # the Hub may be slow; the service answers at once when it is unreachable
@@ -100,6 +100,11 @@ class ControlClient:
 
     def health(self) -> dict[str, Any]:
         result: dict[str, Any] = self._call("GET", "/api/health", timeout=2.0)
+        return result
+
+    def about(self) -> dict[str, Any]:
+        """The service's version and commit, and each engine's installation (GET /api/about)."""
+        result: dict[str, Any] = self._call("GET", "/api/about", timeout=120.0)
         return result
 
     def models(self) -> list[dict[str, Any]]:
@@ -400,7 +405,7 @@ class StartedService:
 def start_service(paths: AppPaths, port: int | None = None, timeout_s: float = START_TIMEOUT_S) -> StartedService:
     """Start `modeldeck serve` in the background and wait until its control API answers."""
     paths.logs.mkdir(parents=True, exist_ok=True)
-    command = [sys.executable, "-m", "app", "serve"]
+    command = [*modeldeck_command(), "serve"]
     if port is not None:
         command += ["--port", str(port)]
     with open(paths.logs / "service-stdout.log", "ab") as output:

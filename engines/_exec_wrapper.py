@@ -45,7 +45,10 @@ def _start_watcher() -> None:
             for fd in (0, 1, 2):  # the engine's output pipe must close when the engine exits, not the watcher
                 os.dup2(devnull, fd)
             # A command line of its own: in `ps` it is the watcher, not a second copy of the engine's command.
-            os.execv(sys.executable, [sys.executable, "-I", "-S", os.path.abspath(__file__), "--watch", value])
+            # A packaged (frozen) ModelDeck's executable runs scripts through its entry point, not python's flags
+            # (engines/python_entry.py, which this stdlib-only script cannot import).
+            script = ["--run-python-script"] if getattr(sys, "frozen", False) else ["-I", "-S"]
+            os.execv(sys.executable, [sys.executable, *script, os.path.abspath(__file__), "--watch", value])
         finally:
             os._exit(0)
     os.close(lifeline)  # the engine itself has no use for it

@@ -7,6 +7,7 @@ from importlib import metadata
 from pathlib import Path
 
 from engines.base import Capabilities, EngineCommand, Installation, LaunchPlan, openmp_wait_env
+from engines.python_entry import module_command, script_command
 
 DISTRIBUTION = "llama-cpp-python"
 # Its server with a prompt cache that counts all each entry holds (see the module): used when the plan has a cache.
@@ -35,10 +36,11 @@ class LlamaCppPythonEngine:
         return Installation(True, version, f"{DISTRIBUTION} {version} in {sys.prefix}")
 
     def build_command(self, plan: LaunchPlan, port: int, api_key: str) -> EngineCommand:
-        # -I: the script's directory, which holds this module, must not shadow the llama_cpp package.
-        server = ["-I", str(CACHED_SERVER)] if plan.prompt_cache_bytes > 0 else ["-m", "llama_cpp.server"]
+        # Isolated (-I): the script's directory, which holds this module, must not shadow the llama_cpp package.
+        cached = plan.prompt_cache_bytes > 0
+        server = script_command(CACHED_SERVER, site=True) if cached else module_command("llama_cpp.server")
         argv = [
-            sys.executable, *server,
+            *server,
             "--model", str(plan.model_path),
             "--model_alias", plan.model_id,
             "--host", "127.0.0.1",

@@ -6,7 +6,10 @@ with a build-info.json beside it, written by the build driver), or on PATH, in t
 
 from __future__ import annotations
 
+import ctypes
 import json
+import os
+import re
 import shutil
 import subprocess
 from collections.abc import Sequence
@@ -18,6 +21,27 @@ from engines.base import Capabilities, EngineCommand, Installation, LaunchPlan, 
 EXECUTABLE = "llama-server"
 BUILD_INFO = "build-info.json"
 MAX_PARALLEL = 64
+# A portable build's CPU code, one library per instruction-set level (libggml-cpu-haswell.so, ...). At start ggml
+# loads the one whose `ggml_backend_score()` is highest on this CPU (0: unsupported); the pinned build does not log
+# which at its default verbosity, so ModelDeck asks the same function.
+CPU_VARIANT = re.compile(r"libggml-cpu-([A-Za-z0-9_.]+)\.so")
+
+
+def cpu_variant(folder: Path) -> str | None:
+    """The CPU variant a portable llama-server in `folder` loads on this machine (`haswell`), by ggml's own scoring;
+    None for a build with its CPU code linked in (one made for this machine) or when no variant runs here."""
+    scores: dict[str, int] = {}
+    for library in sorted(folder.glob("libggml-cpu-*.so")):
+        match = CPU_VARIANT.fullmatch(library.name)
+        try:
+            score = ctypes.CDLL(str(library), mode=os.RTLD_LOCAL).ggml_backend_score
+        except (OSError, AttributeError):  # not loadable here, or not a ggml CPU backend
+            continue
+        score.restype = ctypes.c_int
+        if match is not None:
+            scores[match.group(1)] = score()
+    best = max(scores, key=scores.__getitem__, default=None)
+    return best if best is not None and scores[best] > 0 else None
 
 
 @dataclass(frozen=True)
@@ -104,7 +128,9 @@ class LlamaServerEngine:
         if done.returncode != 0 or line is None:
             return Installation(False, None, f"{executable} --version exited with {done.returncode}")
         version = line.removeprefix("version:").strip()
-        return Installation(True, version, f"llama-server {version} at {executable}")
+        variant = cpu_variant(executable.parent)
+        cpu = f", CPU variant {variant}" if variant else ""
+        return Installation(True, version, f"llama-server {version} at {executable}{cpu}")
 
     def build_command(self, plan: LaunchPlan, port: int, api_key: str) -> EngineCommand:
         parallel = max(1, min(plan.parallel, MAX_PARALLEL))

@@ -10,13 +10,13 @@ import json
 import os
 import signal
 import socket
-import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import psutil
 
 from engines.environment import engine_environment
+from engines.python_entry import script_command
 
 MARKER_ENV = "MODELDECK_ENGINE_MARKER"
 PARENT_ENV = "MODELDECK_PARENT_PID"
@@ -69,7 +69,7 @@ async def spawn_engine(
     if lifeline is not None:
         full_env[LIFELINE_ENV] = str(lifeline)
     process = await asyncio.create_subprocess_exec(
-        sys.executable, "-I", "-S", str(_WRAPPER), *argv,
+        *script_command(_WRAPPER), *argv,
         stdin=asyncio.subprocess.DEVNULL,
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.STDOUT,

@@ -8,18 +8,7 @@ cd "$(dirname "$0")/.."
 extra="${1:-}"
 venv=".venv"
 
-pick_python() {
-    for candidate in "${MODELDECK_PYTHON:-}" python3.11 python3.12 python3.13 python3; do
-        [ -n "$candidate" ] || continue
-        if command -v "$candidate" >/dev/null 2>&1 &&
-            "$candidate" -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null; then
-            echo "$candidate"
-            return 0
-        fi
-    done
-    echo "ModelDeck needs Python 3.11 or newer (set MODELDECK_PYTHON to its path)." >&2
-    return 1
-}
+source installers/pick-python.sh
 
 if [ ! -x "$venv/bin/python" ]; then
     python="$(pick_python)"

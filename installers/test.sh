@@ -20,5 +20,17 @@ if ! "$bin/python" -c 'import sys; from pathlib import Path; from engines.llama_
 sys.exit(0 if installed_builds(Path(sys.argv[1])) else 1)' "$MODELDECK_TEST_ENGINES"; then
     "$bin/python" -m app engines build llama-server --dest "$MODELDECK_TEST_ENGINES" --backend cpu
 fi
+echo "==> packages for the packaging tests"
+# installers/build.sh once per change of what goes into a package (the first build compiles the portable llama.cpp:
+# about 25 minutes on 2 cores, cached in ~/.cache/modeldeck/build; then a minute or two of PyInstaller).
+inputs="$(git ls-files -z pyproject.toml app engines installers resources | xargs -0 sha256sum | sha256sum | cut -c1-16)"
+export MODELDECK_TEST_PACKAGES="${MODELDECK_TEST_PACKAGES_ROOT:-$HOME/.cache/modeldeck/test-packages}/$inputs"
+if [ ! -f "$MODELDECK_TEST_PACKAGES/done" ]; then
+    bash installers/build.sh
+    rm -rf "$MODELDECK_TEST_PACKAGES" && mkdir -p "$MODELDECK_TEST_PACKAGES"
+    version="$(sed -n 's/^version = "\(.*\)"$/\1/p' pyproject.toml | head -n 1)"
+    cp "dist/ModelDeck-$version-linux-x86_64.tar.gz" "dist/modeldeck_${version}_amd64.deb" "$MODELDECK_TEST_PACKAGES/"
+    touch "$MODELDECK_TEST_PACKAGES/done"
+fi
 echo "==> pytest"
 "$bin/python" -m pytest "$@"

@@ -13,6 +13,14 @@ from PySide6.QtWidgets import QApplication
 
 from app.gui.main_window import MainWindow
 from app.gui.service_connection import ServiceConnection
+from app.gui.system_libraries import (
+    MISSING_LIBRARIES_EXIT_CODE,
+    check_plugin,
+    missing_message,
+    show_desktop_error,
+    uses_xcb,
+    xcb_plugin,
+)
 from app.gui.theme import apply_theme
 from app.paths import AppPaths
 from app.settings import load_settings
@@ -44,6 +52,12 @@ def run_gui(paths: AppPaths) -> int:
     if not has_display():
         print(HEADLESS_HINT, file=sys.stderr)
         return NO_DISPLAY_EXIT_CODE
+    missing = check_plugin(xcb_plugin()) if uses_xcb(os.environ) else []
+    if missing:  # Qt would abort with a plugin dump; say which packages to install instead
+        message = missing_message(missing)
+        print(f"modeldeck: {message}", file=sys.stderr)
+        show_desktop_error(message)
+        return MISSING_LIBRARIES_EXIT_CODE
     existing = QApplication.instance()
     app = existing if isinstance(existing, QApplication) else QApplication(sys.argv[:1])
     app.setApplicationName("ModelDeck")

@@ -21,6 +21,7 @@ from PySide6.QtWidgets import (
 )
 
 from app.gui import quit_dialogs
+from app.gui.about_dialog import AboutDialog
 from app.gui.benchmark_page import BenchmarkPage
 from app.gui.chat_page import ChatPage
 from app.gui.dashboard_panel import DashboardPanel
@@ -101,6 +102,9 @@ class MainWindow(QMainWindow):
         self.setup_action.setEnabled(False)
         self.setup_dialog: SetupWizardDialog | None = None  # created when first asked for, then reused
         self.settings_page = SettingsPage(connection)
+        self.about_action = QAction("&About ModelDeck", self)
+        self.about_action.setToolTip("Version, build commit and engines")
+        self.about_dialog: AboutDialog | None = None  # created when first asked for, then reused
         self.quit_action = QAction("&Quit", self)
         self.quit_action.setShortcut(QKeySequence.StandardKey.Quit)
         self.quit_action.setShortcutContext(Qt.ShortcutContext.ApplicationShortcut)
@@ -150,6 +154,7 @@ class MainWindow(QMainWindow):
         self.menuBar().addMenu("&File").addAction(self.quit_action)
         self.menuBar().addMenu("&Models").addAction(self.setup_action)
         self.menuBar().addMenu("&View").addAction(self.dashboard_action)
+        self.menuBar().addMenu("&Help").addAction(self.about_action)
         toolbar = self.addToolBar("Main")
         toolbar.setObjectName("main_toolbar")
         toolbar.setMovable(False)
@@ -208,6 +213,7 @@ class MainWindow(QMainWindow):
         self.discover_page.downloads_panel.sig_download_finished.connect(self._on_downloads_panel_download_finished)
         self.discover_page.downloads_panel.sig_download_finished.connect(self.notifier.on_download_finished)
         self.dashboard_action.triggered.connect(self._on_dashboard_action_triggered)
+        self.about_action.triggered.connect(self._on_about_action_triggered)
         self.dashboard_panel.sig_exported.connect(self._on_dashboard_panel_exported)
 
     @property
@@ -317,6 +323,12 @@ class MainWindow(QMainWindow):
         )
 
     @Slot()
+    def _on_about_action_triggered(self) -> None:
+        if self.about_dialog is None:
+            self.about_dialog = AboutDialog(self._connection, self)
+        self.about_dialog.refresh()
+        self.about_dialog.show()
+
     def _on_setup_action_triggered(self) -> None:
         dialog = self.setup_dialog
         if dialog is None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 
 from app.installs.vllm_env import configured_engines
@@ -17,10 +18,22 @@ from engines.trtllm import TRTLLMEngine
 LLAMA_SERVER_ENV = "MODELDECK_LLAMA_SERVER"
 
 
+# Where a packaged build carries its portable llama-server, inside the frozen app's data folder.
+PACKAGED_BUILDS = "engine-builds"
+
+
+def packaged_engine_builds() -> Path | None:
+    """The engine builds a packaged ModelDeck ships (None when running from source)."""
+    bundle = getattr(sys, "_MEIPASS", None)
+    return Path(bundle) / PACKAGED_BUILDS if getattr(sys, "frozen", False) and bundle else None
+
+
 def llama_server_engine(paths: AppPaths) -> LlamaServerEngine:
-    """llama-server at $MODELDECK_LLAMA_SERVER if set, else ModelDeck's newest build, else on PATH."""
+    """llama-server at $MODELDECK_LLAMA_SERVER if set, else ModelDeck's newest build (the user's own, then the one a
+    package ships), else on PATH."""
     configured = os.environ.get(LLAMA_SERVER_ENV)
-    return LlamaServerEngine(Path(configured).expanduser() if configured else None, (paths.engine_builds,))
+    roots = (paths.engine_builds, *filter(None, [packaged_engine_builds()]))
+    return LlamaServerEngine(Path(configured).expanduser() if configured else None, roots)
 
 
 def available_engines(paths: AppPaths) -> dict[str, Engine]:

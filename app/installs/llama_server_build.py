@@ -23,7 +23,7 @@ from typing import TextIO
 
 from app.hub.task import Stopped, TaskState
 from app.installs.child_output import output_lines, stop_group
-from engines.llama_server import BUILD_INFO, EXECUTABLE
+from engines.llama_server import BUILD_INFO, CPU_VARIANT, EXECUTABLE
 
 PINNED_VERSION = "0.3.36"
 BACKENDS = ("cpu", "cuda", "metal")
@@ -85,15 +85,29 @@ def fetch_sdist(directory: Path, version: str = PINNED_VERSION) -> Path:
     return found[0]
 
 
-def cmake_flags(source: Path, backend: str) -> list[str]:
-    """The configure flags for `source` (a llama.cpp tree) and `backend`."""
+# A portable build runs on any CPU of its architecture: ggml's CPU code is built once per instruction-set level as a
+# library of its own (libggml-cpu-haswell.so, ...) and the best one this CPU supports is loaded at start. The
+# libraries sit beside the executable, which finds them through its RPATH ($ORIGIN) wherever the folder is moved.
+_PORTABLE_FLAGS = (
+    "-DBUILD_SHARED_LIBS=ON",
+    "-DGGML_NATIVE=OFF",
+    "-DGGML_BACKEND_DL=ON",
+    "-DGGML_CPU_ALL_VARIANTS=ON",
+    "-DCMAKE_INSTALL_RPATH=$ORIGIN",
+    "-DCMAKE_BUILD_WITH_INSTALL_RPATH=ON",
+)
+
+
+def cmake_flags(source: Path, backend: str, *, portable: bool = False) -> list[str]:
+    """The configure flags for `source` (a llama.cpp tree) and `backend`; `portable`: for any CPU of this
+    architecture, not only this machine's (what a package ships)."""
     if backend not in BACKENDS:
         raise BuildError(f"unknown backend {backend!r}; choose one of {', '.join(BACKENDS)}")
     try:
         declared = set(_OPTION.findall((source / "CMakeLists.txt").read_text(encoding="utf-8", errors="replace")))
     except OSError as exc:
         raise BuildError(f"{source} has no readable CMakeLists.txt: {exc}") from exc
-    flags = ["-DCMAKE_BUILD_TYPE=Release", "-DBUILD_SHARED_LIBS=OFF"]
+    flags = ["-DCMAKE_BUILD_TYPE=Release", *(_PORTABLE_FLAGS if portable else ["-DBUILD_SHARED_LIBS=OFF"])]
     flags += [f"-D{name}={value}" for name, value in _OPTIONAL_FLAGS if name in declared]
     flags.append(f"-DGGML_CUDA={'ON' if backend == 'cuda' else 'OFF'}")
     if backend == "metal":
@@ -138,9 +152,11 @@ def build_llama_server(
     backend: str | None = None,
     version: str | None = None,
     jobs: int | None = None,
+    portable: bool = False,
 ) -> BuildResult:
     """Configure and build the `llama-server` target of `source` (an sdist or a source tree), install it under
-    `dest`. Raises BuildError (with the compiler's last lines) or Stopped (pause or cancel)."""
+    `dest`; `portable`: one CPU library per instruction-set level, the best loaded at start. Raises BuildError
+    (with the compiler's last lines) or Stopped (pause or cancel)."""
     if not shutil.which("cmake"):
         raise BuildError(
             "cmake is not installed: install it (apt install cmake, brew install cmake, pip install cmake)"
@@ -150,13 +166,14 @@ def build_llama_server(
     state.working_on("unpacking the sources")
     dest.mkdir(parents=True, exist_ok=True)
     stem = source.name.removesuffix(".tar.gz")
-    work = dest / f".build-{stem}-{backend}"
+    flavour = f"{backend}-portable" if portable else backend
+    work = dest / f".build-{stem}-{flavour}"
     work.mkdir(exist_ok=True)
-    log_path = dest / f"{EXECUTABLE}-{stem}-{backend}.log"
+    log_path = dest / f"{EXECUTABLE}-{stem}-{flavour}.log"
     try:
         tree, found_version = _source_tree(source, work)
         version = version or (found_version if found_version != "unknown" else stem.rpartition("-")[2] or stem)
-        flags = cmake_flags(tree, backend)
+        flags = cmake_flags(tree, backend, portable=portable)
         jobs = jobs or os.cpu_count() or 1
         with log_path.open("w", encoding="utf-8") as log:
             state.working_on("configuring")
@@ -164,7 +181,7 @@ def build_llama_server(
             state.working_on("compiling")
             _run(["cmake", "--build", str(work / "build"), "--target", EXECUTABLE, "-j", str(jobs)], log, steps,
                  log_path, progress=True)  # fmt: skip
-        result = _install(work / "build", dest, version, backend, flags, source)
+        result = _install(work / "build", dest, version, backend, flags, source, portable=portable)
     except Stopped as stopped:
         if stopped.reason == "cancel":
             shutil.rmtree(work, ignore_errors=True)
@@ -217,16 +234,26 @@ def _run(argv: Sequence[str], log: TextIO, steps: _Percent, log_path: Path, *, p
                          f"\nFull log: {log_path}")  # fmt: skip
 
 
-def _install(build: Path, dest: Path, version: str, backend: str, flags: list[str], source: Path) -> BuildResult:
+def _install(
+    build: Path, dest: Path, version: str, backend: str, flags: list[str], source: Path, *, portable: bool
+) -> BuildResult:
     built = next((p for p in (build / "bin" / EXECUTABLE, build / EXECUTABLE) if p.is_file()), None)
     if built is None:
         raise BuildError(f"the build finished but no {EXECUTABLE} is in {build}")
-    target = dest / f"{EXECUTABLE}-{version}-{backend}"
+    target = dest / f"{EXECUTABLE}-{version}-{backend}{'-portable' if portable else ''}"
     staging = dest / f".{target.name}.partial"
     shutil.rmtree(staging, ignore_errors=True)
     staging.mkdir()
     shutil.copy2(built, staging / EXECUTABLE)
-    info = {"llama_cpp_python": version, "backend": backend, "flags": flags, "source": str(source)}
+    # A shared build's libraries (and a portable one's CPU variants) go beside the executable, links kept as links.
+    libraries = sorted(p for p in built.parent.iterdir() if p.name.startswith("lib") and ".so" in p.name)
+    for library in libraries:
+        shutil.copy2(library, staging / library.name, follow_symlinks=False)
+    variants = [p.name for p in libraries if CPU_VARIANT.fullmatch(p.name)]
+    if portable and not variants:
+        raise BuildError(f"a portable build must have CPU variant libraries (libggml-cpu-*.so) in {built.parent}")
+    info = {"llama_cpp_python": version, "backend": backend, "flags": flags, "source": str(source),
+            "portable": portable, "cpu_variants": variants}  # fmt: skip
     (staging / BUILD_INFO).write_text(json.dumps(info, indent=2) + "\n", encoding="utf-8")
     # The directory appears whole or not at all: installed_builds never sees a half-copied build.
     shutil.rmtree(target, ignore_errors=True)

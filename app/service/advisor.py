@@ -72,6 +72,10 @@ class Advisor:
             )
         )
 
+    async def engines(self) -> dict[str, Installation]:
+        """Which engines are installed here, their versions and where (a portable llama-server: its CPU variant)."""
+        return await asyncio.to_thread(lambda: self._installations(available_engines(self._paths)))
+
     def _installations(self, engines: Mapping[str, Engine]) -> dict[str, Installation]:
         """Each engine's detection, kept for a while: `vllm --version` alone takes seconds (it imports torch)."""
         with self._installations_lock:

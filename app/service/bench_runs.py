@@ -13,7 +13,6 @@ import itertools
 import json
 import logging
 import re
-import sys
 import time
 from collections import deque
 from collections.abc import Collection, Sequence
@@ -24,6 +23,7 @@ from typing import Any, Literal
 from app.bench.card import BenchCard, LevelResult, compare_rows, with_gains
 from app.bench.prompts import DEFAULT_PROMPT_MODE, DEFAULT_TURNS, MAX_TURNS, PROMPT_MODES, PromptMode
 from app.bench.sweep import SweepOptions, parse_concurrency
+from app.self_command import modeldeck_command
 from app.service.events import EventBus
 from app.service.json_body import load_json
 from engines.processes import spawn_engine, stop_process_tree
@@ -146,7 +146,7 @@ class BenchRequest:
 
     def argv(self) -> tuple[str, ...]:
         """The `modeldeck bench` command that runs this request."""
-        args = [sys.executable, "-m", "app", "bench", "--progress-jsonl",
+        args = [*modeldeck_command(), "bench", "--progress-jsonl",
                 "--concurrency", ",".join(map(str, self.concurrency)),
                 "--prompt-tokens", str(self.prompt_tokens), "--output-tokens", str(self.output_tokens)]  # fmt: skip
         if self.requests is not None:

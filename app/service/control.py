@@ -38,6 +38,7 @@ from app.service.overrides import MAX_BODY, BadOverrides, PlanOverrides
 from app.service.remote_routes import RemoteRoutes
 from app.service.request_log import RequestLog
 from app.service.settings_routes import SettingsRoutes
+from app.version import provenance
 from engines.gguf import GGUFError
 
 log = logging.getLogger("modeldeck.control")
@@ -114,6 +115,8 @@ class ControlApi:
                 lifecycle = self._manager.lifecycle
                 budget = {"bytes": lifecycle.max_loaded_bytes, "source": lifecycle.max_loaded_source}
                 await send_json(send, 200, {"status": "ok", "version": __version__, "memory_budget": budget})
+            case "GET", ["api", "about"]:
+                await send_json(send, 200, await self._about())
             case "GET", ["api", "models"]:
                 await send_json(send, 200, [self._manager.describe(m) for m in self._manager.models])
             case "GET", ["api", "endpoint"]:
@@ -171,6 +174,13 @@ class ControlApi:
                 pass
             case _:
                 await send_error(send, 404, f"Unknown route {method} /{'/'.join(parts)}.", "invalid_request_error")
+
+    async def _about(self) -> dict[str, Any]:
+        """The service's version, the commit it was built from, and each engine's installation."""
+        found = provenance()
+        engines = {name: {"installed": i.installed, "version": i.version, "detail": i.detail}
+                   for name, i in (await self._advisor.engines()).items()}  # fmt: skip
+        return {"version": found.version, "commit": found.commit, "source": found.source, "engines": engines}
 
     def set_endpoint(self, endpoint: EndpointInfo) -> None:
         """What /api/endpoint answers from now on (a new API key)."""

@@ -7,9 +7,10 @@ import asyncio
 import contextlib
 import json
 import logging
-import sys
 from dataclasses import dataclass
 from typing import Any
+
+from engines.python_entry import module_command
 
 log = logging.getLogger("modeldeck.templates")
 
@@ -80,7 +81,7 @@ class TemplateRenderer:
         """The worker, started and ready; OSError or TimeoutError when it cannot be."""
         if self._worker is None or self._worker.returncode is not None:
             worker = self._worker = await asyncio.create_subprocess_exec(
-                sys.executable, "-m", "app.service.template_worker",
+                *module_command("app.service.template_worker"),
                 stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.DEVNULL,
                 limit=_MAX_ANSWER_BYTES,
             )  # fmt: skip

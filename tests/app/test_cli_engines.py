@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from app import __version__
 from app.installs.available import LLAMA_SERVER_ENV
 from tests.app.test_llama_server_build import tiny_sdist
 from tests.conftest import REPO
@@ -29,6 +30,7 @@ def test_build_shows_progress_and_the_list_shows_the_build(tmp_path: Path) -> No
 
     listed = modeldeck("engines", env={LLAMA_SERVER_ENV: str(executable)})
     assert listed.returncode == 0, listed.stderr
+    assert listed.stdout.startswith(f"modeldeck {__version__} (commit ")  # which ModelDeck found these engines
     line = next(ln for ln in listed.stdout.splitlines() if ln.startswith("llama-server "))
     assert "installed" in line and "not installed" not in line and str(executable) in line
 

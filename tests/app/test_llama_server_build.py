@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import json
 import tarfile
 import threading
 import time
@@ -16,7 +17,7 @@ import pytest
 
 from app.hub.task import Progress, Stopped, TaskState
 from app.installs.llama_server_build import BuildError, build_llama_server, cmake_flags
-from engines.llama_server import LlamaServerEngine, installed_builds
+from engines.llama_server import LlamaServerEngine, cpu_variant, installed_builds
 
 MAIN_C = r"""
 #include <stdio.h>
@@ -162,3 +163,51 @@ def test_an_unknown_backend_is_refused(tmp_path: Path) -> None:
     source = tiny_project(tmp_path / "p")
     with pytest.raises(BuildError, match="unknown backend 'rocm'"):
         cmake_flags(source, "rocm")
+
+
+# ggml's CPU variants as a portable build makes them: MODULE libraries beside the executable, built with it, each
+# scoring itself for this CPU (ggml loads the highest; 0: it cannot run here).
+PORTABLE_EXTRA = """
+file(WRITE ${CMAKE_BINARY_DIR}/x64.c "int ggml_backend_score(void) { return 1; }")
+file(WRITE ${CMAKE_BINARY_DIR}/haswell.c "int ggml_backend_score(void) { return 64; }")
+file(WRITE ${CMAKE_BINARY_DIR}/zen9.c "int ggml_backend_score(void) { return 0; }")
+add_library(ggml-cpu-x64 MODULE ${CMAKE_BINARY_DIR}/x64.c)
+add_library(ggml-cpu-haswell MODULE ${CMAKE_BINARY_DIR}/haswell.c)
+add_library(ggml-cpu-zen9 MODULE ${CMAKE_BINARY_DIR}/zen9.c)
+set_target_properties(ggml-cpu-x64 ggml-cpu-haswell ggml-cpu-zen9 PROPERTIES
+                      LIBRARY_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/bin)
+add_dependencies(llama-server ggml-cpu-x64 ggml-cpu-haswell ggml-cpu-zen9)
+"""
+
+
+def test_a_portable_build_carries_its_cpu_variants_and_says_which_one_loads(tmp_path: Path) -> None:
+    source = tiny_project(tmp_path / "portable", extra=PORTABLE_EXTRA)
+    result = build_llama_server(source, tmp_path / "builds", TaskState(), backend="cpu", version="9.9.9",
+                                portable=True)  # fmt: skip
+
+    directory = result.executable.parent
+    assert directory.name == "llama-server-9.9.9-cpu-portable"
+    for flag in ("-DGGML_NATIVE=OFF", "-DGGML_BACKEND_DL=ON", "-DGGML_CPU_ALL_VARIANTS=ON", "-DBUILD_SHARED_LIBS=ON"):
+        assert flag in result.flags
+    assert "-DBUILD_SHARED_LIBS=OFF" not in result.flags
+    variants = ["libggml-cpu-haswell.so", "libggml-cpu-x64.so", "libggml-cpu-zen9.so"]
+    assert sorted(p.name for p in directory.glob("libggml-cpu-*.so")) == variants
+    info = json.loads((directory / "build-info.json").read_text())
+    assert info["portable"] is True
+    assert info["cpu_variants"] == variants
+    installation = LlamaServerEngine(result.executable).detect()
+    assert installation.installed and installation.detail.endswith("CPU variant haswell")
+
+
+def test_a_portable_build_without_cpu_variants_is_refused(tmp_path: Path) -> None:
+    source = tiny_project(tmp_path / "plain")
+    with pytest.raises(BuildError, match="CPU variant libraries"):
+        build_llama_server(source, tmp_path / "builds", TaskState(), backend="cpu", version="9.9.9", portable=True)
+    assert installed_builds(tmp_path / "builds") == []
+
+
+def test_a_build_for_this_machine_has_no_cpu_variant(tmp_path: Path) -> None:
+    result = build_llama_server(tiny_project(tmp_path / "native"), tmp_path / "builds", TaskState(), backend="cpu",
+                                version="9.9.9")  # fmt: skip
+    assert cpu_variant(result.executable.parent) is None
+    assert "CPU variant" not in LlamaServerEngine(result.executable).detect().detail
