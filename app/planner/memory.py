@@ -127,6 +127,22 @@ def llama_cpp_memory(
     # for their product with V (seen as a separate mapping growing with the context in /proc/PID/smaps).
     workspace = heads * context * tokens * 2
     compute = max(logits_stage, attention_stage)
+    return _llama_estimate(weights, on_gpu, kv, layers, offloaded, gpu_backend, output, compute, workspace, runtime)
+
+
+def _llama_estimate(
+    weights: float,
+    on_gpu: float,
+    kv: int,
+    layers: int,
+    offloaded: int,
+    gpu_backend: str | None,
+    output: int,
+    compute: int,
+    workspace: int,
+    runtime: int,
+) -> MemoryEstimate:
+    """llama.cpp's parts, split between system and GPU memory by the layers offloaded (both engines share it)."""
     context_overhead = (CUDA_CONTEXT if gpu_backend == "cuda" else METAL_CONTEXT) if offloaded else 0
     return MemoryEstimate(
         parts=(
@@ -240,21 +256,8 @@ def llama_server_memory(
     else:  # the scores of every head against every cell, in f32 and again in f16 for their product with V
         compute = max((heads + 1) * cells * tokens * 4, layer) + output
         workspace = heads * cells * tokens * 2
-    context_overhead = (CUDA_CONTEXT if gpu_backend == "cuda" else METAL_CONTEXT) if offloaded else 0
-    return MemoryEstimate(
-        parts=(
-            MemoryPart("weights", round(weights * (1 - on_gpu)), round(weights * on_gpu)),
-            MemoryPart(
-                "kv_cache",
-                round(kv * (1 - min(offloaded, layers) / layers)),
-                round(kv * min(offloaded, layers) / layers),
-            ),
-            MemoryPart("compute", output + (0 if offloaded else compute), compute if offloaded else 0, False),
-            MemoryPart("workspace", 0 if offloaded else workspace, workspace if offloaded else 0, False),
-            MemoryPart("runtime", runtime + slots * vocab * TOKEN_DATA_BYTES, context_overhead),
-        ),
-        gpus=1 if offloaded else 0,
-    )
+    runtime += slots * vocab * TOKEN_DATA_BYTES
+    return _llama_estimate(weights, on_gpu, kv, layers, offloaded, gpu_backend, output, compute, workspace, runtime)
 
 
 def _llama_cpp_python_plan(facts: ModelFacts, plan: LaunchPlan) -> MemoryEstimate:
