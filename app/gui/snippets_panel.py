@@ -69,15 +69,9 @@ def _tls_snippets(url: str, model_id: str, cert_path: str, fingerprint: str) -> 
             f'    model="{model_id}", messages=[{{"role": "user", "content": "Hello!"}}]\n'
             ")\nprint(reply.choices[0].message.content)"
         ),
-        "JavaScript": (
+        "JavaScript": (  # the plain code: Node takes the certificate from its environment
             f"// Run Node with NODE_EXTRA_CA_CERTS={shlex.quote(cert_path)} to trust the endpoint's certificate\n"
-            f"// (SHA-256 {fingerprint}); {where}.\n"
-            f'const response = await fetch("{url}/chat/completions", {{\n'
-            '  method: "POST",\n'
-            f'  headers: {{ "Authorization": `Bearer ${{process.env.{KEY_VARIABLE}}}`, '
-            '"Content-Type": "application/json" },\n'
-            f'  body: JSON.stringify({{ model: "{model_id}", messages: [{{ role: "user", content: "Hello!" }}] }}),\n'
-            "});\nconsole.log((await response.json()).choices[0].message.content);"
+            f"// (SHA-256 {fingerprint}); {where}.\n" + snippets(url, model_id)["JavaScript"]
         ),
     }
 
