@@ -51,6 +51,7 @@ def wait_until(check, timeout_s: float = 180.0) -> None:  # type: ignore[no-unty
 def cold_start(command: list[str], home: Path) -> float:
     """Seconds from spawn to the bundled model answering one chat token through the endpoint."""
     port = free_port()
+    home.mkdir(parents=True)
     env = {"PATH": "/usr/bin:/bin", "HOME": str(home), "LANG": "C.UTF-8", "MODELDECK_API_KEY": "bench-key"}
     started = time.monotonic()
     process = subprocess.Popen([*command, "serve", "--port", str(port), "--model", BUNDLED_ID], env=env,
