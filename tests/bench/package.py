@@ -91,7 +91,8 @@ def decode_rate(server: Path, model: Path) -> float:
 
     try:
         wait_until(healthy)
-        body = {"prompt": PROMPT, "n_predict": 128, "temperature": 0, "cache_prompt": False}
+        # ignore_eos: the bundled model may end a raw prompt at once; the figure is about decoding 128 tokens.
+        body = {"prompt": PROMPT, "n_predict": 128, "temperature": 0, "cache_prompt": False, "ignore_eos": True}
         httpx.post(f"{url}/completion", json={**body, "n_predict": 8}, timeout=120)
         reply = httpx.post(f"{url}/completion", json=body, timeout=300).json()
         return float(reply["timings"]["predicted_per_second"])
