@@ -78,6 +78,7 @@ from importlib import metadata
 from pathlib import Path
 
 import psutil
+from synthetic_engine import run  # run as a script beside it
 
 REPO = Path(__file__).resolve().parents[2]
 VENV_PYTHON = REPO / ".venv" / "bin" / "python"
@@ -866,14 +867,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--requests 1..4096, --llama-requests 1..256, --rounds 1..10")
     if not 1 <= args.max_tokens <= 4096 or not 1 <= args.llama_max_tokens <= 512:
         parser.error("--max-tokens 1..4096, --llama-max-tokens 1..512")
-    try:
-        import uvloop
-
-        runner = asyncio.Runner(loop_factory=uvloop.new_event_loop)
-    except ImportError:
-        runner = asyncio.Runner()
-    with runner:
-        return runner.run(amain(args))
+    return run(amain(args))
 
 
 if __name__ == "__main__":

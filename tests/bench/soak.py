@@ -62,6 +62,7 @@ from gateway_overhead import (  # run as a script beside it
     stream_once,
     wait_ready,
 )
+from synthetic_engine import run
 
 RSS_GROWTH_TARGET = 0.05
 PROMPT = "Write a long, detailed essay about the history of the city of Rome, from its founding to the modern day."
@@ -283,14 +284,7 @@ def main(argv: list[str] | None = None) -> int:
         args.max_tokens = 128 if args.engine == "synthetic" else 32
     if not 1 <= args.max_tokens <= 4096:
         parser.error("--max-tokens 1..4096")
-    try:
-        import uvloop
-
-        runner = asyncio.Runner(loop_factory=uvloop.new_event_loop)
-    except ImportError:
-        runner = asyncio.Runner()
-    with runner:
-        return runner.run(amain(args))
+    return run(amain(args))
 
 
 if __name__ == "__main__":

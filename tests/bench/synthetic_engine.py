@@ -243,8 +243,8 @@ def parse_loopback_args(parser: argparse.ArgumentParser, argv: list[str] | None)
     return args
 
 
-def run(main: Coroutine[Any, Any, None]) -> int:
-    """Run `main` on uvloop where it is installed."""
+def run(main: Coroutine[Any, Any, int | None]) -> int:
+    """Run `main` on uvloop where it is installed; its exit status (None: 0)."""
     try:
         import uvloop
 
@@ -252,8 +252,7 @@ def run(main: Coroutine[Any, Any, None]) -> int:
     except ImportError:
         runner = asyncio.Runner()
     with runner:
-        runner.run(main)
-    return 0
+        return runner.run(main) or 0
 
 
 def main(argv: list[str] | None = None) -> int:
