@@ -109,6 +109,15 @@ class Engine(Protocol):
 
 
 @runtime_checkable
+class OffloadingEngine(Protocol):
+    """An engine that can put a model's layers on a GPU when its build has a GPU backend."""
+
+    def gpu_offload(self) -> bool:
+        """Whether the installed build can offload layers to a GPU (a CPU-only build ignores `gpu_layers`)."""
+        ...
+
+
+@runtime_checkable
 class EmbeddingModeEngine(Protocol):
     """An engine that serves embeddings only from a second process of the model in embedding mode."""
 

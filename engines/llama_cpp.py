@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import sys
-from importlib import metadata
+from importlib import metadata, util
 from pathlib import Path
 
 from engines.base import Capabilities, EngineCommand, Installation, LaunchPlan, openmp_wait_env
 from engines.python_entry import module_command, script_command
 
 DISTRIBUTION = "llama-cpp-python"
+# The GPU backends' libraries llama-cpp-python's build puts beside libllama (.so, .dylib or .dll).
+GPU_LIBRARIES = ("*ggml-cuda*", "*ggml-metal*", "*ggml-vulkan*", "*ggml-hip*")
 # Its server with a prompt cache that counts all each entry holds (see the module): used when the plan has a cache.
 CACHED_SERVER = Path(__file__).with_name("_llama_cpp_server.py")
 
@@ -34,6 +36,15 @@ class LlamaCppPythonEngine:
         except metadata.PackageNotFoundError:
             return Installation(False, None, f"{DISTRIBUTION} is not installed in {sys.prefix}")
         return Installation(True, version, f"{DISTRIBUTION} {version} in {sys.prefix}")
+
+    def gpu_offload(self) -> bool:
+        """Whether the installed llama_cpp was built with a GPU backend, from its library folder (importing it
+        would load the libraries into the service)."""
+        spec = util.find_spec("llama_cpp")
+        if spec is None or spec.origin is None:
+            return False
+        lib = Path(spec.origin).parent / "lib"
+        return any(any(lib.glob(pattern)) for pattern in GPU_LIBRARIES)
 
     def build_command(self, plan: LaunchPlan, port: int, api_key: str) -> EngineCommand:
         # Isolated (-I): the script's directory, which holds this module, must not shadow the llama_cpp package.

@@ -132,6 +132,18 @@ class LlamaServerEngine:
         cpu = f", CPU variant {variant}" if variant else ""
         return Installation(True, version, f"llama-server {version} at {executable}{cpu}")
 
+    def gpu_offload(self) -> bool:
+        """A ModelDeck build's backend, from its build-info; a llama-server of unknown make (on PATH) counts as
+        able: it ignores `-ngl` without a GPU backend."""
+        executable = self.executable()
+        if executable is None:
+            return False
+        try:
+            info = json.loads((executable.parent / BUILD_INFO).read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return True
+        return not isinstance(info, dict) or str(info.get("backend") or "cpu") != "cpu"
+
     def build_command(self, plan: LaunchPlan, port: int, api_key: str) -> EngineCommand:
         parallel = max(1, min(plan.parallel, MAX_PARALLEL))
         chat = ["--chat-template", plan.chat_format] if plan.chat_format else []

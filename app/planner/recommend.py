@@ -187,6 +187,24 @@ def _largest_context(fits: Callable[[int], bool], low: int, high: int) -> int:
     return max(lo * CONTEXT_STEP, low)
 
 
+def gpu_layers_that_fit(hw: HardwareProfile, facts: ModelFacts, context: int, parallel: int, server: bool) -> int:
+    """The layers of a GGUF model to put on `hw`'s GPU at `context`: all of them (and the output layer) where they
+    fit with the planner's margins, else as many as fit, 0 without a usable GPU."""
+    budgets = Budgets.of(hw)
+    if not budgets.gpus:
+        return 0
+    backend = "metal" if budgets.unified else "cuda"
+
+    def fits(layers: int) -> bool:
+        if server:
+            estimate = llama_server_memory(facts, context, parallel=parallel, gpu_layers=layers, gpu_backend=backend)
+        else:
+            estimate = llama_cpp_memory(facts, context, gpu_layers=layers, gpu_backend=backend)
+        return budgets.llama_fits(estimate)
+
+    return next((n for n in range((facts.layers or 0) + 1, 0, -1) if fits(n)), 0)
+
+
 def _llama_option(
     hw: HardwareProfile,
     budgets: Budgets,

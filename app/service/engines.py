@@ -22,13 +22,14 @@ from app.planner.calibration import CalibrationStore
 from app.planner.defaults import DEFAULT_CONTEXT, LLAMA_CPP_PYTHON, LLAMA_SERVER, default_plan, spin_wait_fits
 from app.planner.facts import facts_from_gguf
 from app.planner.memory import MissingFacts, llama_cpp_memory, plan_memory
+from app.planner.recommend import gpu_layers_that_fit
 from app.service.admission import EngineQueue
 from app.service.companions import EmbeddingCompanions, EmbeddingRoute, companion_plan
 from app.service.events import EventBus
 from app.service.folder_models import FolderLaunch, FolderRefused, overrides_refusal, plan_folder, record_startup
 from app.service.memory_check import MemoryCheck
 from app.service.overrides import BadOverrides, PlanOverrides, plan_summary
-from engines.base import Capabilities, EmbeddingModeEngine, Engine, LaunchPlan
+from engines.base import Capabilities, EmbeddingModeEngine, Engine, LaunchPlan, OffloadingEngine
 from engines.gguf import GGUFError, GGUFInfo, read_gguf_info
 from engines.registry import ENGINES
 from engines.states import ACTIVE_STATES, EngineEvent, EngineState
@@ -378,7 +379,7 @@ class EngineManager:
         if not installation.installed:
             self._refuse(model_id, f"{engine_name} cannot run here: {installation.detail}")
             return None
-        plan = default_plan(model_id, info, engine_name)
+        plan = await self._offloaded(default_plan(model_id, info, engine_name), info, engine_name)
         if overrides is not None:
             try:
                 plan = overrides.apply(plan, info.context_length)
@@ -387,6 +388,16 @@ class EngineManager:
                 return None
             plan = replace(plan, spin_wait=spin_wait_fits(plan.threads))  # the threads asked for may differ
         return _Prepared(plan, engine_name, self._footprint(spec, info, plan, engine_name), info=info)
+
+    async def _offloaded(self, plan: LaunchPlan, info: GGUFInfo, engine_name: str) -> LaunchPlan:
+        """`plan` with as many layers on this machine's GPU as fit, where the engine's build has a GPU backend."""
+        engine = self.engines[engine_name]
+        if not isinstance(engine, OffloadingEngine) or not await asyncio.to_thread(engine.gpu_offload):
+            return plan
+        hardware = await asyncio.to_thread(self._hardware)
+        server = engine_name == LLAMA_SERVER
+        layers = gpu_layers_that_fit(hardware, facts_from_gguf(info), plan.context_length, plan.parallel, server)
+        return replace(plan, gpu_layers=layers)
 
     def _default_gguf_engine(self, engine_name: str) -> str:
         """llama-server in place of llama-cpp-python where it is installed: its slots serve several clients at once,
