@@ -42,7 +42,7 @@ Targets, three sections:
      as a real engine does: one event per read, so CPU per chunk is the cost of forwarding one token.
 
 ModelDeck runs twice side by side (`--gateway-servers`): `modeldeck` with its own HTTP server for the
-endpoint (app/service/http_server.py, streamed chunks relayed in the engine connection's callback) and
+endpoint (app/service/http/http_server.py, streamed chunks relayed in the engine connection's callback) and
 `md-uvicorn` with uvicorn, as the endpoint was served before.
 
 Reported per section, concurrency and target: requests (failed or cut), TTFT p50/p99 and the TTFT added to

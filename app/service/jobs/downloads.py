@@ -2,7 +2,7 @@
 its progress published as `download` events, paused, resumed and cancelled through the control API.
 
 A job's state changes only on the event loop; the worker thread reports through `call_soon_threadsafe`. Jobs are
-kept in a file (app.service.download_store) whenever their state changes: after a restart, or a crash, a download
+kept in a file (app.service.jobs.download_store) whenever their state changes: after a restart, or a crash, a download
 that was running shows as paused and resumes from the bytes on disk.
 """
 
@@ -26,8 +26,8 @@ from app.hub.stores import FolderStore, HubCacheStore, Store, folder_for_repo
 from app.hub.task import Progress, Stopped, TaskState
 from app.hub.variants import SAFETENSORS, Variant
 from app.paths import AppPaths
-from app.service.download_store import from_record, load_records, save_records, to_record
 from app.service.events import EventBus
+from app.service.jobs.download_store import from_record, load_records, save_records, to_record
 
 log = logging.getLogger("modeldeck.downloads")
 

@@ -1,4 +1,4 @@
-"""Chat templates rendered off the event loop, in a worker process (app.service.template_worker) killed when a
+"""Chat templates rendered off the event loop, in a worker process (app.service.gateway.template_worker) killed when a
 render takes longer than its time limit. The worker starts on the first render and again after each kill."""
 
 from __future__ import annotations
@@ -81,7 +81,7 @@ class TemplateRenderer:
         """The worker, started and ready; OSError or TimeoutError when it cannot be."""
         if self._worker is None or self._worker.returncode is not None:
             worker = self._worker = await asyncio.create_subprocess_exec(
-                *module_command("app.service.template_worker"),
+                *module_command("app.service.gateway.template_worker"),
                 stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.DEVNULL,
                 limit=_MAX_ANSWER_BYTES,
             )  # fmt: skip

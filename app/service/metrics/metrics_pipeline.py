@@ -16,11 +16,11 @@ import aiohttp
 from app.hardware.gpu_sampling import NvmlSampler
 from app.service.engines import EngineManager
 from app.service.events import EventBus
-from app.service.remote_metrics import RemoteScraper
-from app.service.request_log import RequestLog
-from app.service.sampling import EngineScraper, GatewaySampler, ProcessSampler, gpu_points
-from app.service.series import DEFAULT_MAX_POINTS, Point, SeriesStore
-from app.service.series_history import SeriesHistory
+from app.service.metrics.remote_metrics import RemoteScraper
+from app.service.metrics.request_log import RequestLog
+from app.service.metrics.sampling import EngineScraper, GatewaySampler, ProcessSampler, gpu_points
+from app.service.metrics.series import DEFAULT_MAX_POINTS, Point, SeriesStore
+from app.service.metrics.series_history import SeriesHistory
 
 log = logging.getLogger("modeldeck.metrics")
 

@@ -7,7 +7,7 @@ import socket
 
 import psutil
 
-from app.service.asgi import LOOPBACK_HOSTS
+from app.service.http.asgi import LOOPBACK_HOSTS
 
 
 def lan_addresses() -> list[str]:

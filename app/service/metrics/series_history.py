@@ -3,7 +3,7 @@
 Two tiers: `s` rows (one a second) are kept for an hour, `m` rows (minute averages) for a week. Compaction
 deletes what a tier no longer keeps. All disk work runs on one thread of its own, so the event loop never
 waits on SQLite; that thread wakes on its own clock, never at the loop's call, and writes what piled up in one
-statement (app.service.sqlite_rows), taking the interpreter lock from the loop as rarely as it can.
+statement (app.service.metrics.sqlite_rows), taking the interpreter lock from the loop as rarely as it can.
 """
 
 from __future__ import annotations
@@ -18,8 +18,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from app.service.series import MINUTE_KEEP, MINUTE_S, RAW_KEEP_S, Labels, Point, SeriesStore
-from app.service.sqlite_rows import connect_autocommit, insert_rows
+from app.service.metrics.series import MINUTE_KEEP, MINUTE_S, RAW_KEEP_S, Labels, Point, SeriesStore
+from app.service.metrics.sqlite_rows import connect_autocommit, insert_rows
 
 log = logging.getLogger("modeldeck.metrics")
 

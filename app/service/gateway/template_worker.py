@@ -1,4 +1,4 @@
-"""The process that renders chat templates for app.service.templates: one JSON request a line on stdin, one JSON
+"""The process that renders chat templates for app.service.gateway.templates: one JSON request a line on stdin, one JSON
 answer a line on stdout, until stdin closes.
 
 Chat templates come from model files, so they are hostile input: rendered only in Jinja's immutable sandbox,

@@ -12,8 +12,8 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Collection
 
-from app.service.asgi import BodyTooLarge, ClientGone, Receive, Send, read_body, send_error, send_json
-from app.service.bench_runs import BadBenchRequest, BenchConflict, BenchRequest, BenchRuns, CardNotFound
+from app.service.http.asgi import BodyTooLarge, ClientGone, Receive, Send, read_body, send_error, send_json
+from app.service.jobs.bench_runs import BadBenchRequest, BenchConflict, BenchRequest, BenchRuns, CardNotFound
 
 MAX_BODY = 4096
 Query = dict[str, list[str]]

@@ -1,7 +1,7 @@
 """Where request measurements go: recent records in memory, every record in SQLite, live events, aggregates
 and Prometheus text. SQLite is written from one thread of its own, so the event loop never waits on disk; that
 thread wakes on its own clock, never at the loop's call, and writes what piled up in one statement
-(app.service.sqlite_rows): it takes the interpreter lock from the loop a few times a second, not twice a row.
+(app.service.metrics.sqlite_rows): it takes the interpreter lock from the loop a few times a second, not twice a row.
 
 Prompt and completion text, when the user keeps it, goes to SQLite only: not to memory, events or the control
 API, which carry measurements."""
@@ -21,9 +21,9 @@ from pathlib import Path
 from typing import Any
 
 from app.service.events import EventBus
-from app.service.metering import RequestRecord, cache_reuse, percentile
-from app.service.request_text import RequestText, completion_text, prompt_json
-from app.service.sqlite_rows import connect_autocommit, insert_rows
+from app.service.metrics.metering import RequestRecord, cache_reuse, percentile
+from app.service.metrics.request_text import RequestText, completion_text, prompt_json
+from app.service.metrics.sqlite_rows import connect_autocommit, insert_rows
 
 _TEXT_COLUMNS = ["prompt_text", "completion_text"]
 _COLUMNS = [*(field.name for field in fields(RequestRecord)), *_TEXT_COLUMNS]

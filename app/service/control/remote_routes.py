@@ -3,8 +3,8 @@ DELETE /api/remotes/NAME. Keys are taken, stored and used, never answered back."
 
 from __future__ import annotations
 
-from app.service.asgi import BodyTooLarge, ClientGone, Receive, Send, read_body, send_error, send_json
-from app.service.json_body import load_json
+from app.service.http.asgi import BodyTooLarge, ClientGone, Receive, Send, read_body, send_error, send_json
+from app.service.http.json_body import load_json
 from app.service.remotes import RemoteError, RemoteRegistry, RemoteUnavailable
 
 MAX_BODY = 16 * 1024

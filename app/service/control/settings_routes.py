@@ -15,9 +15,9 @@ from typing import Any
 from app.hub.token import TokenStoreError, clear_token, read_token, save_token
 from app.keys import ApiKey, KeyNotReplaceable, replace_api_key
 from app.paths import AppPaths
-from app.service.asgi import BodyTooLarge, ClientGone, Receive, Send, openai_error, read_body, send_json
-from app.service.json_body import load_json
-from app.service.lan import is_unspecified, lan_addresses, local_addresses
+from app.service.http.asgi import BodyTooLarge, ClientGone, Receive, Send, openai_error, read_body, send_json
+from app.service.http.json_body import load_json
+from app.service.http.lan import is_unspecified, lan_addresses, local_addresses
 from app.settings import (
     RESTART_FIELDS,
     Settings,

@@ -1,4 +1,4 @@
-"""uvicorn's httptools protocol with the connection cap of app/service/connection_cap.py (the control API's server,
+"""uvicorn's httptools protocol with the connection cap of app/service/http/connection_cap.py (the control API's server,
 and the gateway's when --gateway-server uvicorn). uvicorn has no cap of its own: `limit_concurrency` answers 503 but
 keeps every connection open, and a connection that never sends a request is kept forever."""
 
@@ -11,7 +11,7 @@ from typing import Any
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
-from app.service.connection_cap import NoRoom, busy_answer, make_room
+from app.service.http.connection_cap import NoRoom, busy_answer, make_room
 
 
 class CappedHttpToolsProtocol(HttpToolsProtocol):

@@ -21,7 +21,7 @@ JSON_HEADERS = [(b"content-type", b"application/json")]
 
 
 class DirectBody(Protocol):
-    """A server extension (app.service.http_server): response body bytes written to the client at once, from any
+    """A server extension (app.service.http.http_server): response body bytes written to the client at once, from any
     callback, with no message per write. Only after http.response.start; the last body message ends the answer."""
 
     def write(self, data: bytes) -> None: ...

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from app.service.validation import InvalidRequest
+from app.service.gateway.validation import InvalidRequest
 from engines.base import Capabilities
 
 FIELDS = ("response_format", "logprobs", "top_logprobs", "max_completion_tokens")

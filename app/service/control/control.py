@@ -13,8 +13,14 @@ from urllib.parse import parse_qs
 from app import __version__
 from app.planner.plans import NoVariants
 from app.planner.recommend import USES
-from app.service.advisor import Advisor
-from app.service.asgi import (
+from app.service.control.advisor import Advisor
+from app.service.control.bench_routes import BenchRoutes
+from app.service.control.hub_routes import HubRoutes
+from app.service.control.remote_routes import RemoteRoutes
+from app.service.control.settings_routes import SettingsRoutes
+from app.service.engines import EngineManager, PlanConflict, UnknownModel
+from app.service.events import EventBus
+from app.service.http.asgi import (
     LOOPBACK_HOSTS,
     BodyTooLarge,
     ClientGone,
@@ -29,15 +35,9 @@ from app.service.asgi import (
     send_json,
     wait_disconnect,
 )
-from app.service.bench_routes import BenchRoutes
-from app.service.engines import EngineManager, PlanConflict, UnknownModel
-from app.service.events import EventBus
-from app.service.hub_routes import HubRoutes
-from app.service.metrics_pipeline import DEFAULT_MAX_POINTS, MetricsPipeline
-from app.service.overrides import MAX_BODY, BadOverrides, PlanOverrides
-from app.service.remote_routes import RemoteRoutes
-from app.service.request_log import RequestLog
-from app.service.settings_routes import SettingsRoutes
+from app.service.launch.overrides import MAX_BODY, BadOverrides, PlanOverrides
+from app.service.metrics.metrics_pipeline import DEFAULT_MAX_POINTS, MetricsPipeline
+from app.service.metrics.request_log import RequestLog
 from app.version import provenance
 from engines.gguf import GGUFError
 

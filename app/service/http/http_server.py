@@ -29,8 +29,8 @@ from urllib.parse import unquote
 
 import httptools
 
-from app.service.asgi import DIRECT_BODY, Message, Scope
-from app.service.connection_cap import NoRoom, busy_answer, make_room
+from app.service.http.asgi import DIRECT_BODY, Message, Scope
+from app.service.http.connection_cap import NoRoom, busy_answer, make_room
 
 log = logging.getLogger("modeldeck.http")
 

@@ -47,7 +47,7 @@ class RequestRecord:
     decode_tps: float | None
     error: str | None
     prompt_cached_tokens: int | None = None  # prompt tokens the engine took from its cache, if it says
-    slot: int | None = None  # the engine slot the gateway chose (app.service.slot_router)
+    slot: int | None = None  # the engine slot the gateway chose (app.service.gateway.slot_router)
 
 
 class StreamMeter:

@@ -1,7 +1,7 @@
 """The OpenAI-compatible endpoint (/v1): checks, routes by `model`, queues, measures and streams through.
 
 Bytes from the engine are forwarded as they arrive, never re-serialized; they are only searched as far as
-measurement needs (app.service.metering).
+measurement needs (app.service.metrics.metering).
 """
 
 from __future__ import annotations
@@ -18,8 +18,14 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
-from app.service.admission import QueueFull
-from app.service.asgi import (
+from app.service.engines import EngineManager
+from app.service.gateway.features import adapt, has_features
+from app.service.gateway.prompt_tokens import count_tokens, prompt_text
+from app.service.gateway.slot_router import SlotChoice, SlotRouter, prompt_parts
+from app.service.gateway.templates import TemplateRenderer
+from app.service.gateway.upstream import REMOTE_LIMITS, Endpoint, Response, Unreachable, UpstreamError, UpstreamPool
+from app.service.gateway.validation import CheckedRequest, InvalidRequest, check_request
+from app.service.http.asgi import (
     DIRECT_BODY,
     LOOPBACK_HOSTS,
     BodyTooLarge,
@@ -38,10 +44,9 @@ from app.service.asgi import (
     send_json,
     wait_disconnect,
 )
-from app.service.engines import EngineManager
-from app.service.features import adapt, has_features
-from app.service.json_body import load_json
-from app.service.metering import (
+from app.service.http.json_body import load_json
+from app.service.launch.admission import QueueFull
+from app.service.metrics.metering import (
     RequestRecord,
     StreamMeter,
     ends_with_done,
@@ -50,13 +55,8 @@ from app.service.metering import (
     split_done,
     usage_event,
 )
-from app.service.prompt_tokens import count_tokens, prompt_text
-from app.service.request_log import RequestLog
-from app.service.request_text import PROMPT_FIELDS, RequestText
-from app.service.slot_router import SlotChoice, SlotRouter, prompt_parts
-from app.service.templates import TemplateRenderer
-from app.service.upstream import REMOTE_LIMITS, Endpoint, Response, Unreachable, UpstreamError, UpstreamPool
-from app.service.validation import CheckedRequest, InvalidRequest, check_request
+from app.service.metrics.request_log import RequestLog
+from app.service.metrics.request_text import PROMPT_FIELDS, RequestText
 from engines.states import EngineState
 
 PROXIED_PATHS = frozenset({"/v1/chat/completions", "/v1/completions", "/v1/embeddings"})
@@ -73,7 +73,7 @@ class GatewayConfig:
     max_body_bytes: int = 4 * 1024 * 1024
     start_timeout_s: float = 300.0
     log_request_text: bool = False  # the user's choice: prompts and completions in the request log
-    slot_routing: bool = True  # send each conversation to the engine slot holding its prefix (app.service.slot_router)
+    slot_routing: bool = True  # send each conversation to the engine slot holding its prefix (gateway.slot_router)
 
 
 @dataclass

@@ -1,5 +1,5 @@
 """Prompt token counts for engines that leave usage out of streams: the prompt as the engine builds it
-(chat template rendered in a sandbox, in a worker process: app.service.templates), counted by the engine's own
+(chat template rendered in a sandbox, in a worker process: app.service.gateway.templates), counted by the engine's own
 tokenizer."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ import json
 import logging
 from typing import Any
 
-from app.service.templates import TemplateRenderer
-from app.service.upstream import Endpoint, UpstreamError, UpstreamPool
+from app.service.gateway.templates import TemplateRenderer
+from app.service.gateway.upstream import Endpoint, UpstreamError, UpstreamPool
 
 log = logging.getLogger("modeldeck.gateway")
 

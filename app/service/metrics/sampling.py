@@ -26,8 +26,8 @@ import psutil
 
 from app.hardware.gpu_sampling import GPUReading
 from app.service.engines import EngineManager
-from app.service.metering import RequestRecord, cache_reuse, percentile
-from app.service.series import Point
+from app.service.metrics.metering import RequestRecord, cache_reuse, percentile
+from app.service.metrics.series import Point
 from engines.metrics import METRICS_CONFIGS, MetricTranslator
 from engines.states import EngineState
 

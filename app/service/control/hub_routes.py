@@ -22,14 +22,27 @@ from app.hub.remote_header import HeaderCache, read_remote_header
 from app.hub.token import read_token
 from app.paths import AppPaths
 from app.planner.facts import facts_from_gguf
-from app.service.advisor import Advisor
-from app.service.asgi import BodyTooLarge, ClientGone, Receive, Send, read_body, send_error, send_json
-from app.service.downloads import DownloadConflict, Downloads, sentence
+from app.service.control.advisor import Advisor
+from app.service.control.library_ops import (
+    LibraryError,
+    delete_files,
+    describe_library,
+    import_gguf,
+    pulled_by_id,
+    verify,
+)
+from app.service.control.recommend_variant import (
+    VariantPick,
+    header_file,
+    pick_from_plan,
+    plan_variants,
+    recommend_variant,
+)
 from app.service.engines import EngineManager
 from app.service.events import EventBus
-from app.service.json_body import load_json
-from app.service.library_ops import LibraryError, delete_files, describe_library, import_gguf, pulled_by_id, verify
-from app.service.recommend_variant import VariantPick, header_file, pick_from_plan, plan_variants, recommend_variant
+from app.service.http.asgi import BodyTooLarge, ClientGone, Receive, Send, read_body, send_error, send_json
+from app.service.http.json_body import load_json
+from app.service.jobs.downloads import DownloadConflict, Downloads, sentence
 from engines.gguf import GGUFError, GGUFInfo
 from engines.states import ACTIVE_STATES
 

@@ -25,7 +25,7 @@ from app.bench.prompts import DEFAULT_PROMPT_MODE, DEFAULT_TURNS, MAX_TURNS, PRO
 from app.bench.sweep import SweepOptions, parse_concurrency
 from app.self_command import modeldeck_command
 from app.service.events import EventBus
-from app.service.json_body import load_json
+from app.service.http.json_body import load_json
 from engines.processes import spawn_engine, stop_process_tree
 
 log = logging.getLogger("modeldeck.bench")

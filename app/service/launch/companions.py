@@ -10,7 +10,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
-from app.service.memory_check import tree_rss
+from app.service.launch.memory_check import tree_rss
 from engines.base import EmbeddingModeEngine, LaunchPlan
 from engines.states import ACTIVE_STATES, EngineEvent, EngineState
 from engines.supervisor import CommandFactory, EngineSupervisor, EventSink

@@ -9,7 +9,7 @@ from typing import Any
 
 import psutil
 
-from app.service.json_body import load_json
+from app.service.http.json_body import load_json
 from engines.base import LaunchPlan
 
 MAX_BODY = 4096

@@ -11,8 +11,8 @@ import time
 import aiohttp
 
 from app.service.engines import EngineManager, RemoteEndpoint
+from app.service.metrics.series import Point
 from app.service.remotes import read_bounded
-from app.service.series import Point
 from engines.metrics import METRICS_CONFIGS, MetricsConfig, MetricTranslator
 
 log = logging.getLogger("modeldeck.metrics")
