@@ -12,11 +12,9 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Collection
 
-from app.service.http.asgi import BodyTooLarge, ClientGone, Receive, Send, read_body, send_error, send_json
+from app.service.http.api import MAX_SMALL_BODY, Query, query_text, read_limited
+from app.service.http.asgi import Receive, Send, send_error, send_json
 from app.service.jobs.bench_runs import BadBenchRequest, BenchConflict, BenchRequest, BenchRuns, CardNotFound
-
-MAX_BODY = 4096
-Query = dict[str, list[str]]
 
 
 class BenchRoutes:
@@ -38,10 +36,6 @@ class BenchRoutes:
             await send_error(send, 409, str(exc), "invalid_request_error", "conflict")
         except CardNotFound as exc:
             await send_error(send, 404, str(exc), "invalid_request_error", "card_not_found")
-        except BodyTooLarge:
-            await send_error(send, 413, f"The body is over {MAX_BODY} bytes.", "invalid_request_error")
-        except ClientGone:
-            pass  # nobody is left to answer
         return True
 
     async def _route(self, method: str, rest: list[str], query: Query, receive: Receive, send: Send) -> bool:
@@ -52,7 +46,7 @@ class BenchRoutes:
                 cards = await asyncio.to_thread(runs.cards)
                 await send_json(send, 200, {"run": current.to_dict() if current else None, "cards": cards})
             case "POST", []:
-                request = BenchRequest.from_json(await read_body(receive, MAX_BODY), self._known_models)
+                request = BenchRequest.from_json(await read_limited(receive, MAX_SMALL_BODY), self._known_models)
                 await send_json(send, 202, (await runs.start(request)).to_dict())
             case "POST", ["cancel"]:
                 await send_json(send, 200, (await runs.cancel()).to_dict())
@@ -60,7 +54,7 @@ class BenchRoutes:
                 card = await asyncio.to_thread(runs.card, card_id)
                 await send_json(send, 200, card.to_dict())
             case "GET", ["compare"]:
-                first, second = query.get("a", [""])[0], query.get("b", [""])[0]
+                first, second = query_text(query, "a"), query_text(query, "b")
                 if not first or not second:
                     raise BadBenchRequest("`a` and `b` (two card ids) are required.", "a" if not first else "b")
                 rows = await asyncio.to_thread(runs.compare, first, second)

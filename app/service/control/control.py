@@ -8,7 +8,6 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import parse_qs
 
 from app import __version__
 from app.planner.plans import NoVariants
@@ -20,22 +19,30 @@ from app.service.control.remote_routes import RemoteRoutes
 from app.service.control.settings_routes import SettingsRoutes
 from app.service.engines import EngineManager, PlanConflict, UnknownModel
 from app.service.events import EventBus
+from app.service.http.api import (
+    MAX_SMALL_BODY,
+    ApiError,
+    Query,
+    parse_query,
+    query_text,
+    query_whole,
+    read_limited,
+    send_api_error,
+)
 from app.service.http.asgi import (
     LOOPBACK_HOSTS,
-    BodyTooLarge,
     ClientGone,
     Receive,
     Scope,
     Send,
     bearer_ok,
     host_allowed,
-    read_body,
     send_bytes,
     send_error,
     send_json,
     wait_disconnect,
 )
-from app.service.launch.overrides import MAX_BODY, BadOverrides, PlanOverrides
+from app.service.launch.overrides import BadOverrides, PlanOverrides
 from app.service.metrics.metrics_pipeline import DEFAULT_MAX_POINTS, MetricsPipeline
 from app.service.metrics.request_log import RequestLog
 from app.version import provenance
@@ -101,15 +108,16 @@ class ControlApi:
             await send_error(send, 401, "Missing or invalid control token.", "authentication_error")
             return
         method, parts = scope["method"], scope["path"].strip("/").split("/")
-        query = parse_qs(scope.get("query_string", b"").decode("latin-1"))
         try:
-            await self._route(method, parts, query, receive, send)
+            await self._route(method, parts, parse_query(scope), receive, send)
         except UnknownModel as exc:
             await send_error(send, 404, f"Unknown model {exc.args[0]!r}.", "invalid_request_error", "model_not_found")
+        except ApiError as exc:
+            await send_api_error(send, exc)
+        except ClientGone:
+            pass  # nobody is left to answer
 
-    async def _route(
-        self, method: str, parts: list[str], query: dict[str, list[str]], receive: Receive, send: Send
-    ) -> None:
+    async def _route(self, method: str, parts: list[str], query: Query, receive: Receive, send: Send) -> None:
         match method, parts:
             case "GET", ["api", "health"]:
                 lifecycle = self._manager.lifecycle
@@ -122,11 +130,8 @@ class ControlApi:
             case "GET", ["api", "endpoint"]:
                 await send_json(send, 200, self._endpoint.__dict__)
             case "GET", ["api", "models", model_id, "logs"]:
-                tail = query.get("tail", ["200"])[0]
-                if not tail.isdigit():
-                    await send_error(send, 400, "`tail` must be a whole number.", "invalid_request_error")
-                    return
-                await send_json(send, 200, {"lines": self._manager.logs(model_id, int(tail))})
+                tail = query_whole(query, "tail", 200, 0, None, "`tail` must be a whole number.")
+                await send_json(send, 200, {"lines": self._manager.logs(model_id, tail)})
             case "POST", ["api", "models", model_id, "start"]:
                 await self._start(model_id, wait="wait" in query, receive=receive, send=send)
             case "GET", ["api", "hardware"]:
@@ -137,21 +142,15 @@ class ControlApi:
                 await self._manager.stop(model_id)
                 await send_json(send, 200, self._manager.describe(model_id))
             case "GET", ["api", "metrics"]:
-                window = query.get("window", ["60"])[0]
-                if not window.isdigit() or int(window) == 0:
-                    await send_error(send, 400, "`window` must be a whole number of seconds.", "invalid_request_error")
-                    return
+                window = query_whole(query, "window", 60, 1, None, "`window` must be a whole number of seconds.")
                 aggregates = self._request_log.aggregates(float(window))
-                await send_json(send, 200, {"window_s": int(window), "models": aggregates,
+                await send_json(send, 200, {"window_s": window, "models": aggregates,
                                             "queues": self._manager.queue_depths()})  # fmt: skip
             case "GET", ["api", "series"]:
                 await self._series(query, send)
             case "GET", ["api", "requests"]:
-                limit = query.get("limit", ["100"])[0]
-                if not limit.isdigit():
-                    await send_error(send, 400, "`limit` must be a whole number.", "invalid_request_error")
-                    return
-                await send_json(send, 200, self._request_log.recent(int(limit)))
+                limit = query_whole(query, "limit", 100, 0, None, "`limit` must be a whole number.")
+                await send_json(send, 200, self._request_log.recent(limit))
             case "GET", ["metrics"]:
                 text = self._request_log.prometheus(self._manager.queue_depths()).encode()
                 await send_bytes(send, 200, text, [(b"content-type", b"text/plain; version=0.0.4")])
@@ -189,13 +188,8 @@ class ControlApi:
     async def _start(self, model_id: str, wait: bool, receive: Receive, send: Send) -> None:
         self._manager.describe(model_id)  # raises UnknownModel before anything starts
         try:
-            overrides = PlanOverrides.from_json(await read_body(receive, MAX_BODY))
+            overrides = PlanOverrides.from_json(await read_limited(receive, MAX_SMALL_BODY))
             await self._manager.check_start(model_id, overrides)
-        except ClientGone:
-            return
-        except BodyTooLarge:
-            await send_error(send, 413, f"The body is over {MAX_BODY} bytes.", "invalid_request_error")
-            return
         except BadOverrides as exc:
             await send_error(send, 400, str(exc), "invalid_request_error", param=exc.param)
             return
@@ -217,10 +211,8 @@ class ControlApi:
             # Nobody awaits a start answered with 202; a start racing another one's parameters ends here.
             log.error("start failed: %s", task.exception())
 
-    async def _recommend(self, query: dict[str, list[str]], send: Send) -> None:
-        model_id = query.get("model", [""])[0]
-        use = query.get("use", ["chat"])[0]
-        users_text = query.get("users", [""])[0]
+    async def _recommend(self, query: Query, send: Send) -> None:
+        model_id, use = query_text(query, "model"), query_text(query, "use", "chat")
         if not model_id:
             await send_error(send, 400, "`model` is required.", "invalid_request_error", param="model")
             return
@@ -231,12 +223,13 @@ class ControlApi:
             message = f"`use` must be one of {', '.join(USES)}; got {use!r}."
             await send_error(send, 400, message, "invalid_request_error", param="use")
             return
-        if users_text and not (users_text.isdigit() and 1 <= int(users_text) <= MAX_USERS):
-            message = f"`users` must be a whole number from 1 to {MAX_USERS}."
-            await send_error(send, 400, message, "invalid_request_error", param="users")
-            return
+        users = None
+        if query_text(query, "users"):  # none, or empty: the planner's default
+            users = query_whole(
+                query, "users", 1, 1, MAX_USERS, f"`users` must be a whole number from 1 to {MAX_USERS}."
+            )
         try:
-            result = await self._advisor.recommend(spec, use, int(users_text) if users_text else None)
+            result = await self._advisor.recommend(spec, use, users)
         except NoVariants as exc:
             await send_error(send, 400, str(exc), "invalid_request_error", "model_not_plannable")
             return
@@ -245,25 +238,21 @@ class ControlApi:
             return
         await send_json(send, 200, result.to_dict())
 
-    async def _series(self, query: dict[str, list[str]], send: Send) -> None:
+    async def _series(self, query: Query, send: Send) -> None:
         """Time series over `window` seconds (1 s points up to an hour, minute averages beyond), at most
         `max_points` points each; `names` (comma-separated) and `model` narrow the answer."""
         if self._metrics is None:
             await send_error(send, 404, "This service runs without a metrics pipeline.", "invalid_request_error")
             return
-        window, max_points = query.get("window", ["600"])[0], query.get("max_points", [str(DEFAULT_MAX_POINTS)])[0]
-        if not window.isdigit() or not 0 < int(window) <= 7 * 24 * 3600:
-            await send_error(send, 400, "`window` must be a whole number of seconds up to a week.",
-                             "invalid_request_error", param="window")  # fmt: skip
-            return
-        if not max_points.isdigit() or not 0 < int(max_points) <= 100_000:
-            await send_error(send, 400, "`max_points` must be a whole number from 1 to 100000.",
-                             "invalid_request_error", param="max_points")  # fmt: skip
-            return
+        window = query_whole(
+            query, "window", 600, 1, 7 * 24 * 3600, "`window` must be a whole number of seconds up to a week."
+        )
+        max_points = query_whole(query, "max_points", DEFAULT_MAX_POINTS, 1, 100_000,
+                                 "`max_points` must be a whole number from 1 to 100000.")  # fmt: skip
         names_text = ",".join(query.get("names", []))
         names = {name for name in names_text.split(",") if name} or None
         model = query.get("model", [None])[0]
-        await send_json(send, 200, self._metrics.query(float(window), names, model, int(max_points)))
+        await send_json(send, 200, self._metrics.query(float(window), names, model, max_points))
 
     async def _stream_events(self, send: Send) -> None:
         """Server-sent events: a snapshot of every model first, then engine and log events as they happen."""

@@ -40,16 +40,14 @@ from app.service.control.recommend_variant import (
 )
 from app.service.engines import EngineManager
 from app.service.events import EventBus
-from app.service.http.asgi import BodyTooLarge, ClientGone, Receive, Send, read_body, send_error, send_json
-from app.service.http.json_body import load_json
+from app.service.http.api import MAX_BODY, ApiError, Query, query_text, query_whole, read_json_object
+from app.service.http.asgi import Receive, Send, send_error, send_json
 from app.service.jobs.downloads import DownloadConflict, Downloads, sentence
 from engines.gguf import GGUFError, GGUFInfo
 from engines.states import ACTIVE_STATES
 
 SORTS: tuple[Sort, ...] = ("downloads", "likes", "recent")
 MAX_LIMIT = 100
-MAX_BODY = 16_384
-Query = dict[str, list[str]]
 
 
 def hub_endpoint() -> str:
@@ -94,10 +92,6 @@ class HubRoutes:
             await send_error(send, 409, str(exc), "invalid_request_error", "conflict")
         except LibraryError as exc:
             await send_error(send, exc.status, str(exc), "invalid_request_error")
-        except _BadRequest as exc:
-            await send_error(send, 400, str(exc), "invalid_request_error")
-        except ClientGone:
-            pass  # nobody is left to answer
         return True
 
     async def _route(self, method: str, parts: list[str], query: Query, receive: Receive, send: Send) -> bool:
@@ -128,19 +122,16 @@ class HubRoutes:
         return True
 
     async def _search(self, query: Query) -> list[dict[str, Any]]:
-        sort = query.get("sort", ["downloads"])[0]
-        limit = query.get("limit", ["20"])[0]
-        library = query.get("format", ["gguf"])[0]
+        sort, library = query_text(query, "sort", "downloads"), query_text(query, "format", "gguf")
         if library not in ("gguf", "safetensors"):
-            raise _BadRequest("`format` must be gguf or safetensors.")
+            raise ApiError(400, "`format` must be gguf or safetensors.")
         if sort not in SORTS:
-            raise _BadRequest(f"`sort` must be one of {', '.join(SORTS)}.")
-        if not limit.isdigit() or not 1 <= int(limit) <= MAX_LIMIT:
-            raise _BadRequest(f"`limit` must be a whole number from 1 to {MAX_LIMIT}.")
+            raise ApiError(400, f"`sort` must be one of {', '.join(SORTS)}.")
+        limit = query_whole(query, "limit", 20, 1, MAX_LIMIT, f"`limit` must be a whole number from 1 to {MAX_LIMIT}.")
         order = next(s for s in SORTS if s == sort)
-        text, token = query.get("q", [""])[0], await asyncio.to_thread(_hub_token)
+        text, token = query_text(query, "q"), await asyncio.to_thread(_hub_token)
         found = await asyncio.to_thread(
-            search_models, text, endpoint=self._endpoint, token=token, sort=order, limit=int(limit), library=library
+            search_models, text, endpoint=self._endpoint, token=token, sort=order, limit=limit, library=library
         )
         return [{
             "id": m.id, "downloads": m.downloads, "likes": m.likes, "gated": m.gated, "pipeline_tag": m.pipeline_tag,
@@ -194,7 +185,7 @@ class HubRoutes:
     async def _start_download(self, body: dict[str, Any]) -> dict[str, Any]:
         repo, variant, filename = body.get("repo"), body.get("variant"), body.get("file")
         if not isinstance(repo, str) or not isinstance(variant, str | None) or not isinstance(filename, str | None):
-            raise _BadRequest('Send {"repo": "org/name"} with a "variant" or a "file".')
+            raise ApiError(400, 'Send {"repo": "org/name"} with a "variant" or a "file".')
         text = repo + (f":{variant}" if variant else "") + (f"/{filename}" if filename else "")
         request = PullRequest.parse(text)
         # Fetching the page first answers a wrong name or a missing variant at once, not in a failed job later.
@@ -234,7 +225,7 @@ class HubRoutes:
     async def _import(self, body: dict[str, Any]) -> dict[str, Any]:
         path = body.get("path")
         if not isinstance(path, str) or not path:
-            raise _BadRequest('Send {"path": "/full/path/to/MODEL.gguf"}.')
+            raise ApiError(400, 'Send {"path": "/full/path/to/MODEL.gguf"}.')
         async with self._lock:
             spec = await asyncio.to_thread(import_gguf, Path(path), self._paths, set(self._manager.models))
             self._manager.models[spec.id] = spec
@@ -258,20 +249,9 @@ class HubRoutes:
         return spec
 
 
-class _BadRequest(Exception):
-    """A request the route cannot read; the message says what it expects."""
-
-
 async def _json_body(receive: Receive) -> dict[str, Any]:
-    try:
-        body = load_json(await read_body(receive, MAX_BODY) or b"{}")
-    except BodyTooLarge:
-        raise _BadRequest(f"The body is over {MAX_BODY} bytes.") from None
-    except ValueError:
-        raise _BadRequest("The body is not JSON.") from None
-    if not isinstance(body, dict):
-        raise _BadRequest("The body must be a JSON object.")
-    return body
+    # The Hub routes have answered a body over the limit with 400 since they were written, the others with 413.
+    return await read_json_object(receive, MAX_BODY, too_large_status=400)
 
 
 # HubError.kind -> HTTP status and error type of the control API's answer

@@ -3,11 +3,10 @@ DELETE /api/remotes/NAME. Keys are taken, stored and used, never answered back."
 
 from __future__ import annotations
 
-from app.service.http.asgi import BodyTooLarge, ClientGone, Receive, Send, read_body, send_error, send_json
+from app.service.http.api import MAX_BODY, ApiError, read_limited
+from app.service.http.asgi import Receive, Send, send_error, send_json
 from app.service.http.json_body import load_json
 from app.service.remotes import RemoteError, RemoteRegistry, RemoteUnavailable
-
-MAX_BODY = 16 * 1024
 
 
 class RemoteRoutes:
@@ -34,12 +33,9 @@ class RemoteRoutes:
 
     async def _add(self, receive: Receive, send: Send) -> None:
         try:
-            body = load_json(await read_body(receive, MAX_BODY))
-        except ClientGone:
-            return
-        except (BodyTooLarge, ValueError, UnicodeDecodeError):
-            await send_error(send, 400, 'Expected a JSON object {"name", "url", "api_key"}.', "invalid_request_error")
-            return
+            body = load_json(await read_limited(receive, MAX_BODY))
+        except (ApiError, ValueError):  # over the limit, or not JSON (UnicodeDecodeError is a ValueError)
+            raise ApiError(400, 'Expected a JSON object {"name", "url", "api_key"}.') from None
         if not isinstance(body, dict) or set(body) - {"name", "url", "api_key"}:
             await send_error(send, 400, "Expected a JSON object with `name`, `url` and optionally `api_key`.",
                              "invalid_request_error")  # fmt: skip

@@ -15,8 +15,8 @@ from typing import Any
 from app.hub.token import TokenStoreError, clear_token, read_token, save_token
 from app.keys import ApiKey, KeyNotReplaceable, replace_api_key
 from app.paths import AppPaths
-from app.service.http.asgi import BodyTooLarge, ClientGone, Receive, Send, openai_error, read_body, send_json
-from app.service.http.json_body import load_json
+from app.service.http.api import ApiError, read_json_object
+from app.service.http.asgi import Receive, Send, send_json
 from app.service.http.lan import is_unspecified, lan_addresses, local_addresses
 from app.settings import (
     RESTART_FIELDS,
@@ -28,7 +28,6 @@ from app.settings import (
     with_models_dir,
 )
 
-MAX_BODY = 16_384
 CONFIRM_FIELD = "confirm_lan_exposure"
 LAN_WARNING = (
     "Anyone on your network who has the API key can use your models and your machine's memory and power. "
@@ -48,12 +47,6 @@ class RunningValues:
     cors_origins: tuple[str, ...]
     idle_ttl_s: float | None
     models_dir: str
-
-
-class _Refused(Exception):
-    def __init__(self, status: int, message: str, code: str, param: str | None = None, **extra: Any) -> None:
-        super().__init__(message)
-        self.status, self.code, self.param, self.extra = status, code, param, extra
 
 
 class SettingsRoutes:
@@ -78,26 +71,21 @@ class SettingsRoutes:
         self._lock = asyncio.Lock()  # one read-modify-write of the settings file at a time
 
     async def handle(self, method: str, parts: list[str], receive: Receive, send: Send) -> bool:
-        try:
-            match method, parts:
-                case "GET", ["api", "settings"]:
-                    await send_json(send, 200, await self._describe(await asyncio.to_thread(self._load)))
-                case "PUT", ["api", "settings"]:
-                    await send_json(send, 200, await self._update(await _json_body(receive)))
-                case "POST", ["api", "key", "regenerate"]:
-                    await send_json(send, 200, await self._regenerate())
-                case "PUT", ["api", "hf-token"]:
-                    await send_json(send, 200, await self._save_token(await _json_body(receive)))
-                case "DELETE", ["api", "hf-token"]:
-                    removed = await asyncio.to_thread(_clear_token)
-                    await send_json(send, 200, {"set": False, "removed": removed})
-                case _:
-                    return False
-        except _Refused as exc:
-            body = openai_error(str(exc), "invalid_request_error", exc.code, exc.param)
-            await send_json(send, exc.status, {**body, **exc.extra})
-        except ClientGone:
-            pass
+        """Answer the request if it is one of ours; a refusal is raised as ApiError, for the control API to send."""
+        match method, parts:
+            case "GET", ["api", "settings"]:
+                await send_json(send, 200, await self._describe(await asyncio.to_thread(self._load)))
+            case "PUT", ["api", "settings"]:
+                await send_json(send, 200, await self._update(await read_json_object(receive)))
+            case "POST", ["api", "key", "regenerate"]:
+                await send_json(send, 200, await self._regenerate())
+            case "PUT", ["api", "hf-token"]:
+                await send_json(send, 200, await self._save_token(await read_json_object(receive)))
+            case "DELETE", ["api", "hf-token"]:
+                removed = await asyncio.to_thread(_clear_token)
+                await send_json(send, 200, {"set": False, "removed": removed})
+            case _:
+                return False
         return True
 
     def _load(self) -> Settings:
@@ -144,9 +132,9 @@ class SettingsRoutes:
             try:
                 updated = current.updated(body)
             except SettingsError as exc:
-                raise _Refused(400, f"{exc}.", "invalid_setting", exc.field) from None
+                raise ApiError(400, f"{exc}.", "invalid_setting", exc.field) from None
             if updated.control_port and updated.control_port == updated.gateway_port:
-                raise _Refused(400, "control_port must differ from gateway_port.", "invalid_setting", "control_port")
+                raise ApiError(400, "control_port must differ from gateway_port.", "invalid_setting", "control_port")
             if updated.bind_address != current.bind_address:
                 await self._check_bind(updated.bind_address, confirmed)
             await asyncio.to_thread(save_settings, self._paths, updated)
@@ -160,41 +148,41 @@ class SettingsRoutes:
             return
         if not is_unspecified(address) and address not in await asyncio.to_thread(local_addresses):
             known = ", ".join(await asyncio.to_thread(lan_addresses)) or "none but loopback"
-            raise _Refused(400, f"bind_address: {address} is not an address of this machine (its addresses: {known}).",
+            raise ApiError(400, f"bind_address: {address} is not an address of this machine (its addresses: {known}).",
                            "invalid_setting", "bind_address")  # fmt: skip
         lan = await asyncio.to_thread(self.lan_info)
         if self._key is None:
-            raise _Refused(
+            raise ApiError(
                 409, "The endpoint runs without an API key (--no-api-key), so it cannot be exposed on the network: "
                 "anyone there could use it. Restart the service with a key first.",
                 "api_key_required", "bind_address", lan=lan,
             )  # fmt: skip
         if not confirmed:
-            raise _Refused(
+            raise ApiError(
                 409, f"Exposing the endpoint on {address} needs a confirmation ({CONFIRM_FIELD}: true). {LAN_WARNING}",
                 "confirmation_required", "bind_address", lan=lan,
             )  # fmt: skip
 
     async def _regenerate(self) -> dict[str, Any]:
         if self._key is None:
-            raise _Refused(409, "The endpoint runs without an API key (--no-api-key): there is none to replace.",
+            raise ApiError(409, "The endpoint runs without an API key (--no-api-key): there is none to replace.",
                            "api_key_required")  # fmt: skip
         current = self._key
         try:
             fresh = await asyncio.to_thread(replace_api_key, self._paths, current)
         except KeyNotReplaceable as exc:
-            raise _Refused(409, f"Cannot replace the API key: {exc}.", "key_not_replaceable") from None
+            raise ApiError(409, f"Cannot replace the API key: {exc}.", "key_not_replaceable") from None
         self._key = fresh
         return self._on_key_replaced(fresh)
 
     async def _save_token(self, body: dict[str, Any]) -> dict[str, Any]:
         token = body.get("token")
         if not isinstance(token, str) or not token.strip():
-            raise _Refused(400, 'Send {"token": "hf_..."}.', "invalid_request_error", "token")
+            raise ApiError(400, 'Send {"token": "hf_..."}.', "invalid_request_error", "token")
         try:
             await asyncio.to_thread(save_token, token)
         except TokenStoreError as exc:
-            raise _Refused(409, f"Could not save the token: {exc}.", "token_not_saved") from None
+            raise ApiError(409, f"Could not save the token: {exc}.", "token_not_saved") from None
         return {"set": True, "source": "keyring"}
 
 
@@ -202,16 +190,4 @@ def _clear_token() -> bool:
     try:
         return clear_token()
     except TokenStoreError as exc:
-        raise _Refused(409, f"{exc}.", "token_not_removed") from None
-
-
-async def _json_body(receive: Receive) -> dict[str, Any]:
-    try:
-        body = load_json(await read_body(receive, MAX_BODY) or b"{}")
-    except BodyTooLarge:
-        raise _Refused(413, f"The body is over {MAX_BODY} bytes.", "invalid_request_error") from None
-    except ValueError:
-        raise _Refused(400, "The body is not JSON.", "invalid_request_error") from None
-    if not isinstance(body, dict):
-        raise _Refused(400, "The body must be a JSON object.", "invalid_request_error")
-    return body
+        raise ApiError(409, f"{exc}.", "token_not_removed") from None

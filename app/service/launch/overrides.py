@@ -12,7 +12,6 @@ import psutil
 from app.service.http.json_body import load_json
 from engines.base import LaunchPlan
 
-MAX_BODY = 4096
 MIN_CONTEXT = 256
 # Beyond these the engine either refuses to start or wastes memory for nothing: llama.cpp's prompt batch above
 # 4096 only grows the compute buffer, and no model has a thousand layers to offload.
