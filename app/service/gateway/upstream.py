@@ -1,7 +1,7 @@
 """A small HTTP/1.1 client for the engines behind the gateway: keep-alive connections, answers streamed as read.
 
 Why not aiohttp or httpx: setting up one request in either costs more CPU than the rest of the gateway's work
-on it (DESIGN.md, "Proxy stack matters more than anything else in the gateway"). The servers behind the gateway
+on it (docs/ARCHITECTURE.md, "The proxy stack"). The servers behind the gateway
 are ones ModelDeck starts on loopback, or OpenAI-style servers the user named on this machine, so this needs
 only POST with a body, answers with Content-Length or chunked, and keep-alive. httptools (already under
 uvicorn) parses the answers.

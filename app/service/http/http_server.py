@@ -2,8 +2,8 @@
 
 Each request is handed to an ASGI app as usual, but the app may also write body bytes straight to the client
 (`DirectBody`, under scope["extensions"][DIRECT_BODY]) from any callback: the gateway relays an engine's stream
-from the upstream connection's own callback, with no task switch and no message dict per chunk (DESIGN.md,
-"Proxy stack matters more than anything else in the gateway"). httptools parses the requests.
+from the upstream connection's own callback, with no task switch and no message dict per chunk (docs/ARCHITECTURE.md,
+"The proxy stack"). httptools parses the requests.
 
 The server answers by itself, and closes the connection, whatever HTTP it will not serve: malformed requests
 (400), request lines or headers over the limits (414, 431), bodies over the limit (413), clients too slow to send
