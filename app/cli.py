@@ -160,8 +160,9 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--models-dir", action="append", default=[], type=Path, metavar="DIR", help=MODELS_DIR_HELP)
     serve.add_argument(
         "--gateway-server", choices=("own", "uvicorn"), default=os.environ.get("MODELDECK_GATEWAY_SERVER", "own"),
-        help="HTTP server of the OpenAI endpoint: ModelDeck's own (app/service/http_server.py), which enforces HTTP "
-        "limits and relays streamed chunks in a callback, or uvicorn as a fallback ($MODELDECK_GATEWAY_SERVER; own)",
+        help="HTTP server of the OpenAI endpoint: ModelDeck's own (app/service/http/http_server.py), which enforces "
+        "HTTP limits and relays streamed chunks in a callback, or uvicorn as a fallback "
+        "($MODELDECK_GATEWAY_SERVER; own)",
     )  # fmt: skip
     serve.add_argument(
         "--tls", choices=("auto", "on", "off"), default="auto",

@@ -34,7 +34,7 @@ class AppPaths:
 
     @property
     def metrics_db(self) -> Path:
-        """History of the metrics pipeline's series (app.service.series_history)."""
+        """History of the metrics pipeline's series (app.service.metrics.series_history)."""
         return self.data / "metrics.sqlite"
 
     @property
@@ -78,7 +78,7 @@ class AppPaths:
 
     @property
     def tls_dir(self) -> Path:
-        """The endpoint's self-signed certificate and its key (app.service.tls)."""
+        """The endpoint's self-signed certificate and its key (app.service.http.tls)."""
         return self.config / "tls"
 
     @property

@@ -191,7 +191,7 @@ class LlamaServerEngine:
             # llama-server reads LLAMA_API_KEY when --api-key is not given, which keeps the key off the command line.
             # With a unified KV cache the pinned build saves every idle slot to host memory and clears it whenever a
             # task starts (`--cache-idle-slots`, on by default), and restores a prompt from there only into a slot
-            # it picked itself: a request naming its slot (`id_slot`, app/service/slot_router.py) then finds it
+            # it picked itself: a request naming its slot (`id_slot`, app/service/gateway/slot_router.py) then finds it
             # empty and computes its whole history again. Set in the environment, which builds without the option
             # ignore. Idle slots keep their KV; llama-server still purges them when the cache runs out of room.
             env={"LLAMA_API_KEY": api_key, **openmp_wait_env(plan), "LLAMA_ARG_CACHE_IDLE_SLOTS": "false"},

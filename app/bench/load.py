@@ -55,7 +55,7 @@ class LoadSpec:
     requests: int
     output_tokens: int
     prompt: Callable[[int], str]
-    cert_path: str | None = None  # the endpoint's TLS certificate, trusted besides the system's (app.service.tls)
+    cert_path: str | None = None  # the endpoint's TLS certificate, trusted besides the system's (app.service.http.tls)
 
 
 def _tls_context(cert_path: str) -> ssl.SSLContext:

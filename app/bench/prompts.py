@@ -1,7 +1,8 @@
 """The prompts a benchmark sends: seeded, so a run repeats; distinct per request unless a mode shares on purpose.
 
 Identical prompts measure the engine's prompt cache, not the model: after the first request every engine answers
-from its cache (DESIGN.md, "Facts that bite"). So by default every request gets its own prompt of the same length.
+from its cache (docs/ARCHITECTURE.md, "Prompt caches"). So by default every request gets its own prompt of the same
+length.
 
 - `unique`: every request its own words.
 - `shared-prefix`: the same first `prefix_words` words in every request (a system prompt, a shared document),

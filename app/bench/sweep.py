@@ -125,7 +125,7 @@ def run_sweep(
     engine = ENGINES.get(model["engine"])
     engine_version = engine.detect().version if engine is not None else None
 
-    cert_path = (endpoint.get("tls") or {}).get("cert_path")  # an HTTPS endpoint's certificate (app.service.tls)
+    cert_path = (endpoint.get("tls") or {}).get("cert_path")  # an HTTPS endpoint's certificate (app.service.http.tls)
     target = _Target(endpoint["url"].rstrip("/"), endpoint.get("api_key"), model_id, cert_path)
 
     report(SweepPhase("warmup"))

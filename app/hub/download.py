@@ -1,6 +1,6 @@
 """Resumable, verified downloads of Hub files into the Hugging Face cache.
 
-huggingface_hub >= 1.18 restarts an interrupted file from zero in a new process (DESIGN.md), so the bytes are
+huggingface_hub >= 1.18 restarts an interrupted file from zero in a new process (docs/ARCHITECTURE.md), so the bytes are
 fetched here: a partial `<blob>.incomplete` survives restarts and is resumed with `Range: bytes=N-`; network
 errors are retried with exponential backoff (and the Hub's Retry-After); the size and the sha256 of the LFS object
 (or the git blob hash of a small file) are checked before the file is moved into `blobs/` and linked into the

@@ -23,12 +23,12 @@ from app.planner.defaults import DEFAULT_CONTEXT, LLAMA_CPP_PYTHON, LLAMA_SERVER
 from app.planner.facts import facts_from_gguf
 from app.planner.memory import MissingFacts, llama_cpp_memory, plan_memory
 from app.planner.recommend import gpu_layers_that_fit
-from app.service.admission import EngineQueue
-from app.service.companions import EmbeddingCompanions, EmbeddingRoute, companion_plan
 from app.service.events import EventBus
-from app.service.folder_models import FolderLaunch, FolderRefused, overrides_refusal, plan_folder, record_startup
-from app.service.memory_check import MemoryCheck
-from app.service.overrides import BadOverrides, PlanOverrides, plan_summary
+from app.service.launch.admission import EngineQueue
+from app.service.launch.companions import EmbeddingCompanions, EmbeddingRoute, companion_plan
+from app.service.launch.folder_models import FolderLaunch, FolderRefused, overrides_refusal, plan_folder, record_startup
+from app.service.launch.memory_check import MemoryCheck
+from app.service.launch.overrides import BadOverrides, PlanOverrides, plan_summary
 from engines.base import Capabilities, EmbeddingModeEngine, Engine, LaunchPlan, OffloadingEngine
 from engines.gguf import GGUFError, GGUFInfo, read_gguf_info
 from engines.registry import ENGINES
@@ -61,7 +61,7 @@ class LifecyclePolicy:
     max_loaded_bytes: int | None = None  # against the planner's predicted peak of each engine's plan
     max_waiting: int = 32  # requests waiting per engine before 429
     model_ttl_s: Mapping[str, float | None] = field(default_factory=dict)  # model id -> its own idle TTL
-    max_loaded_source: str = "--max-memory"  # where max_loaded_bytes comes from (app.service.memory_budget)
+    max_loaded_source: str = "--max-memory"  # where max_loaded_bytes comes from (app.service.launch.memory_budget)
 
     def ttl_for(self, model_id: str) -> float | None:
         """The idle TTL of one model: its own if it has one, else the default."""
@@ -222,7 +222,7 @@ class EngineManager:
 
     async def embedding_target(self, model_id: str, url: str) -> EmbeddingRoute:
         """Where /v1/embeddings for the model goes, once its engine is ready at `url`: there, unless that engine
-        embeds only in a process of its own (app.service.companions), which is then started on demand."""
+        embeds only in a process of its own (app.service.launch.companions), which is then started on demand."""
         engine, spec = self.engine(model_id), self.models[model_id]
         plan, info = self._plans.get(model_id), self._infos.get(model_id)
         if not isinstance(engine, EmbeddingModeEngine) or plan is None or info is None or spec.url is not None:

@@ -27,7 +27,7 @@ from app.hub.library import ModelSpec
 from app.keys import insecure_keyring_reason
 from app.paths import AppPaths, write_private
 from app.service.engines import EngineManager, RemoteEndpoint
-from app.service.json_body import load_json
+from app.service.http.json_body import load_json
 
 log = logging.getLogger("modeldeck.remotes")
 

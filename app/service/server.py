@@ -29,29 +29,29 @@ from app.installs.available import available_engines
 from app.interrupt import kill_descendants
 from app.keys import ApiKey, load_api_key
 from app.paths import AppPaths, make_private_dirs, make_private_file, write_private
-from app.service.advisor import Advisor
-from app.service.asgi import LOOPBACK_HOSTS, openai_error
-from app.service.bench_routes import BenchRoutes
-from app.service.bench_runs import BenchRuns
-from app.service.connection_cap import connection_caps, raise_open_file_limit
-from app.service.control import ControlApi, EndpointInfo
+from app.service.control.advisor import Advisor
+from app.service.control.bench_routes import BenchRoutes
+from app.service.control.control import ControlApi, EndpointInfo
+from app.service.control.hub_routes import HubRoutes, hub_endpoint
+from app.service.control.remote_routes import RemoteRoutes
+from app.service.control.settings_routes import RunningValues, SettingsRoutes
 from app.service.engines import EngineManager, LifecyclePolicy
 from app.service.events import EventBus
-from app.service.gateway import Gateway, GatewayConfig
+from app.service.gateway.gateway import Gateway, GatewayConfig
+from app.service.gateway.upstream import UpstreamPool
 from app.service.heap import settle_heap
-from app.service.http_server import HttpLimits, HttpServer
-from app.service.hub_routes import HubRoutes, hub_endpoint
-from app.service.lan import allowed_hosts
-from app.service.memory_budget import configured_budget, default_budget
-from app.service.metrics_pipeline import MetricsPipeline
-from app.service.remote_routes import RemoteRoutes
+from app.service.http.asgi import LOOPBACK_HOSTS, openai_error
+from app.service.http.connection_cap import connection_caps, raise_open_file_limit
+from app.service.http.http_server import HttpLimits, HttpServer
+from app.service.http.lan import allowed_hosts
+from app.service.http.tls import TlsError, TlsIdentity, endpoint_identity
+from app.service.http.uvicorn_cap import capped_protocol
+from app.service.jobs.bench_runs import BenchRuns
+from app.service.launch.memory_budget import configured_budget, default_budget
+from app.service.metrics.metrics_pipeline import MetricsPipeline
+from app.service.metrics.request_log import RequestLog
+from app.service.metrics.series_history import SeriesHistory
 from app.service.remotes import RemoteRegistry
-from app.service.request_log import RequestLog
-from app.service.series_history import SeriesHistory
-from app.service.settings_routes import RunningValues, SettingsRoutes
-from app.service.tls import TlsError, TlsIdentity, endpoint_identity
-from app.service.upstream import UpstreamPool
-from app.service.uvicorn_cap import capped_protocol
 from app.settings import is_loopback_address
 from engines.processes import reap_leftover_engines
 from engines.states import EngineState
@@ -82,12 +82,12 @@ class ServeOptions:
     models_dirs: tuple[Path, ...] = ()  # the user's models folders, scanned besides ModelDeck's own
     remotes: tuple[tuple[str, str], ...] = ()  # (name, base URL) of remote OpenAI-compatible servers
     settings_problem: str | None = None  # why the settings file could not be used, when it could not
-    gateway_server: str = "own"  # app.service.http_server, or "uvicorn" (see README, "What the gateway costs")
-    tls: str = "auto"  # "auto": HTTPS when the endpoint listens beyond loopback; "on"; "off" (app.service.tls)
+    gateway_server: str = "own"  # app.service.http.http_server, or "uvicorn" (see README, "What the gateway costs")
+    tls: str = "auto"  # "auto": HTTPS when the endpoint listens beyond loopback; "on"; "off" (app.service.http.tls)
     tls_cert: Path | None = None  # the user's certificate and key; None: ModelDeck's own, made on first use
     tls_key: Path | None = None
     max_connections: int | None = None  # on the OpenAI endpoint; None: from the open-file limit (connection_cap)
-    slot_routing: bool = True  # conversations to the llama-server slot holding their prefix (app.service.slot_router)
+    slot_routing: bool = True  # conversations to the llama-server slot holding their prefix (gateway.slot_router)
 
 
 class _Server(uvicorn.Server):

@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from app.service.admission import EngineQueue, QueueFull
+from app.service.launch.admission import EngineQueue, QueueFull
 
 
 async def test_requests_run_one_at_a_time_in_arrival_order() -> None:

@@ -13,7 +13,7 @@ from app.hardware.profile import HardwareProfile
 from app.hub.library import ModelSpec, bundled_model, external_model
 from app.paths import AppPaths
 from app.planner.plans import NoVariants
-from app.service.advisor import Advisor
+from app.service.control.advisor import Advisor
 from tests.conftest import REPO
 
 FIXTURES = REPO / "tests" / "fixtures" / "hardware"

@@ -15,7 +15,7 @@ import psutil
 import pytest
 
 from app.paths import AppPaths
-from app.service.connection_cap import RESERVED_FDS, ConnectionCaps, NoRoom, connection_caps, make_room
+from app.service.http.connection_cap import RESERVED_FDS, ConnectionCaps, NoRoom, connection_caps, make_room
 from tests.conftest import RunningService, start_service_process, stop_service_process
 
 SOFT, HARD = 128, 200  # the service raises the soft limit to the hard one; caps come from the hard one

@@ -11,7 +11,7 @@ from app.hub.cache import UnsafeName
 from app.hub.pull import PullRequest
 from app.hub.variants import RepoFile, Variant
 from app.paths import AppPaths
-from app.service.download_store import (
+from app.service.jobs.download_store import (
     KEPT_FINISHED,
     from_record,
     load_records,

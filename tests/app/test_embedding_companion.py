@@ -24,7 +24,7 @@ from app.paths import AppPaths
 from app.planner.defaults import default_plan
 from app.planner.facts import facts_from_gguf
 from app.planner.memory import llama_cpp_memory, plan_memory
-from app.service.companions import companion_plan
+from app.service.launch.companions import companion_plan
 from engines.gguf import read_gguf_info
 from tests.conftest import RunningService, start_service_process, stop_service_process, wait_for
 

@@ -16,8 +16,8 @@ from aiohttp import web
 from app.paths import AppPaths
 from app.service.engines import EngineManager
 from app.service.events import EventBus
-from app.service.sampling import EngineScraper
-from app.service.series import Point
+from app.service.metrics.sampling import EngineScraper
+from app.service.metrics.series import Point
 from engines.metrics import VLLM, MetricTranslator
 
 FIXTURE = Path(__file__).resolve().parent.parent / "fixtures" / "metrics" / "vllm_metrics.txt"

@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from app.service.features import FeatureRefused, adapt, has_features
-from app.service.validation import InvalidRequest
+from app.service.gateway.features import FeatureRefused, adapt, has_features
+from app.service.gateway.validation import InvalidRequest
 from engines.llama_cpp import LlamaCppPythonEngine
 from engines.llama_server import LlamaServerEngine
 

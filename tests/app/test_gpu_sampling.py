@@ -10,8 +10,8 @@ import pynvml
 import pytest
 
 from app.hardware.gpu_sampling import GPUReading, NvmlSampler
-from app.service.sampling import gpu_points
-from app.service.series import Point
+from app.service.metrics.sampling import gpu_points
+from app.service.metrics.series import Point
 
 GIB = 2**30
 

@@ -1,4 +1,4 @@
-"""The gateway's HTTP/1.1 server (app.service.http_server) at the HTTP level, over real sockets.
+"""The gateway's HTTP/1.1 server (app.service.http.http_server) at the HTTP level, over real sockets.
 
 The server runs in this process, in a thread with its own event loop, around a small ASGI app written here for
 the purpose (the gateway itself is tested through the real service in test_gateway.py): each route makes the
@@ -17,8 +17,8 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from app.service.asgi import DIRECT_BODY, BodyTooLarge, ClientGone, Message, Receive, Scope, Send, read_body
-from app.service.http_server import HttpLimits, HttpServer
+from app.service.http.asgi import DIRECT_BODY, BodyTooLarge, ClientGone, Message, Receive, Scope, Send, read_body
+from app.service.http.http_server import HttpLimits, HttpServer
 
 LIMITS = HttpLimits(
     max_url_bytes=256, max_header_bytes=1024, max_headers=12, max_body_bytes=1000, header_timeout_s=0.5,

@@ -1,5 +1,5 @@
-"""The gateway's own HTTP server (app.service.http_server) serving TLS, over real sockets, with a certificate made
-by app.service.tls: requests and streamed bodies over TLS, the server's own error answers still delivered, and
+"""The gateway's own HTTP server (app.service.http.http_server) serving TLS, over real sockets, with a certificate made
+by app.service.http.tls: requests and streamed bodies over TLS, the server's own error answers still delivered, and
 clients that never complete a handshake (plain HTTP, silence) dropped without an error logged."""
 
 from __future__ import annotations
@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from app.service.asgi import DIRECT_BODY, BodyTooLarge, ClientGone, Receive, Scope, Send, read_body
-from app.service.http_server import HttpLimits, HttpServer
-from app.service.tls import TlsIdentity, own_certificate
+from app.service.http.asgi import DIRECT_BODY, BodyTooLarge, ClientGone, Receive, Scope, Send, read_body
+from app.service.http.http_server import HttpLimits, HttpServer
+from app.service.http.tls import TlsIdentity, own_certificate
 
 LIMITS = HttpLimits(max_body_bytes=1000, header_timeout_s=0.5, body_timeout_s=0.5, shutdown_grace_s=0.5)
 

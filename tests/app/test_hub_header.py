@@ -14,7 +14,7 @@ from app.hub.variants import RepoFile, gguf_variants
 from app.planner.calibration import CalibrationStore
 from app.planner.facts import facts_from_gguf
 from app.planner.plans import plan_model
-from app.service.recommend_variant import header_file, pick_from_plan, plan_variants
+from app.service.control.recommend_variant import header_file, pick_from_plan, plan_variants
 from engines.gguf import GGUFError, read_gguf_prefix
 from tests.app.conftest import SLICE_BYTES, add_repo
 from tests.hub_server import FakeHub

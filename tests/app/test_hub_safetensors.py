@@ -18,7 +18,7 @@ from app.hub.pulled import load_pulled
 from app.hub.task import Progress, TaskState
 from app.hub.variants import SAFETENSORS, RepoFile, safetensors_variant
 from app.paths import AppPaths
-from app.service.library_ops import delete_files, verify
+from app.service.control.library_ops import delete_files, verify
 from tests.app.conftest import add_repo, sha256
 from tests.hub_server import FakeHub, git_blob_sha1
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from app.service.json_body import MAX_DEPTH, BadJson, load_json
+from app.service.http.json_body import MAX_DEPTH, BadJson, load_json
 
 
 def nested(depth: int) -> bytes:

@@ -14,7 +14,7 @@ from app.hub.pull import PullRequest, pull
 from app.hub.pulled import PulledModel, load_pulled
 from app.hub.task import TaskState
 from app.paths import AppPaths
-from app.service.library_ops import LibraryError, delete_files
+from app.service.control.library_ops import LibraryError, delete_files
 from tests.app.conftest import add_repo, sha256
 from tests.hub_server import FakeHub
 

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from app.service.metering import (
+from app.service.metrics.metering import (
     PromptCache,
     StreamMeter,
     cache_reuse,

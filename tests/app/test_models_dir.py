@@ -16,7 +16,7 @@ from app.hub.pulled import PulledModel, load_pulled
 from app.hub.stores import PARTIAL_DIR
 from app.hub.task import TaskState
 from app.paths import AppPaths
-from app.service.library_ops import verify
+from app.service.control.library_ops import verify
 from tests.app.conftest import SLICE_BYTES, add_repo
 from tests.app.test_hub_safetensors import WANTED, model_files
 from tests.conftest import start_service_process, stop_service_process

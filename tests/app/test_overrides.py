@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from app.service.overrides import BadOverrides, PlanOverrides, plan_summary
+from app.service.launch.overrides import BadOverrides, PlanOverrides, plan_summary
 from engines.base import LaunchPlan
 
 PLAN = LaunchPlan("m", Path("/models/m.gguf"), context_length=4096, threads=2, batch_size=512, gpu_layers=0)

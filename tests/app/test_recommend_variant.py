@@ -7,7 +7,7 @@ from pathlib import Path
 
 from app.hardware.profile import HardwareProfile
 from app.hub.variants import RepoFile, Variant
-from app.service.recommend_variant import recommend_variant
+from app.service.control.recommend_variant import recommend_variant
 
 FIXTURES = Path(__file__).parent.parent / "fixtures" / "hardware"
 GB = 1_000_000_000

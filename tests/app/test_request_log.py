@@ -11,9 +11,9 @@ from dataclasses import fields, replace
 from pathlib import Path
 
 from app.service.events import EventBus
-from app.service.metering import RequestRecord
-from app.service.request_log import RequestLog
-from app.service.request_text import RequestText
+from app.service.metrics.metering import RequestRecord
+from app.service.metrics.request_log import RequestLog
+from app.service.metrics.request_text import RequestText
 from tests.conftest import REPO, wait_for
 
 
@@ -47,8 +47,8 @@ FULL_DISK_SCRIPT = textwrap.dedent("""
     import logging, resource, signal, sqlite3, sys, threading, time
     from pathlib import Path
     from app.service.events import EventBus
-    from app.service.request_log import RequestLog
-    from app.service.request_text import RequestText
+    from app.service.metrics.request_log import RequestLog
+    from app.service.metrics.request_text import RequestText
     from tests.app.test_request_log import record
 
     signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit then fails (EFBIG) instead of killing

@@ -10,7 +10,7 @@ import random
 
 import pytest
 
-from app.service.slot_router import BUSY_GAIN_CHARS, MIN_MATCH_CHARS, SlotRouter, prompt_parts, shared_chars
+from app.service.gateway.slot_router import BUSY_GAIN_CHARS, MIN_MATCH_CHARS, SlotRouter, prompt_parts, shared_chars
 
 URL = "http://127.0.0.1:9000"
 SYSTEM = "You are a careful assistant. " * 20  # well over MIN_MATCH_CHARS

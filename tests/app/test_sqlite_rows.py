@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from app.service.sqlite_rows import MAX_PARAMETERS, connect_autocommit, insert_rows
+from app.service.metrics.sqlite_rows import MAX_PARAMETERS, connect_autocommit, insert_rows
 
 COLUMNS = [f"c{index}" for index in range(17)]  # as many as the request log has
 

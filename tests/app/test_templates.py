@@ -7,7 +7,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from app.service.templates import TemplateRenderer
+from app.service.gateway.templates import TemplateRenderer
 
 MESSAGES = [{"role": "user", "content": "Hi"}]
 CHAT = (

@@ -1,4 +1,4 @@
-"""The endpoint's certificate (app.service.tls) on real files: made on first use with a private key, reused with a
+"""The endpoint's certificate (app.service.http.tls) on real files: made on first use with a private key, reused with a
 stable fingerprint, made anew only when it no longer fits (and said why), and the user's own pair checked."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
-from app.service.tls import (
+from app.service.http.tls import (
     CERT_FILE,
     KEY_FILE,
     TlsError,

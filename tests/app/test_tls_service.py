@@ -26,7 +26,7 @@ from app.client import stream_chat
 from app.gui.snippets_panel import snippets
 from app.hub.library import BUNDLED_ID
 from app.paths import AppPaths
-from app.service.tls import own_certificate
+from app.service.http.tls import own_certificate
 from tests.conftest import REPO, RunningService, free_port, start_service_process, stop_service_process
 
 

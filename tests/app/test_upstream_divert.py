@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 
-from app.service.upstream import Endpoint, UpstreamPool
+from app.service.gateway.upstream import Endpoint, UpstreamPool
 
 PIECES = 200
 

@@ -11,8 +11,8 @@ from collections.abc import Awaitable, Callable
 import aiohttp
 import pytest
 
+from app.service.gateway.upstream import AnswerLimits, Endpoint, UpstreamError, UpstreamPool
 from app.service.remotes import MAX_LIST_BYTES, RemoteUnavailable, list_models
-from app.service.upstream import AnswerLimits, Endpoint, UpstreamError, UpstreamPool
 
 LIMITS = AnswerLimits(max_head_bytes=4096, max_bytes=1 << 20, idle_s=1.0, total_s=3.0)
 Behaviour = Callable[[asyncio.StreamWriter], Awaitable[None]]

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from app.service.validation import InvalidRequest, check_request
+from app.service.gateway.validation import InvalidRequest, check_request
 
 CHAT = "/v1/chat/completions"
 

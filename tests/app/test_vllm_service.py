@@ -36,8 +36,8 @@ from app.paths import AppPaths
 from app.planner.calibration import CalibrationStore
 from app.service.engines import EngineManager, LifecyclePolicy
 from app.service.events import EventBus
-from app.service.folder_models import plan_folder
-from app.service.overrides import BadOverrides, PlanOverrides
+from app.service.launch.folder_models import plan_folder
+from app.service.launch.overrides import BadOverrides, PlanOverrides
 from engines.registry import ENGINES
 from engines.states import EngineState
 from engines.vllm import VLLMEngine

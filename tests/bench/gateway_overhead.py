@@ -8,7 +8,7 @@ LiteLLM is optional and lives in its own virtualenv, never in .venv:
 
     python3.11 -m venv .bench-venv && .bench-venv/bin/pip install 'litellm[proxy]'
 
-What it measures (see "Proxy stack matters more than anything else in the gateway" in DESIGN.md):
+What it measures (see "The proxy stack" in docs/ARCHITECTURE.md):
 
   - streamed POST /v1/chat/completions through a lean load client written on raw asyncio (no httpx or openai in
     the measuring path): one keep-alive connection per concurrent stream, chunked SSE read by hand, a timestamp
@@ -42,7 +42,7 @@ Targets, three sections:
      as a real engine does: one event per read, so CPU per chunk is the cost of forwarding one token.
 
 ModelDeck runs twice side by side (`--gateway-servers`): `modeldeck` with its own HTTP server for the
-endpoint (app/service/http_server.py, streamed chunks relayed in the engine connection's callback) and
+endpoint (app/service/http/http_server.py, streamed chunks relayed in the engine connection's callback) and
 `md-uvicorn` with uvicorn, as the endpoint was served before.
 
 Reported per section, concurrency and target: requests (failed or cut), TTFT p50/p99 and the TTFT added to
@@ -484,7 +484,8 @@ def start_litellm(procs: Processes, work: Path, upstream_port: int) -> tuple[int
         "LITELLM_LOG": "ERROR",
         "LITELLM_TELEMETRY": "False",
         "LITELLM_LOCAL_MODEL_COST_MAP": "True",
-        # No master key, as measured in DESIGN.md (loopback only); recent LiteLLM refuses to start without this.
+        # No master key, as measured for docs/ARCHITECTURE.md, "The proxy stack" (loopback only); recent LiteLLM
+        # refuses to start without this.
         "LITELLM_DANGEROUSLY_PERMIT_WEAK_OR_UNSET_MASTER_KEY": "true",
         "DISABLE_ADMIN_UI": "True",
         "NO_PROXY": "127.0.0.1,localhost",

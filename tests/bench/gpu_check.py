@@ -50,7 +50,7 @@ from app.planner.plans import safetensors_variant
 from app.planner.recommend import Variant, recommend
 from app.planner.summary import summary_lines
 from app.planner.vllm_check import check_startup, startup_measurement
-from app.service.memory_check import tree_pids, tree_rss
+from app.service.launch.memory_check import tree_pids, tree_rss
 from engines.base import EngineCommand, LaunchPlan
 from engines.gguf import read_gguf_info
 from engines.llama_cpp import LlamaCppPythonEngine

@@ -1,0 +1,92 @@
+"""OpenAI request features said in the words of the engine that serves the model.
+
+The GGUF engines take the same features under different names: llama-server reads `response_format` of type
+`json_schema` as OpenAI writes it, llama-cpp-python only knows `json_object`, with the schema beside the type. Each
+engine's translation is one function in `_TRANSLATIONS`; an engine without one gets the body unchanged. What an
+engine cannot do at all is refused with a 400 that names the engine that would serve it. The README's feature table
+says what each engine does with each feature, as tried on the pinned versions.
+
+The gateway calls `adapt` once per request, and only when the body has one of `FIELDS`: other bodies pass as bytes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from app.service.gateway.validation import InvalidRequest
+from engines.base import Capabilities
+
+FIELDS = ("response_format", "logprobs", "top_logprobs", "max_completion_tokens")
+RESPONSE_FORMAT_TYPES = ("text", "json_object", "json_schema")
+# The engine that answers `logprobs` for a model whose engine cannot: same GGUF file, started with `engine`.
+LOGPROBS_ENGINE = "llama-server"
+
+
+class FeatureRefused(InvalidRequest):
+    """The serving engine cannot do what the request asks; the message names the engine that would."""
+
+
+def has_features(payload: dict[str, Any]) -> bool:
+    """Whether `adapt` has anything to do: a few dict lookups, cheap enough for every request."""
+    return any(field in payload for field in FIELDS)
+
+
+def adapt(engine: str, capabilities: Capabilities, path: str, payload: dict[str, Any]) -> bool:
+    """Rewrite `payload` in place for `engine`; True when it changed (the caller encodes it again).
+
+    Raises InvalidRequest for a malformed `response_format`, FeatureRefused for what `engine` cannot serve."""
+    response_format = payload.get("response_format")
+    if response_format is not None:
+        _check_response_format(response_format)
+    if _asks_logprobs(path, payload) and not capabilities.logprobs:
+        raise FeatureRefused(
+            f"`logprobs` is not available for models served by {engine}. {LOGPROBS_ENGINE} serves them: start the "
+            f'model on it (POST /api/models/ID/start with {{"engine": "{LOGPROBS_ENGINE}"}}).',
+            "logprobs",
+        )
+    translate = _TRANSLATIONS.get(engine)
+    return translate(payload) if translate is not None else False
+
+
+def _asks_logprobs(path: str, payload: dict[str, Any]) -> bool:
+    if path == "/v1/completions":  # an integer there: 0 still asks for the chosen token's logprob
+        return payload.get("logprobs") is not None
+    return bool(payload.get("logprobs")) or bool(payload.get("top_logprobs"))
+
+
+def _check_response_format(value: Any) -> None:
+    """OpenAI's shape of a `json_schema` format; other types are the engine's to accept (vLLM has more)."""
+    if not isinstance(value.get("type"), str):
+        raise InvalidRequest("`response_format.type` must be a string.", "response_format")
+    if value["type"] != "json_schema":
+        return
+    spec = value.get("json_schema")
+    if not isinstance(spec, dict):
+        raise InvalidRequest("`response_format.json_schema` must be an object.", "response_format")
+    if not isinstance(spec.get("schema", {}), dict):
+        raise InvalidRequest("`response_format.json_schema.schema` must be an object.", "response_format")
+
+
+def _llama_cpp_python(payload: dict[str, Any]) -> bool:
+    """llama-cpp-python 0.3.36 answers `json_schema` with a 500 (it takes the schema under `json_object`) and
+    ignores `max_completion_tokens` (it reads `max_tokens` only)."""
+    changed = False
+    response_format = payload.get("response_format")
+    if response_format is not None and response_format["type"] not in RESPONSE_FORMAT_TYPES:
+        raise InvalidRequest(
+            f"`response_format.type` must be one of {', '.join(RESPONSE_FORMAT_TYPES)} for llama-cpp-python.",
+            "response_format",
+        )
+    if response_format is not None and response_format["type"] == "json_schema":
+        schema = response_format["json_schema"].get("schema")
+        payload["response_format"] = {"type": "json_object", **({"schema": schema} if schema is not None else {})}
+        changed = True
+    limit = payload.pop("max_completion_tokens", None)
+    if limit is not None:
+        payload.setdefault("max_tokens", limit)  # `max_tokens` wins where a client sends both, as in OpenAI's API
+        changed = True
+    return changed
+
+
+_TRANSLATIONS: dict[str, Callable[[dict[str, Any]], bool]] = {"llama-cpp-python": _llama_cpp_python}

@@ -1,0 +1,594 @@
+"""The OpenAI-compatible endpoint (/v1): checks, routes by `model`, queues, measures and streams through.
+
+Bytes from the engine are forwarded as they arrive, never re-serialized; they are only searched as far as
+measurement needs (app.service.metrics.metering).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import itertools
+import json
+import math
+import struct
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, replace
+from typing import Any
+
+from app.service.engines import EngineManager
+from app.service.gateway.features import adapt, has_features
+from app.service.gateway.prompt_tokens import count_tokens, prompt_text
+from app.service.gateway.slot_router import SlotChoice, SlotRouter, prompt_parts
+from app.service.gateway.templates import TemplateRenderer
+from app.service.gateway.upstream import REMOTE_LIMITS, Endpoint, Response, Unreachable, UpstreamError, UpstreamPool
+from app.service.gateway.validation import CheckedRequest, InvalidRequest, check_request
+from app.service.http.asgi import (
+    DIRECT_BODY,
+    LOOPBACK_HOSTS,
+    BodyTooLarge,
+    ClientGone,
+    DirectBody,
+    Message,
+    Receive,
+    Scope,
+    Send,
+    bearer_ok,
+    header,
+    host_allowed,
+    openai_error,
+    read_body,
+    send_error,
+    send_json,
+    wait_disconnect,
+)
+from app.service.http.json_body import load_json
+from app.service.launch.admission import QueueFull
+from app.service.metrics.metering import (
+    RequestRecord,
+    StreamMeter,
+    ends_with_done,
+    percentile,
+    prompt_cache,
+    split_done,
+    usage_event,
+)
+from app.service.metrics.request_log import RequestLog
+from app.service.metrics.request_text import PROMPT_FIELDS, RequestText
+from engines.states import EngineState
+
+PROXIED_PATHS = frozenset({"/v1/chat/completions", "/v1/completions", "/v1/embeddings"})
+_FORWARDED_RESPONSE_HEADERS = frozenset({b"content-type", b"cache-control"})
+_ID_PREFIX, _ids = uuid.uuid4().hex[:12], itertools.count(1)  # request ids: unique per run, cheap per request
+CLIENT_CLOSED = 499  # nginx's convention for a client that left before the answer
+
+
+@dataclass(frozen=True)
+class GatewayConfig:
+    api_key: str | None  # None only on loopback, by the user's explicit choice
+    allowed_hosts: frozenset[str] = LOOPBACK_HOSTS
+    cors_origins: frozenset[str] = frozenset()
+    max_body_bytes: int = 4 * 1024 * 1024
+    start_timeout_s: float = 300.0
+    log_request_text: bool = False  # the user's choice: prompts and completions in the request log
+    slot_routing: bool = True  # send each conversation to the engine slot holding its prefix (gateway.slot_router)
+
+
+@dataclass
+class _Outcome:
+    """What happened to one request, filled in as it goes, recorded at the end."""
+
+    status: int = 0
+    queued_s: float = 0.0
+    meter: StreamMeter | None = None
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+    prompt_cached_tokens: int | None = None
+    slot: int | None = None
+    error: str | None = None
+    complete: bool = False  # the engine's answer was passed on in full
+    serving: bool = True  # until the handler is done with the request
+    gone: bool = False  # the client disconnected while it was served
+    text: RequestText | None = None  # only when the user keeps request text
+
+
+class Gateway:
+    """Raw ASGI app serving /v1. `pool` holds the keep-alive connections to the engines, opened by the server."""
+
+    def __init__(self, manager: EngineManager, config: GatewayConfig, pool: UpstreamPool, log: RequestLog) -> None:
+        self._manager = manager
+        self._config = config
+        self._pool = pool
+        self._log = log
+        self._endpoints: dict[tuple[str, str], Endpoint] = {}  # (URL, bearer) -> prepared request head
+        self._templates = TemplateRenderer()  # its worker process starts on the first render
+        self._slots = SlotRouter()
+
+    async def close(self) -> None:
+        """End the chat template worker, if one was started."""
+        await self._templates.close()
+
+    def set_api_key(self, api_key: str) -> None:
+        """Check requests against this key from now on: the old one stops working at once."""
+        self._config = replace(self._config, api_key=api_key)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            return
+        if not host_allowed(scope, self._config.allowed_hosts):
+            await send_error(send, 403, "Host not allowed.", "permission_error", "host_not_allowed")
+            return
+        origin = header(scope, b"origin")
+        if origin is not None:
+            allowed = origin.decode("latin-1") in self._config.cors_origins
+            if scope["method"] == "OPTIONS":
+                await self._preflight(send, origin if allowed else None)
+                return
+            if allowed:
+                send = _adding_headers(send, [(b"access-control-allow-origin", origin), (b"vary", b"Origin")])
+        if self._config.api_key is not None and not bearer_ok(scope, self._config.api_key):
+            await send_error(
+                send, 401, "Missing or invalid API key (Authorization: Bearer ...).", "authentication_error",
+                "invalid_api_key",
+            )  # fmt: skip
+            return
+        path, method = scope["path"], scope["method"]
+        if path == "/v1/models" and method == "GET":
+            await send_json(send, 200, self._model_list())
+        elif path in PROXIED_PATHS and method == "POST":
+            await self._proxy(scope, receive, send)
+        elif path in PROXIED_PATHS or path == "/v1/models":
+            await send_error(send, 405, f"Method {method} not allowed on {path}.", "invalid_request_error")
+        else:
+            await send_error(send, 404, f"Unknown route {path}.", "invalid_request_error", "unknown_url")
+
+    async def _preflight(self, send: Send, origin: bytes | None) -> None:
+        if origin is None:  # no CORS grant unless the user listed this origin
+            await send_error(send, 403, "Cross-origin requests are not allowed.", "permission_error")
+            return
+        headers = [
+            (b"access-control-allow-origin", origin),
+            (b"access-control-allow-methods", b"GET, POST, OPTIONS"),
+            (b"access-control-allow-headers", b"authorization, content-type"),
+            (b"access-control-max-age", b"600"),
+            (b"vary", b"Origin"),
+        ]
+        await send({"type": "http.response.start", "status": 204, "headers": headers})
+        await send({"type": "http.response.body", "body": b""})
+
+    def _model_list(self) -> dict[str, Any]:
+        data = []
+        for model_id in self._manager.models:
+            described = self._manager.describe(model_id)
+            remote = self._manager.remote_of(model_id)
+            owner = remote[0].name if remote else "modeldeck"
+            data.append({"id": model_id, "object": "model", "created": 0, "owned_by": owner,
+                         "state": described["state"]})  # fmt: skip
+        return {"object": "list", "data": data}
+
+    async def _proxy(self, scope: Scope, receive: Receive, send: Send) -> None:
+        path = scope["path"]
+        content_type = (header(scope, b"content-type") or b"").split(b";")[0].strip().lower()
+        try:
+            body = await read_body(receive, self._config.max_body_bytes)
+        except ClientGone:
+            return
+        except BodyTooLarge:
+            limit = self._config.max_body_bytes
+            await send_error(send, 413, f"Request body over {limit} bytes.", "invalid_request_error")
+            return
+        if content_type != b"application/json":
+            await send_error(send, 415, "Content-Type must be application/json.", "invalid_request_error")
+            return
+        try:
+            payload = load_json(body)
+            checked = check_request(path, payload, self._manager.context_length)
+        except (ValueError, UnicodeDecodeError) as exc:
+            param = exc.param if isinstance(exc, InvalidRequest) else None
+            message = str(exc) if isinstance(exc, InvalidRequest) else f"Request body is not valid JSON: {exc}"
+            await send_error(send, 400, message, "invalid_request_error", param=param)
+            return
+        if checked.model not in self._manager.models:
+            known = ", ".join(self._manager.models) or "none"
+            await send_error(
+                send, 404, f"The model `{checked.model}` does not exist. Available models: {known}.",
+                "invalid_request_error", "model_not_found", "model",
+            )  # fmt: skip
+            return
+        if has_features(payload):  # said in the serving engine's words, or refused naming one that would serve it
+            engine = self._manager.engine(checked.model)
+            try:
+                if adapt(engine.name, engine.capabilities, path, payload):
+                    body = json.dumps(payload).encode()
+            except InvalidRequest as exc:
+                await send_error(send, 400, str(exc), "invalid_request_error", param=exc.param)
+                return
+        outcome = _Outcome()
+        if self._config.log_request_text:
+            outcome.text = RequestText(path, payload.get(PROMPT_FIELDS[path]), checked.stream)
+        started_at, started = time.time(), time.monotonic()
+        # Serve in this task while one more watches for the client to go away and then cancels this one, so
+        # that a queued or running request is cancelled upstream.
+        handler = asyncio.current_task()
+        assert handler is not None
+        watcher = asyncio.create_task(_cancel_when_gone(receive, handler, outcome))
+        try:
+            direct: DirectBody | None = scope.get("extensions", {}).get(DIRECT_BODY)
+            await self._serve(path, body, payload, checked, send, direct, outcome)
+        except asyncio.CancelledError:
+            if not outcome.gone:
+                raise  # the service is stopping
+            handler.uncancel()
+        finally:
+            outcome.serving = False
+            watcher.cancel()
+        if not outcome.complete and (outcome.gone or outcome.status == 0):
+            outcome.status, outcome.error = CLIENT_CLOSED, outcome.error or "client disconnected"
+        self._log.add(_record(path, checked, outcome, started_at, time.monotonic() - started), outcome.text)
+        self._manager.request_finished(checked.model)
+
+    async def _serve(
+        self,
+        path: str,
+        body: bytes,
+        payload: dict[str, Any],
+        checked: CheckedRequest,
+        send: Send,
+        direct: DirectBody | None,
+        outcome: _Outcome,
+    ) -> None:
+        model = checked.model
+        queue = self._manager.queue(model)
+        try:
+            outcome.queued_s = await queue.acquire()
+        except QueueFull as full:
+            outcome.status, outcome.error = 429, "queue full"
+            message = f"Too many requests waiting for `{model}`; retry in {full.retry_after_s} s."
+            error = json.dumps(openai_error(message, "rate_limit_error", "queue_full")).encode()
+            headers = [(b"content-type", b"application/json"), (b"retry-after", str(full.retry_after_s).encode())]
+            await send({"type": "http.response.start", "status": 429, "headers": headers})
+            await send({"type": "http.response.body", "body": error})
+            return
+        acquired = time.monotonic()
+        try:
+            self._manager.touch(model)
+            base_url = await self._engine_url(model, send, outcome)
+            if base_url is not None and path == "/v1/embeddings":
+                route = await self._manager.embedding_target(model, base_url)  # llama-server embeds elsewhere
+                if (base_url := route.url) is None:
+                    outcome.status, outcome.error = 503, route.error
+                    await send_error(send, 503, route.error, "server_error", "model_unavailable")
+            if base_url is not None:
+                choice = self._choose_slot(model, base_url, path, payload)
+                outcome.slot = choice.slot if choice is not None else None
+                try:
+                    routed = choice.body(body) if choice is not None else body
+                    await self._forward(base_url, path, routed, payload, checked, send, direct, outcome)
+                finally:
+                    if choice is not None:
+                        self._slots.finished(choice)
+            self._manager.touch(model)
+        finally:
+            queue.release(acquired)
+
+    def _choose_slot(self, model: str, base_url: str, path: str, payload: dict[str, Any]) -> SlotChoice | None:
+        """The slot of the model's engine for this request, for an engine that serves several and takes `id_slot`."""
+        if not self._config.slot_routing or not self._manager.engine(model).capabilities.slot_ids:
+            return None
+        slots = self._manager.queue(model).capacity
+        if slots < 2 or self._manager.remote_of(model) is not None:
+            return None
+        prompt = prompt_parts(path, payload)
+        return None if prompt is None else self._slots.choose(model, base_url, slots, prompt)
+
+    async def _engine_url(self, model: str, send: Send, outcome: _Outcome, restarting: bool = False) -> str | None:
+        """The ready engine's URL, starting it on demand (or waiting for its restart); answers the client itself
+        when that fails."""
+        url = None if restarting else self._manager.base_url(model)
+        if url is None:
+            try:
+                state = await asyncio.wait_for(self._manager.start(model), self._config.start_timeout_s)
+            except TimeoutError:
+                state = EngineState.STARTING
+            url = self._manager.base_url(model)
+            if state != EngineState.READY or url is None:
+                if state == EngineState.STARTING:
+                    message = f"The model `{model}` did not become ready within {self._config.start_timeout_s:.0f} s."
+                else:
+                    message = self._start_failure(model)
+                outcome.status, outcome.error = 503, message
+                await send_error(send, 503, message, "server_error", "model_unavailable")
+                return None
+        return url
+
+    def _start_failure(self, model: str) -> str:
+        """Why the model cannot serve, for a client: what to do, never the engine's log or the model's path
+        (the control API and the ModelDeck window show those)."""
+        diagnosis = self._manager.describe(model)["diagnosis"]
+        why = f" {diagnosis['summary']} {diagnosis['advice']}" if diagnosis else ""
+        return (
+            f"The model `{model}` could not be started.{why} The reason and the engine's log are in the ModelDeck "
+            f"window, `modeldeck ps` and the control API (GET /api/models/{model}/logs)."
+        )
+
+    def _endpoint(self, url: str, model: str) -> Endpoint:
+        bearer = self._manager.upstream_bearer(model)  # the engines' internal key, or a remote's own
+        endpoint = self._endpoints.get((url, bearer))
+        if endpoint is None:
+            if len(self._endpoints) > 256:  # engines restarted on new ports many times over
+                self._endpoints.clear()
+            # A server ModelDeck did not start (--remote, --upstream) gets size and time limits on its answers.
+            limits = REMOTE_LIMITS if self._manager.models[model].url is not None else None
+            endpoint = self._endpoints[(url, bearer)] = Endpoint.post(url, bearer, limits)
+        return endpoint
+
+    async def _forward(
+        self,
+        base_url: str,
+        path: str,
+        body: bytes,
+        payload: dict[str, Any],
+        checked: CheckedRequest,
+        send: Send,
+        direct: DirectBody | None,
+        outcome: _Outcome,
+    ) -> None:
+        capabilities = self._manager.engine(checked.model).capabilities
+        encoding = payload.pop("encoding_format", None) if path == "/v1/embeddings" else None
+        remote = self._manager.remote_of(checked.model)
+        if remote is not None:  # `NAME/model` here is `model` there
+            payload["model"] = remote[1]
+        if encoding is not None or remote is not None:  # engines answer floats; the gateway encodes
+            body = json.dumps(payload).encode()
+        upstream = await self._post(checked.model, base_url, path, body, send, outcome)
+        if upstream is None:
+            return
+        try:
+            outcome.status = upstream.status
+            headers = [item for item in upstream.headers if item[0] in _FORWARDED_RESPONSE_HEADERS]
+            if not checked.stream or upstream.status != 200:
+                answer = await upstream.read()
+                chat_failed = upstream.status == 500 and path == "/v1/chat/completions"
+                if chat_failed and await self._template_refused(checked.model, payload, send, outcome):
+                    outcome.complete = True
+                    return
+                if path == "/v1/embeddings" and upstream.status == 200:
+                    answer = _shape_embeddings(answer, not capabilities.embeddings_pooled, encoding == "base64")
+                _read_usage(answer, outcome)
+                if outcome.text is not None:
+                    outcome.text.answer.append(answer)
+                await send({"type": "http.response.start", "status": upstream.status, "headers": headers})
+                outcome.complete = True
+                await send({"type": "http.response.body", "body": answer})
+                return
+            await send({"type": "http.response.start", "status": 200, "headers": headers})
+            # A remote may not honour include_usage either: add it when its stream ends without one.
+            add_usage = checked.include_usage and (not capabilities.stream_usage or remote is not None)
+            await self._stream(upstream, base_url, path, payload, checked, send, direct, outcome, add_usage)
+        except UpstreamError as exc:
+            message = f"The engine stopped answering: {exc}."
+            outcome.status, outcome.error = 502, message
+            if outcome.meter is None:
+                await send_error(send, 502, message, "server_error", "engine_unavailable")
+            else:  # the stream is open: end it with an error event a client can read
+                event = b"data: " + json.dumps(openai_error(message, "server_error", "engine_failed")).encode()
+                await send({"type": "http.response.body", "body": event + b"\n\ndata: [DONE]\n\n"})
+        finally:
+            upstream.release(answered=outcome.complete)
+
+    async def _template_refused(self, model: str, payload: dict[str, Any], send: Send, outcome: _Outcome) -> bool:
+        """After an engine's 500 to a chat request: when the model's chat template is what failed, answer what
+        it refused instead of the engine's bare error (True). Rendered in ModelDeck's own sandbox, off the loop."""
+        template = self._manager.chat_template(model)
+        if template is None:
+            return False
+        rendered = await self._templates.render(template, payload["messages"])
+        if rendered.text is not None:
+            return False  # the template renders: the engine failed for another reason, passed on as it is
+        if rendered.kind == "refused":  # the template's own check of the conversation (roles, order, ...)
+            status, kind, message = 400, "invalid_request_error", "The model's chat template refused these messages"
+        else:
+            status, kind, message = 500, "server_error", "The model's chat template cannot be used"
+        problem = f"{message}: {rendered.problem}."
+        advice = " Send a prompt to /v1/completions instead, or use a model file with another chat template."
+        outcome.status, outcome.error = status, problem
+        await send_error(send, status, problem + advice if status == 500 else problem, kind, "chat_template_error")
+        return True
+
+    async def _post(
+        self, model: str, base_url: str, path: str, body: bytes, send: Send, outcome: _Outcome
+    ) -> Response | None:
+        """Send the request; None when it could not be sent, the client then answered."""
+        try:
+            return await self._pool.post(self._endpoint(base_url + path, model), body)
+        except Unreachable as exc:
+            # An engine that died a moment ago may still be reported ready: wait for its restart, as a request
+            # that came a little later would have done.
+            if not await self._manager.engine_refused(model):
+                error: UpstreamError = exc
+            else:
+                restarted = await self._engine_url(model, send, outcome, restarting=True)
+                if restarted is None:
+                    return None
+                try:
+                    return await self._pool.post(self._endpoint(restarted + path, model), body)
+                except UpstreamError as again:
+                    error = again
+        except UpstreamError as exc:
+            error = exc
+        remote = self._manager.remote_of(model)
+        if remote is not None:
+            outcome.status, outcome.error = 502, f"The remote `{remote[0].name}` at {base_url} did not answer: {error}."
+        else:
+            outcome.status, outcome.error = 502, f"The engine stopped answering: {error}."
+        await send_error(send, 502, outcome.error, "server_error", "engine_unavailable")
+        return None
+
+    async def _stream(
+        self,
+        upstream: Response,
+        base_url: str,
+        path: str,
+        payload: dict[str, Any],
+        checked: CheckedRequest,
+        send: Send,
+        direct: DirectBody | None,
+        outcome: _Outcome,
+        add_usage: bool,
+    ) -> None:
+        """Pass the engine's events on as they arrive, measuring them on the way. With a server that can write
+        to the client directly, they are passed on in the engine connection's callback (`_relay`), and this
+        loop only sees the end of the stream, its errors, and a last event that needs a usage event added."""
+        meter = outcome.meter = StreamMeter(time.monotonic(), path)
+        keep = outcome.text.answer.append if outcome.text is not None else None
+        if direct is not None:
+            upstream.divert(_relay(direct, meter, keep, outcome, add_usage))
+            direct.watch_pressure(upstream.pause, upstream.resume)
+        read, feed = upstream.read_chunk, meter.feed
+        while chunk := await read():
+            feed(chunk)
+            finished = ends_with_done(chunk)
+            if add_usage and finished and meter.usage is None:
+                chunk = await self._with_usage(chunk, meter, base_url, path, payload, checked, outcome)
+            if keep is not None:
+                keep(chunk)
+            # A client may leave as soon as it has read [DONE], before the engine closes the stream.
+            outcome.complete = outcome.complete or finished
+            if upstream.complete:  # the engine's last bytes: end the answer in the same write
+                outcome.complete = True
+                await send({"type": "http.response.body", "body": chunk})
+                return
+            await send({"type": "http.response.body", "body": chunk, "more_body": True})
+        outcome.complete = True
+        await send({"type": "http.response.body", "body": b""})
+
+    async def _with_usage(
+        self,
+        chunk: bytes,
+        meter: StreamMeter,
+        base_url: str,
+        path: str,
+        payload: dict[str, Any],
+        checked: CheckedRequest,
+        outcome: _Outcome,
+    ) -> bytes:
+        """`chunk`, which ends in [DONE], with the usage event OpenAI sends before it, for engines that leave
+        it out: completion tokens counted from the stream, prompt tokens counted by the engine's tokenizer."""
+        before, done = split_done(chunk)
+        count_path = self._manager.engine(checked.model).capabilities.tokenize_count_path
+        text = await prompt_text(path, payload, self._manager.chat_template(checked.model), self._templates)
+        if count_path is not None and text is not None:
+            outcome.prompt_tokens = await count_tokens(
+                self._pool, self._endpoint(base_url + count_path, checked.model), text
+            )
+        return before + usage_event(meter.first_event, outcome.prompt_tokens, meter.completion_tokens) + done
+
+
+def _relay(
+    client: DirectBody,
+    meter: StreamMeter,
+    keep: Callable[[bytes], None] | None,
+    outcome: _Outcome,
+    add_usage: bool,
+) -> Callable[[bytes], bool]:
+    """What `_stream`'s loop does with a chunk, done in the engine connection's callback; declines the chunk that
+    ends the stream when a usage event is to be added before it (that needs a request to the engine)."""
+    feed, write = meter.feed, client.write
+
+    def relay(chunk: bytes) -> bool:
+        finished = ends_with_done(chunk)
+        if finished and add_usage:
+            return False
+        feed(chunk)
+        if keep is not None:
+            keep(chunk)
+        # A client may leave as soon as it has read [DONE], before the engine closes the stream.
+        outcome.complete = outcome.complete or finished
+        write(chunk)
+        return True
+
+    return relay
+
+
+async def _cancel_when_gone(receive: Receive, handler: asyncio.Task[Any], outcome: _Outcome) -> None:
+    """Cancel `handler` if the client disconnects while its request is being served."""
+    await wait_disconnect(receive)
+    if outcome.serving:  # once the answer is sent, the server reports a disconnect too
+        outcome.gone = True
+        handler.cancel()
+
+
+def _adding_headers(send: Send, extra: list[tuple[bytes, bytes]]) -> Callable[[Message], Awaitable[None]]:
+    async def wrapped(message: Message) -> None:
+        if message["type"] == "http.response.start":
+            message = {**message, "headers": [*message.get("headers", []), *extra]}
+        await send(message)
+
+    return wrapped
+
+
+def _read_usage(answer: bytes, outcome: _Outcome) -> None:
+    try:
+        decoded = json.loads(answer)
+        usage = decoded.get("usage") or {}
+    except (ValueError, AttributeError, RecursionError):
+        return
+    if isinstance(usage, dict):
+        outcome.prompt_tokens = usage.get("prompt_tokens")
+        outcome.completion_tokens = usage.get("completion_tokens")
+    cache = prompt_cache(usage, decoded.get("timings"))
+    if outcome.prompt_tokens is None:  # llama-server's timings count the prompt too
+        outcome.prompt_tokens = cache.prompt_tokens
+    outcome.prompt_cached_tokens = cache.cached_tokens
+
+
+def _shape_embeddings(answer: bytes, pool: bool, as_base64: bool) -> bytes:
+    """One vector per input, as OpenAI returns it: per-token vectors mean-pooled and L2-normalized when the
+    engine does not pool; little-endian float32 in base64 when the client asked for that."""
+    try:
+        result = json.loads(answer)
+        for item in result["data"]:
+            vector = item["embedding"]
+            if pool and vector and isinstance(vector[0], list):
+                pooled = [sum(column) / len(vector) for column in zip(*vector, strict=True)]
+                norm = math.sqrt(sum(value * value for value in pooled)) or 1.0
+                vector = [value / norm for value in pooled]
+            item["embedding"] = base64.b64encode(struct.pack(f"<{len(vector)}f", *vector)).decode() if (
+                as_base64) else vector  # fmt: skip
+    except (ValueError, KeyError, TypeError, struct.error, RecursionError):
+        return answer
+    return json.dumps(result).encode()
+
+
+def _record(path: str, checked: CheckedRequest, outcome: _Outcome, started_at: float, duration: float
+            ) -> RequestRecord:  # fmt: skip
+    meter = outcome.meter
+    itls = meter.inter_token_latencies() if meter else []
+    completion = meter.completion_tokens if meter else outcome.completion_tokens
+    prompt, cached = outcome.prompt_tokens, outcome.prompt_cached_tokens
+    if meter is not None:
+        cache = prompt_cache(meter.usage, meter.timings)
+        prompt, cached = (meter.usage or {}).get("prompt_tokens", prompt), cache.cached_tokens
+        if prompt is None:  # a stream without usage: llama-server's timings count the prompt too
+            prompt = cache.prompt_tokens
+    return RequestRecord(
+        id=f"{_ID_PREFIX}-{next(_ids)}",
+        time=started_at,
+        model=checked.model,
+        route=path,
+        stream=checked.stream,
+        status=outcome.status,
+        queued_s=outcome.queued_s,
+        ttft_s=meter.ttft_s if meter else None,
+        duration_s=duration,
+        prompt_tokens=prompt,
+        completion_tokens=completion,
+        itl_p50_s=percentile(itls, 0.5),
+        itl_max_s=max(itls) if itls else None,
+        decode_tps=meter.decode_tps() if meter else None,
+        error=outcome.error,
+        prompt_cached_tokens=cached,
+        slot=outcome.slot,
+    )

@@ -1,0 +1,1 @@
+"""Long jobs the service runs for its clients: downloads (kept across restarts) and benchmark runs."""

@@ -1,0 +1,1 @@
+"""Measurement: per-request metering and the request log, the samplers, time series and their SQLite history."""
