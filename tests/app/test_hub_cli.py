@@ -271,8 +271,8 @@ def test_hf_hub_offline_is_said_plainly_and_the_rest_still_works(
 def test_the_progress_bar_says_when_it_is_verifying() -> None:
     import io
 
+    from app.cli.hub_commands import ProgressBar
     from app.hub.task import Progress
-    from app.hub_commands import ProgressBar
 
     out = io.StringIO()
     bar = ProgressBar(out)

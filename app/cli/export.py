@@ -51,10 +51,10 @@ def add_export_command(commands: Any) -> None:
 
 
 def run_export(args: argparse.Namespace, paths: AppPaths) -> int:
+    from app.cli.hub_commands import endpoint
     from app.export import ExportError, ExportOptions, load_deployment, render, write
     from app.hardware.profile import HardwareProfile
     from app.hub.errors import HubError
-    from app.hub_commands import endpoint
     from app.planner.cluster import ClusterPlanError, ClusterTarget, target_from_profile
 
     try:

@@ -16,11 +16,11 @@ from pathlib import Path
 from typing import Any
 
 from app.bench.prompts import DEFAULT_PROMPT_MODE, DEFAULT_TURNS, PROMPT_MODES
-from app.cli_engines import add_engine_commands, run_engines_command
-from app.cli_export import add_export_command, run_export
-from app.cli_hub import HUB_COMMANDS, MODELS_DIR_HELP, add_hub_commands, run_hub_command
-from app.cli_vllm import COMMAND as VLLM_COMMAND
-from app.cli_vllm import add_vllm_commands, run_vllm_command
+from app.cli.engines import add_engine_commands, run_engines_command
+from app.cli.export import add_export_command, run_export
+from app.cli.hub import HUB_COMMANDS, MODELS_DIR_HELP, add_hub_commands, run_hub_command
+from app.cli.vllm import COMMAND as VLLM_COMMAND
+from app.cli.vllm import add_vllm_commands, run_vllm_command
 from app.client import ControlError, ServiceUnavailable, connect, port_from_env
 from app.hub.library import known_models
 from app.interrupt import exit_promptly_on_interrupt, kill_descendants
