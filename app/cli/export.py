@@ -11,6 +11,8 @@ from typing import Any
 from app.paths import AppPaths
 from app.planner.recommend import USES
 
+PLAN_FILE = "plan.json"
+
 
 def _gpu_memory(text: str) -> int:
     units = {"G": 2**30, "M": 2**20}
@@ -35,7 +37,11 @@ def add_export_command(commands: Any) -> None:
         help="a model id, model folder or Hub repository (ORG/NAME), or a plan JSON (plan.json, recommend --json)",
     )  # fmt: skip
     export.add_argument("--format", required=True, choices=("docker", "k8s", "helm", "ray"), dest="fmt")
-    export.add_argument("--out", type=Path, metavar="DIR", help="write the files here (default: print them)")
+    export.add_argument(
+        "--out", type=Path, metavar="DIR",
+        help="write the deployment and its plan.json here (default: print only the deployment, for `kubectl apply "
+        "-f -`, `helm install -f -` or `sh`)",
+    )  # fmt: skip
     export.add_argument("--gpu-memory", type=_gpu_memory, default=80 * 2**30, metavar="SIZE",
                         help="memory of each GPU of the cluster (80G)")  # fmt: skip
     export.add_argument("--gpus-per-node", type=int, default=8, metavar="N", help="GPUs in each node (8)")
@@ -75,9 +81,7 @@ def run_export(args: argparse.Namespace, paths: AppPaths) -> int:
         print(f"modeldeck: {exc}", file=sys.stderr)
         return 2
     if args.out is None:
-        for name, text in files.items():
-            print(f"==> {name} <==\n{text}")
-        return 0
+        return _print_deployment(files, args.fmt)
     try:
         written = write(files, args.out)
     except OSError as exc:
@@ -85,4 +89,16 @@ def run_export(args: argparse.Namespace, paths: AppPaths) -> int:
         return 2
     for path in written:
         print(path)
+    return 0
+
+
+def _print_deployment(files: dict[str, str], fmt: str) -> int:
+    """Standard output gets the deployment alone, so that a pipe into `kubectl apply -f -` reads nothing else;
+    plan.json is written only with --out."""
+    deployment = {name: text for name, text in files.items() if name != PLAN_FILE}
+    if len(deployment) > 1:
+        names = ", ".join(deployment)
+        print(f"modeldeck: --format {fmt} makes {len(deployment)} files ({names}): give --out DIR", file=sys.stderr)
+        return 2
+    sys.stdout.write(next(iter(deployment.values())))
     return 0
