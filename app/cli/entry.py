@@ -16,9 +16,15 @@ from pathlib import Path
 from typing import Any
 
 from app.bench.prompts import DEFAULT_PROMPT_MODE, DEFAULT_TURNS, PROMPT_MODES
+from app.cli.chat import COMMAND as CHAT_COMMAND
+from app.cli.chat import add_chat_command, run_chat
+from app.cli.completion import add_completion_command, completion_script
 from app.cli.engines import add_engine_commands, run_engines_command
 from app.cli.export import add_export_command, run_export
 from app.cli.hub import HUB_COMMANDS, MODELS_DIR_HELP, add_hub_commands, run_hub_command
+from app.cli.models import COMMANDS as MODEL_COMMANDS
+from app.cli.models import add_model_commands, run_model_command
+from app.cli.status import add_status_command, run_status
 from app.cli.vllm import COMMAND as VLLM_COMMAND
 from app.cli.vllm import add_vllm_commands, run_vllm_command
 from app.client import ControlError, ServiceUnavailable, connect, port_from_env
@@ -178,7 +184,9 @@ def _parser() -> argparse.ArgumentParser:
     models = commands.add_parser("models", help="list the models ModelDeck can serve")
     models.add_argument("--models-dir", action="append", default=[], type=Path, metavar="DIR", help=MODELS_DIR_HELP)
     commands.add_parser("ps", help="list the running engines")
-    commands.add_parser("status", help="where the OpenAI endpoint listens, and its TLS certificate's fingerprint")
+    add_status_command(commands)
+    add_model_commands(commands)
+    add_chat_command(commands)
     commands.add_parser("key", help="print the API key of the OpenAI endpoint")
     hw = commands.add_parser("hw", help="show this machine's CPU, memory and GPUs, and why a GPU cannot be used")
     hw.add_argument("--json", action="store_true", help="print the hardware profile as JSON")
@@ -192,6 +200,7 @@ def _parser() -> argparse.ArgumentParser:
     add_export_command(commands)
     add_vllm_commands(commands)
     add_engine_commands(commands)
+    add_completion_command(commands)
     bench = commands.add_parser("bench", help="measure a model's throughput and latency at rising concurrency")
     bench.add_argument("model", nargs="?", metavar="MODEL", help="a model id from `modeldeck models`")
     bench.add_argument("--concurrency", default="1,4,16,64", metavar="N,N,...", help="levels to sweep (1,4,16,64)")
@@ -314,28 +323,6 @@ def _ps(paths: AppPaths) -> int:
     return 0
 
 
-def _status(paths: AppPaths) -> int:
-    client = connect(paths)
-    if client is None:
-        print("The ModelDeck service is not running (start it with `modeldeck serve`).")
-        return 1
-    try:
-        info = client.endpoint()
-    finally:
-        client.close()
-    print(f"Endpoint     {info['url']}")
-    print(f"API key      {'none' if info.get('api_key') is None else 'required'} (from: {info['key_source']})")
-    tls = info.get("tls")
-    if not tls:
-        print("TLS          off: plain HTTP")
-        return 0
-    made_by = "self-signed by ModelDeck" if tls["self_signed"] else "your certificate"
-    print(f"TLS          {made_by}: {tls['cert_path']}")
-    print(f"Fingerprint  SHA-256 {tls['fingerprint_sha256']}")
-    print(f"Trust it     curl --cacert {tls['cert_path']}, or Python's ssl.create_default_context(cafile=...)")
-    return 0
-
-
 def _key(paths: AppPaths) -> int:
     key = load_api_key(paths)
     if key.note:
@@ -441,12 +428,14 @@ def _bench(args: argparse.Namespace, paths: AppPaths) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    args = _parser().parse_args(argv)
+    parser = _parser()
+    args = parser.parse_args(argv)
     loaded = load_settings(app_paths())
     if loaded.problem:
         print(f"modeldeck: settings: {loaded.problem}", file=sys.stderr)
     paths = with_models_dir(app_paths(), loaded.settings)
-    if args.command not in (None, "serve"):  # the GUI has Qt's event loop, the service its own shutdown deadline
+    # The GUI has Qt's event loop, the service its own shutdown deadline, and in a chat Ctrl-C stops an answer only.
+    if args.command not in (None, "serve", CHAT_COMMAND):
         exit_promptly_on_interrupt(on_force=kill_descendants)
     try:
         if args.command is None:
@@ -471,8 +460,17 @@ def main(argv: Sequence[str] | None = None) -> None:
             code = run_vllm_command(args, paths)
         elif args.command == "engines":
             code = run_engines_command(args, paths)
+        elif args.command in MODEL_COMMANDS:
+            code = run_model_command(args, paths)
+        elif args.command == CHAT_COMMAND:
+            code = run_chat(args, paths)
+        elif args.command == "status":
+            code = run_status(args, paths)
+        elif args.command == "completion":
+            print(completion_script(parser, args.shell), end="")
+            code = 0
         else:
-            code = {"models": _models, "ps": _ps, "key": _key, "status": _status}[args.command](paths)
+            code = {"models": _models, "ps": _ps, "key": _key}[args.command](paths)
     except (ServiceUnavailable, ControlError) as exc:
         print(f"modeldeck: {exc}", file=sys.stderr)
         code = 1
