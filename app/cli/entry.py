@@ -24,6 +24,7 @@ from app.cli.export import add_export_command, run_export
 from app.cli.hub import HUB_COMMANDS, MODELS_DIR_HELP, add_hub_commands, run_hub_command
 from app.cli.models import COMMANDS as MODEL_COMMANDS
 from app.cli.models import add_model_commands, run_model_command
+from app.cli.sizes import size_argument
 from app.cli.status import add_status_command, run_status
 from app.cli.vllm import COMMAND as VLLM_COMMAND
 from app.cli.vllm import add_vllm_commands, run_vllm_command
@@ -36,16 +37,6 @@ from app.planner.recommend import USES
 from app.settings import LoadedSettings, load_settings, origin_problem, with_models_dir
 from app.version import provenance
 from engines.logs import PrivateRotatingFileHandler
-
-
-def _size(text: str) -> int:
-    """A byte count such as 512M, 8G or 1500000000."""
-    units = {"K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
-    number, unit = (text[:-1], units[text[-1].upper()]) if text[-1:].upper() in units else (text, 1)
-    try:
-        return int(float(number) * unit)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a size: {text!r} (examples: 512M, 8G)") from None
 
 
 def _positive(text: str) -> int:
@@ -133,7 +124,7 @@ def _parser() -> argparse.ArgumentParser:
     )  # fmt: skip
     serve.add_argument(
         "--max-memory",
-        type=_size,
+        type=size_argument(),
         metavar="SIZE",
         help="stop least recently used engines to stay under this (8G; default: the RAM and GPU memory free at start, "
         "less a margin)",

@@ -8,19 +8,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from app.cli.sizes import size_argument
 from app.paths import AppPaths
 from app.planner.recommend import USES
 
 PLAN_FILE = "plan.json"
-
-
-def _gpu_memory(text: str) -> int:
-    units = {"G": 2**30, "M": 2**20}
-    number, unit = (text[:-1], units[text[-1].upper()]) if text[-1:].upper() in units else (text, 2**30)
-    try:
-        return int(float(number) * unit)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a memory size: {text!r} (examples: 80G, 24G)") from None
 
 
 def _capability(text: str) -> tuple[int, int]:
@@ -42,7 +34,7 @@ def add_export_command(commands: Any) -> None:
         help="write the deployment and its plan.json here (default: print only the deployment, for `kubectl apply "
         "-f -`, `helm install -f -` or `sh`)",
     )  # fmt: skip
-    export.add_argument("--gpu-memory", type=_gpu_memory, default=80 * 2**30, metavar="SIZE",
+    export.add_argument("--gpu-memory", type=size_argument(default_unit=2**30), default=80 * 2**30, metavar="SIZE",
                         help="memory of each GPU of the cluster (80G)")  # fmt: skip
     export.add_argument("--gpus-per-node", type=int, default=8, metavar="N", help="GPUs in each node (8)")
     export.add_argument("--nodes", type=int, default=1, metavar="N", help="nodes the plan may use (1)")

@@ -1,4 +1,4 @@
-"""What `modeldeck search / show / pull / import / hf-token` do, with a terminal progress bar for pulls."""
+"""What `modeldeck search / show / pull / import / hf-token` do."""
 
 from __future__ import annotations
 
@@ -7,16 +7,15 @@ import getpass
 import os
 import shutil
 import sys
-import time
 from pathlib import Path
-from typing import TextIO
 
+from app.cli.progress import ProgressBar
 from app.hub.cache import UnsafeName, default_cache_dir
 from app.hub.errors import DEFAULT_ENDPOINT, HubError
 from app.hub.hub_api import model_details, search_models
 from app.hub.library import known_models, model_id_from_filename
 from app.hub.pull import PullRequest, all_variants, pull
-from app.hub.task import Progress, TaskState
+from app.hub.task import TaskState
 from app.hub.token import TokenStoreError, clear_token, read_token, save_token
 from app.paths import AppPaths
 from engines.gguf import GGUFError, read_gguf_info
@@ -72,52 +71,6 @@ def _show(args: argparse.Namespace) -> int:
     if not all_variants(details):
         print("  no GGUF variants and no safetensors model")
     return 0
-
-
-class ProgressBar:
-    """A one-line terminal bar (bytes, rate, ETA); on a pipe, a plain line every few seconds instead."""
-
-    def __init__(self, out: TextIO = sys.stderr, width: int = 30) -> None:
-        self._out = out
-        self._width = width
-        self._tty = out.isatty()
-        self._last_line = float("-inf")
-
-    def __call__(self, progress: Progress) -> None:
-        now = time.monotonic()
-        if not self._tty and not progress.finished and now - self._last_line < 5:
-            return
-        self._last_line = now
-        if progress.phase == "verify" and progress.check_total:
-            self._verifying(progress)
-            return
-        fraction = progress.done / progress.total if progress.total else 1.0
-        filled = int(fraction * self._width)
-        rate = f"{progress.rate_bps / 1e6:6.1f} MB/s" if progress.rate_bps else "    -- MB/s"
-        eta = _duration(progress.eta_s)
-        line = (
-            f"[{'#' * filled}{'-' * (self._width - filled)}] {fraction * 100:5.1f}% "
-            f"{progress.done / 1e6:,.1f}/{progress.total / 1e6:,.1f} MB {rate} ETA {eta}"
-        )
-        end = "\n" if progress.finished or not self._tty else ""
-        self._out.write(("\r" if self._tty else "") + line + end)
-        self._out.flush()
-
-    def _verifying(self, progress: Progress) -> None:
-        fraction = progress.checked / progress.check_total
-        filled = int(fraction * self._width)
-        name = progress.current.rsplit("/", 1)[-1]
-        line = f"[{'=' * filled}{'-' * (self._width - filled)}] {fraction * 100:5.1f}% verifying {name}"
-        self._out.write(("\r" if self._tty else "") + line.ljust(80) + ("" if self._tty else "\n"))
-        self._out.flush()
-
-
-def _duration(seconds: float | None) -> str:
-    if seconds is None:
-        return "--:--"
-    minutes, secs = divmod(int(seconds), 60)
-    hours, minutes = divmod(minutes, 60)
-    return f"{hours}:{minutes:02}:{secs:02}" if hours else f"{minutes:02}:{secs:02}"
 
 
 def _pull(args: argparse.Namespace, paths: AppPaths) -> int:

@@ -271,7 +271,7 @@ def test_hf_hub_offline_is_said_plainly_and_the_rest_still_works(
 def test_the_progress_bar_says_when_it_is_verifying() -> None:
     import io
 
-    from app.cli.hub_commands import ProgressBar
+    from app.cli.progress import ProgressBar
     from app.hub.task import Progress
 
     out = io.StringIO()
