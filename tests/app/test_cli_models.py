@@ -259,9 +259,13 @@ def test_rm_asks_and_yes_deletes(shared_service: RunningService, tmp_path: Path)
     assert spec is not None and spec.path is not None
     source = tmp_path / f"{COPY_ID}.gguf"
     shutil.copyfile(spec.path, source)
-    imported = shared_service.client.import_model(str(source))
-    target = Path(imported["path"])
-    assert target.is_file()
+    imported = modeldeck("import", str(source), "--link")  # through the running service, which serves it at once
+    assert imported.returncode == 0, imported.stderr
+    target = Path(next(m["path"] for m in shared_service.client.library()["models"] if m["id"] == COPY_ID))
+    assert record(shared_service, COPY_ID)["state"] == "stopped" and target.samefile(source)
+    assert f"{COPY_ID}: linked into {target}" in imported.stdout
+    again = modeldeck("import", str(source))
+    assert again.returncode == 2 and "already in the library" in again.stderr
 
     refused = modeldeck("rm", COPY_ID, stdin="n\n")
     assert refused.returncode == 1 and "Nothing deleted." in refused.stdout and f"Delete {COPY_ID}" in refused.stdout
