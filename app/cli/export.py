@@ -87,10 +87,12 @@ def run_export(args: argparse.Namespace, paths: AppPaths) -> int:
 def _print_deployment(files: dict[str, str], fmt: str) -> int:
     """Standard output gets the deployment alone, so that a pipe into `kubectl apply -f -` reads nothing else;
     plan.json is written only with --out."""
-    deployment = {name: text for name, text in files.items() if name != PLAN_FILE}
-    if len(deployment) > 1:
-        names = ", ".join(deployment)
-        print(f"modeldeck: --format {fmt} makes {len(deployment)} files ({names}): give --out DIR", file=sys.stderr)
+    deployment = [name for name in files if name != PLAN_FILE]
+    # The YAML one where there is one (Compose beside the `docker run` script), for `docker compose -f -`.
+    chosen = [name for name in deployment if name.endswith(".yaml")] or deployment
+    if len(chosen) > 1:
+        names = ", ".join(chosen)
+        print(f"modeldeck: --format {fmt} makes {len(chosen)} files ({names}): give --out DIR", file=sys.stderr)
         return 2
-    sys.stdout.write(next(iter(deployment.values())))
+    sys.stdout.write(files[chosen[0]])
     return 0

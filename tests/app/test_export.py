@@ -326,8 +326,20 @@ def test_export_from_a_recommendation(tmp_path: Path, capsys: pytest.CaptureFixt
     saved.write_text(printed)
     code, printed, err = run_cli(["export", str(saved), "--format", "docker"], capsys)
     assert code == 0, err
-    argv = shlex.split(next(line for line in printed.splitlines() if line.startswith("docker run")))
-    assert check_command(VLLM, argv[argv.index("vllm/vllm-openai:v0.34.0") + 1 :]) == []
+    # standard output is one Compose file, as `docker compose -f -` reads it; the `docker run` line only with --out
+    [compose] = list(yaml.safe_load_all(printed))
+    [(name, service)] = compose["services"].items()
+    assert name.startswith("vllm-") and service["image"] == "vllm/vllm-openai:v0.34.0"
+    assert check_command(VLLM, service["command"]) == []
+    assert service["environment"] == ["HF_TOKEN", "VLLM_API_KEY"] and service["ipc"] == "host"
+    [gpus] = service["deploy"]["resources"]["reservations"]["devices"]
+    assert gpus["driver"] == "nvidia" and gpus["capabilities"] == ["gpu"]
+    out = tmp_path / "out"
+    code, _, err = run_cli(["export", str(saved), "--format", "docker", "--out", str(out)], capsys)
+    assert code == 0, err
+    assert sorted(p.name for p in out.iterdir()) == ["compose.yaml", "docker-run.sh", "plan.json"]
+    argv = shlex.split((out / "docker-run.sh").read_text().splitlines()[-1])
+    assert argv[argv.index("vllm/vllm-openai:v0.34.0") + 1 :] == service["command"]
 
 
 @pytest.mark.parametrize(
