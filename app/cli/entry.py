@@ -1,4 +1,10 @@
-"""`modeldeck`: no subcommand opens the window; `serve` runs the service; the rest are service clients."""
+"""`modeldeck`: no subcommand opens the window; `serve` runs the service in the foreground.
+
+Through the service (started on demand as the window starts it): run, start, rm, and import when one runs. Through
+the running service only: stop, logs, status, ps, bench. Here, in this process, with no service needed: hw,
+recommend, export, search, show, pull, hf-token, key, engines, vllm-env, completion, and models and import when
+no service runs (the same library code the service uses).
+"""
 
 from __future__ import annotations
 
