@@ -111,15 +111,18 @@ def test_interactive_run_keeps_the_history_and_reads_multi_line_messages(
     shared_service: RunningService, paths: AppPaths
 ) -> None:
     before = chat_count(paths)
-    stdin = 'My name is Ada.\n"""\nWhat is\nmy name?\n"""\nignored after\\\n/bye\n'
+    stdin = 'My name is Ada.\n"""\nWhat is\nmy name?\n"""\nOne line, \\\nand the next.\n/bye\nnot read\n'
     result = modeldeck("run", BUNDLED_ID, "--max-tokens", "24", stdin=stdin)
     assert result.returncode == 0, result.stderr
-    chats = wait_for(lambda: len(logged_chats(paths, before)) == 2 and logged_chats(paths, before), 10, "two turns")
-    (first, first_answer), (second, _) = chats
+    chats = wait_for(lambda: len(logged_chats(paths, before)) == 3 and logged_chats(paths, before), 20, "3 turns")
+    (first, first_answer), (second, second_answer), (third, _) = chats
     assert first == [{"role": "user", "content": "My name is Ada."}]
-    # the second turn carries the first, the answer as the model wrote it, and the triple-quoted block as one message
+    # each turn carries the ones before, the answers as the model wrote them; a triple-quoted block is one message,
+    # and so are lines joined by a trailing backslash
     assert second == [*first, {"role": "assistant", "content": first_answer},
                       {"role": "user", "content": "What is\nmy name?"}]  # fmt: skip
+    assert third == [*second, {"role": "assistant", "content": second_answer},
+                     {"role": "user", "content": "One line, \nand the next."}]  # fmt: skip
     assert first_answer.strip() in result.stdout
 
 
