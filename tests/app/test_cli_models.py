@@ -25,6 +25,7 @@ from app.paths import AppPaths, app_paths
 from tests.conftest import REPO, RunningService, start_service_process, stop_service_process, wait_for
 
 COPY_ID = "smollm2-copy"
+BROKEN_ID = "broken-model"  # a GGUF cut short: the engine cannot load it
 
 
 @pytest.fixture(scope="module")
@@ -43,6 +44,10 @@ def modeldeck_home(shared_home: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 def shared_service(shared_home: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningService]:
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("MODELDECK_HOME", str(shared_home))
+        spec = bundled_model()
+        assert spec is not None and spec.path is not None
+        app_paths().models_dir.mkdir(parents=True)
+        (app_paths().models_dir / f"{BROKEN_ID}.gguf").write_bytes(spec.path.read_bytes()[:1_000_000])
         running = start_service_process(app_paths(), tmp_path_factory.mktemp("service-log"), "--log-request-text")
         try:
             yield running
@@ -175,7 +180,8 @@ def test_start_with_overrides_then_stop_all(shared_service: RunningService) -> N
     report = json.loads(status.stdout)
     assert report["service"]["pid"] == shared_service.process.pid
     assert report["endpoint"] == shared_service.url and report["api_key"]["required"] is True
-    assert [e["id"] for e in report["engines"]] == [BUNDLED_ID] and report["engines"][0]["pid"] == model["pid"]
+    [engine] = [e for e in report["engines"] if e["state"] == "ready"]
+    assert engine["id"] == BUNDLED_ID and engine["pid"] == model["pid"]
     text = modeldeck("status").stdout
     assert f"{BUNDLED_ID}: ready" in text and shared_service.url in text
 
@@ -196,6 +202,16 @@ def test_start_refuses_bad_values_with_the_service_reason(shared_service: Runnin
     assert words.returncode == 2 and "--context: invalid int value" in words.stderr
     engine = modeldeck("start", BUNDLED_ID, "--engine", "nope")
     assert engine.returncode == 1 and "engine" in engine.stderr
+
+
+def test_a_model_that_fails_to_load_says_why(shared_service: RunningService) -> None:
+    for args in (("start", BROKEN_ID), ("run", BROKEN_ID, "hi")):
+        result = modeldeck(*args)
+        assert result.returncode == 1, args
+        [line] = result.stderr.strip().splitlines()
+        assert line.startswith(f"modeldeck: {BROKEN_ID} did not load (failed): ") and "truncated" in line, line
+    assert record(shared_service, BROKEN_ID)["state"] == "failed"
+    assert f"{BROKEN_ID}: failed" in modeldeck("status").stdout
 
 
 def test_unknown_model_is_one_clear_line(shared_service: RunningService) -> None:
