@@ -20,9 +20,10 @@ from typing import Any
 import psutil
 import pytest
 
+from app.client import ControlClient, find_service
 from app.hub.library import BUNDLED_ID, bundled_model
 from app.paths import AppPaths, app_paths
-from tests.conftest import REPO, RunningService, start_service_process, stop_service_process, wait_for
+from tests.conftest import REPO, RunningService, free_port, start_service_process, stop_service_process, wait_for
 
 COPY_ID = "smollm2-copy"
 BROKEN_ID = "broken-model"  # a GGUF cut short: the engine cannot load it
@@ -76,7 +77,11 @@ def modeldeck(*args: str, stdin: str = "", env: dict[str, str] | None = None) ->
 
 
 def record(service: RunningService, model_id: str) -> dict[str, Any]:
-    return next(m for m in service.client.models() if m["id"] == model_id)
+    return record_of(service.client, model_id)
+
+
+def record_of(client: ControlClient, model_id: str) -> dict[str, Any]:
+    return next(m for m in client.models() if m["id"] == model_id)
 
 
 def logged_chats(paths: AppPaths, after: int) -> list[tuple[list[dict[str, str]], str]]:
@@ -301,6 +306,27 @@ def test_rm_asks_and_yes_deletes(shared_service: RunningService, tmp_path: Path)
 
 
 # -- without a service -----------------------------------------------------------------------------------------------
+
+
+def test_run_starts_the_service_when_none_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """As the window does: in the background, on the port of $MODELDECK_PORT or the settings, left running."""
+    port = free_port()
+    monkeypatch.setenv("MODELDECK_HOME", str(tmp_path / "fresh"))
+    result = modeldeck("run", BUNDLED_ID, "Hi", "--max-tokens", "4", env={"MODELDECK_PORT": str(port)})
+    address = find_service(app_paths())
+    assert address is not None, result.stderr
+    service = psutil.Process(address.pid)
+    client = ControlClient(address)
+    try:
+        assert result.returncode == 0, result.stderr
+        assert "Starting the ModelDeck service" in result.stderr and result.stdout.strip()
+        assert client.endpoint()["url"] == f"http://127.0.0.1:{port}/v1"
+        assert record_of(client, BUNDLED_ID)["state"] == "ready"  # still running after the command
+    finally:
+        client.shutdown()
+        client.close()
+        psutil.wait_procs([service], timeout=60)
+    assert not service.is_running()
 
 
 def test_commands_that_need_the_service_say_it_is_down(tmp_path: Path) -> None:
