@@ -74,8 +74,10 @@ def start_and_wait(client: ControlClient, model_id: str, overrides: dict[str, An
     if record["state"] != "ready":
         diagnosis = record.get("diagnosis") or {}
         reason = " ".join(filter(None, (diagnosis.get("summary"), diagnosis.get("advice")))) or record.get("message")
-        last = (reason or "no reason given").strip().splitlines()
-        raise ControlError(f"{model_id} did not load ({record['state']}): {last[-1] if last else ''}")
+        lines = [line.strip() for line in (reason or "no reason given").strip().splitlines() if line.strip()]
+        # One line: the headline, and where the engine's output follows it, its last line (the error, as a rule).
+        said = lines[0] if len(lines) == 1 else f"{lines[0].rstrip(':')}: {lines[-1]}"
+        raise ControlError(f"{model_id} did not load ({record['state']}): {said}")
     return record
 
 

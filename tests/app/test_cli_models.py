@@ -245,7 +245,8 @@ def _lines_of(stream: Any) -> tuple[queue.Queue[str], threading.Thread]:
 
 
 def test_logs_tail_and_follow(shared_service: RunningService) -> None:
-    assert modeldeck("start", BUNDLED_ID).returncode == 0
+    started = modeldeck("start", BUNDLED_ID)
+    assert started.returncode == 0 and started.stdout.startswith(f"{BUNDLED_ID} is ready: "), started.stderr
     tail = modeldeck("logs", BUNDLED_ID, "--tail", "3")
     assert tail.returncode == 0, tail.stderr
     printed = tail.stdout.splitlines()
