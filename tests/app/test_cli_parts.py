@@ -1,13 +1,15 @@
-"""The CLI's shared parts without a service: the one progress line and the one size reader."""
+"""The CLI's parts without a service: the one progress line, the one size reader, and a chat's messages."""
 
 from __future__ import annotations
 
 import io
 import subprocess
 import sys
+from collections.abc import Callable
 
 import pytest
 
+from app.cli.chat import read_message
 from app.cli.progress import ProgressBar
 from app.cli.sizes import parse_size
 from app.cli.vllm import _show_progress
@@ -58,3 +60,19 @@ def test_both_size_options_refuse_the_same_way() -> None:
         done = subprocess.run([sys.executable, "-m", "app", *args], capture_output=True, text=True, timeout=60,
                               cwd=REPO, check=False)  # fmt: skip
         assert done.returncode == 2 and "not a size: '8X' (examples: 512M, 8G)" in done.stderr, args
+
+
+def lines_from(*lines: str) -> Callable[[str], str | None]:
+    """A `read_line` for `read_message` that gives these lines, then the end of input."""
+    given = iter(lines)
+    return lambda _prompt: next(given, None)
+
+
+@pytest.mark.parametrize(
+    ("lines", "message"),
+    [(["hello"], "hello"), (['"""one line"""'], "one line"), (['"""', "a", "", "b", '"""'], "a\n\nb"),
+     (['"""a', 'b"""'], "a\nb"), (["a \\", "b\\", "c"], "a \nb\nc"), (["a\\"], "a"), (['"""', "cut off"], "cut off"),
+     ([], None)],
+)  # fmt: skip
+def test_chat_messages_span_lines_by_backslash_or_triple_quotes(lines: list[str], message: str | None) -> None:
+    assert read_message(lines_from(*lines)) == message
