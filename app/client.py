@@ -194,9 +194,11 @@ class ControlClient:
         result: dict[str, Any] = self._call("DELETE", f"/api/library/{model_id}", timeout=60.0)
         return result
 
-    def import_model(self, path: str) -> dict[str, Any]:
-        """Copy a GGUF file (a path on the service's machine) into the library, after its header is checked."""
-        result: dict[str, Any] = self._call("POST", "/api/library/import", json={"path": path}, timeout=None)
+    def import_model(self, path: str, link: bool = False) -> dict[str, Any]:
+        """Copy a GGUF file (a path on the service's machine) into the library, after its header is checked; with
+        `link`, hard-link it where the disk allows."""
+        body = {"path": path, "link": True} if link else {"path": path}
+        result: dict[str, Any] = self._call("POST", "/api/library/import", json=body, timeout=None)
         return result
 
     def remotes(self) -> list[dict[str, Any]]:

@@ -24,7 +24,7 @@ def test_build_shows_progress_and_the_list_shows_the_build(tmp_path: Path) -> No
     built = modeldeck("engines", "build", "llama-server", "--source", str(tiny_sdist(tmp_path)), "--dest", str(dest),
                       "--backend", "cpu", "--jobs", "2")  # fmt: skip
     assert built.returncode == 0, built.stderr
-    assert "[" + "#" * 30 + "] 100% done" in built.stderr
+    assert "[" + "#" * 30 + "] 100.0% done" in built.stderr
     executable = dest / "llama-server-9.9.9-cpu" / "llama-server"
     assert f"built {executable}" in built.stdout
 

@@ -326,8 +326,20 @@ def test_export_from_a_recommendation(tmp_path: Path, capsys: pytest.CaptureFixt
     saved.write_text(printed)
     code, printed, err = run_cli(["export", str(saved), "--format", "docker"], capsys)
     assert code == 0, err
-    argv = shlex.split(next(line for line in printed.splitlines() if line.startswith("docker run")))
-    assert check_command(VLLM, argv[argv.index("vllm/vllm-openai:v0.34.0") + 1 :]) == []
+    # standard output is one Compose file, as `docker compose -f -` reads it; the `docker run` line only with --out
+    [compose] = list(yaml.safe_load_all(printed))
+    [(name, service)] = compose["services"].items()
+    assert name.startswith("vllm-") and service["image"] == "vllm/vllm-openai:v0.34.0"
+    assert check_command(VLLM, service["command"]) == []
+    assert service["environment"] == ["HF_TOKEN", "VLLM_API_KEY"] and service["ipc"] == "host"
+    [gpus] = service["deploy"]["resources"]["reservations"]["devices"]
+    assert gpus["driver"] == "nvidia" and gpus["capabilities"] == ["gpu"]
+    out = tmp_path / "out"
+    code, _, err = run_cli(["export", str(saved), "--format", "docker", "--out", str(out)], capsys)
+    assert code == 0, err
+    assert sorted(p.name for p in out.iterdir()) == ["compose.yaml", "docker-run.sh", "plan.json"]
+    argv = shlex.split((out / "docker-run.sh").read_text().splitlines()[-1])
+    assert argv[argv.index("vllm/vllm-openai:v0.34.0") + 1 :] == service["command"]
 
 
 @pytest.mark.parametrize(
@@ -405,7 +417,9 @@ def test_export_a_hub_repository_reads_only_its_config_and_headers(
         monkeypatch.setenv("HF_ENDPOINT", hub.url)
         code, printed, err = run_cli(["export", "meta/llama-70b", "--format", "k8s"], capsys)
         assert code == 0, err
-        objects = list(yaml.safe_load_all(printed.split("==> kubernetes.yaml <==\n")[1].split("==> plan.json")[0]))
+        # standard output is the manifests alone, as `kubectl apply -f -` reads them: YAML documents, no plan.json
+        objects = list(yaml.safe_load_all(printed))
+        assert objects and all(isinstance(o, dict) and {"apiVersion", "kind"} <= o.keys() for o in objects), objects
         container = objects[1]["spec"]["template"]["spec"]["containers"][0]
         assert container["args"][0] == "meta/llama-70b" and container["resources"]["limits"]["nvidia.com/gpu"] == 4
         # the weights file is only read with Range requests for its header (huggingface_hub asks for 100 kB first)
@@ -420,10 +434,14 @@ def test_export_a_hub_repository_reads_only_its_config_and_headers(
 def test_export_for_nodes_like_a_recorded_machine(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """Two nodes like the recorded 2 x A100 80 GB machine: 70B in 16 bits needs all four GPUs (TP 2 x PP 2)."""
     folder = model_folder(tmp_path, "llama-70b", LLAMA_70B, {"BF16": 70_553_706_496})
-    code, printed, err = run_cli(["export", str(folder), "--format", "ray", "--hardware",
-                                  str(HARDWARE / "a100_80gb_x2.json"), "--nodes", "2"], capsys)  # fmt: skip
+    code, _, err = run_cli(["export", str(folder), "--format", "ray", "--hardware",
+                            str(HARDWARE / "a100_80gb_x2.json"), "--nodes", "2"], capsys)  # fmt: skip
+    assert code == 2 and "makes 2 files (ray-head.sh, ray-worker.sh): give --out DIR" in err
+    out = tmp_path / "out"
+    argv = ["export", str(folder), "--format", "ray", "--hardware", str(HARDWARE / "a100_80gb_x2.json"), "--nodes", "2"]
+    code, _, err = run_cli([*argv, "--out", str(out)], capsys)
     assert code == 0, err
-    plan = json.loads(printed.split("==> plan.json <==\n")[1])
+    plan = json.loads((out / "plan.json").read_text())
     assert (plan["gpus_per_node"], plan["plan"]["tensor_parallel_size"], plan["plan"]["nodes"]) == (2, 2, 2)
     assert plan["plan"]["dtype"] == "bfloat16"
     code, _, err = run_cli(["export", str(folder), "--format", "ray", "--hardware",

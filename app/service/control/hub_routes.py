@@ -227,7 +227,8 @@ class HubRoutes:
         if not isinstance(path, str) or not path:
             raise ApiError(400, 'Send {"path": "/full/path/to/MODEL.gguf"}.')
         async with self._lock:
-            spec = await asyncio.to_thread(import_gguf, Path(path), self._paths, set(self._manager.models))
+            link = body.get("link") is True
+            spec = await asyncio.to_thread(import_gguf, Path(path), self._paths, set(self._manager.models), link)
             self._manager.models[spec.id] = spec
         self.publish_models()
         return {"id": spec.id, "name": spec.name, "path": str(spec.path), "size_on_disk": spec.size_bytes}

@@ -251,8 +251,9 @@ def _delete_snapshot_entries(entries: list[_SnapshotEntry]) -> None:
             folder = folder.parent  # emptied folders of the snapshot, up to the snapshot's own
 
 
-def import_gguf(source: Path, paths: AppPaths, taken: set[str]) -> ModelSpec:
-    """Check the file is a GGUF an engine may read, then copy it into the models folder under its own name."""
+def import_gguf(source: Path, paths: AppPaths, taken: set[str], link: bool = False) -> ModelSpec:
+    """Check the file is a GGUF an engine may read, then copy it into the models folder under its own name (with
+    `link`, hard-link it where the disk allows, else copy)."""
     if not source.is_absolute():
         raise LibraryError(400, f"give the file's full path, not {source}")
     if not source.is_file():
@@ -268,6 +269,8 @@ def import_gguf(source: Path, paths: AppPaths, taken: set[str]) -> ModelSpec:
     if target.exists() or model_id in taken:
         raise LibraryError(409, f"A model with the id {model_id} is already in the library; rename the file first.")
     paths.models_dir.mkdir(parents=True, exist_ok=True)
+    if link and _hard_link(source, target):
+        return ModelSpec(model_id, target.name, target.resolve(), target.stat().st_size, "local")
     # Copied under a temporary name, so an interrupted copy never appears in the library.
     partial = target.with_name(f".{target.name}.partial")
     try:
@@ -278,3 +281,12 @@ def import_gguf(source: Path, paths: AppPaths, taken: set[str]) -> ModelSpec:
         raise LibraryError(507, f"Could not copy {source.name} into {paths.models_dir}: {exc.strerror or exc}") from exc
     resolved = target.resolve()
     return ModelSpec(model_id, target.name, resolved, resolved.stat().st_size, "local")
+
+
+def _hard_link(source: Path, target: Path) -> bool:
+    """Hard-link the file `source` names (not a link to it); False where links cannot be (another disk, FAT)."""
+    try:
+        os.link(source.resolve(), target)
+    except OSError:
+        return False
+    return True

@@ -1,4 +1,4 @@
-"""The Hub subcommands of `modeldeck` on the command line; their work is in app.hub_commands, imported only
+"""The Hub subcommands of `modeldeck` on the command line; their work is in app.cli.hub_commands, imported only
 when one of them runs (huggingface_hub and httpx would add 0.4 s to every other command's start)."""
 
 from __future__ import annotations
@@ -45,6 +45,6 @@ def add_hub_commands(commands: argparse._SubParsersAction[argparse.ArgumentParse
 
 
 def run_hub_command(args: argparse.Namespace, paths: AppPaths) -> int:
-    from app.hub_commands import run
+    from app.cli.hub_commands import run
 
     return run(args, paths)

@@ -8,10 +8,9 @@ import sys
 import threading
 from pathlib import Path
 
-from app.hub.task import Progress, Stopped, TaskState
+from app.cli.progress import ProgressBar
+from app.hub.task import Stopped, TaskState
 from app.paths import AppPaths
-
-BAR_WIDTH = 30
 
 
 def add_engine_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -55,13 +54,6 @@ def _list(paths: AppPaths) -> int:
     return 0
 
 
-def progress_line(progress: Progress) -> str:
-    """`[#########.....]  45% compiling` for a build's progress (its total is 100)."""
-    percent = min(100, progress.done)
-    filled = BAR_WIDTH * percent // 100
-    return f"[{'#' * filled}{'.' * (BAR_WIDTH - filled)}] {percent:3d}% {progress.current}"
-
-
 def _build(args: argparse.Namespace, paths: AppPaths) -> int:
     from app.installs.llama_server_build import (
         PINNED_VERSION,
@@ -87,11 +79,7 @@ def _build(args: argparse.Namespace, paths: AppPaths) -> int:
         print(f"modeldeck: {exc}", file=sys.stderr)
         return 2
 
-    def show(progress: Progress) -> None:
-        end = "\n" if progress.finished else ""
-        print(f"\r{progress_line(progress)}".ljust(BAR_WIDTH + 40), end=end, file=sys.stderr, flush=True)
-
-    state = TaskState(show, interval_s=0.5)
+    state = TaskState(ProgressBar(unit="percent"), interval_s=0.5)  # the build reports percent done
     outcome: list[object] = []
     done = threading.Event()
 

@@ -1,25 +1,22 @@
-"""What `modeldeck search / show / pull / import / hf-token` do, with a terminal progress bar for pulls."""
+"""What `modeldeck search / show / pull / import / hf-token` do."""
 
 from __future__ import annotations
 
 import argparse
 import getpass
 import os
-import shutil
 import sys
-import time
 from pathlib import Path
-from typing import TextIO
 
+from app.cli.progress import ProgressBar
 from app.hub.cache import UnsafeName, default_cache_dir
 from app.hub.errors import DEFAULT_ENDPOINT, HubError
 from app.hub.hub_api import model_details, search_models
-from app.hub.library import known_models, model_id_from_filename
+from app.hub.library import known_models
 from app.hub.pull import PullRequest, all_variants, pull
-from app.hub.task import Progress, TaskState
+from app.hub.task import TaskState
 from app.hub.token import TokenStoreError, clear_token, read_token, save_token
 from app.paths import AppPaths
-from engines.gguf import GGUFError, read_gguf_info
 
 
 def endpoint() -> str:
@@ -74,52 +71,6 @@ def _show(args: argparse.Namespace) -> int:
     return 0
 
 
-class ProgressBar:
-    """A one-line terminal bar (bytes, rate, ETA); on a pipe, a plain line every few seconds instead."""
-
-    def __init__(self, out: TextIO = sys.stderr, width: int = 30) -> None:
-        self._out = out
-        self._width = width
-        self._tty = out.isatty()
-        self._last_line = float("-inf")
-
-    def __call__(self, progress: Progress) -> None:
-        now = time.monotonic()
-        if not self._tty and not progress.finished and now - self._last_line < 5:
-            return
-        self._last_line = now
-        if progress.phase == "verify" and progress.check_total:
-            self._verifying(progress)
-            return
-        fraction = progress.done / progress.total if progress.total else 1.0
-        filled = int(fraction * self._width)
-        rate = f"{progress.rate_bps / 1e6:6.1f} MB/s" if progress.rate_bps else "    -- MB/s"
-        eta = _duration(progress.eta_s)
-        line = (
-            f"[{'#' * filled}{'-' * (self._width - filled)}] {fraction * 100:5.1f}% "
-            f"{progress.done / 1e6:,.1f}/{progress.total / 1e6:,.1f} MB {rate} ETA {eta}"
-        )
-        end = "\n" if progress.finished or not self._tty else ""
-        self._out.write(("\r" if self._tty else "") + line + end)
-        self._out.flush()
-
-    def _verifying(self, progress: Progress) -> None:
-        fraction = progress.checked / progress.check_total
-        filled = int(fraction * self._width)
-        name = progress.current.rsplit("/", 1)[-1]
-        line = f"[{'=' * filled}{'-' * (self._width - filled)}] {fraction * 100:5.1f}% verifying {name}"
-        self._out.write(("\r" if self._tty else "") + line.ljust(80) + ("" if self._tty else "\n"))
-        self._out.flush()
-
-
-def _duration(seconds: float | None) -> str:
-    if seconds is None:
-        return "--:--"
-    minutes, secs = divmod(int(seconds), 60)
-    hours, minutes = divmod(minutes, 60)
-    return f"{hours}:{minutes:02}:{secs:02}" if hours else f"{minutes:02}:{secs:02}"
-
-
 def _pull(args: argparse.Namespace, paths: AppPaths) -> int:
     request = PullRequest.parse(args.spec)
     cache_dir = (args.cache_dir or default_cache_dir()).expanduser().resolve()
@@ -141,32 +92,27 @@ def _pull(args: argparse.Namespace, paths: AppPaths) -> int:
 
 
 def _import(args: argparse.Namespace, paths: AppPaths) -> int:
-    source: Path = args.path.expanduser()
-    if not source.is_file():
-        raise HubError(f"{source} is not a file")
+    """Through the running service, which then serves the model at once; without one, by the same library code."""
+    from app.client import ControlError, connect
+    from app.service.library_ops import LibraryError, import_gguf
+
+    source = args.path.expanduser().absolute()  # not resolved: a link's own name names the model
+    client = connect(paths)
     try:
-        read_gguf_info(source)
-    except GGUFError as exc:
-        raise HubError(f"not imported: {exc}") from exc
-    model_id = model_id_from_filename(source.name)
-    if model_id is None or not source.name.lower().endswith(".gguf"):
-        raise HubError(f"{source.name}: name the file MODEL.gguf to import it")
-    target = paths.models_dir / source.name
-    if target.exists() or model_id in known_models(paths):
-        raise HubError(f"a model with the id {model_id} is already in the library; rename the file to import it")
-    paths.models_dir.mkdir(parents=True, exist_ok=True)
-    how = "copied"
-    if args.link:
-        try:
-            os.link(source, target)
-            how = "linked"
-        except OSError as exc:
-            print(f"note: cannot hard-link ({exc.strerror}); copying instead", file=sys.stderr)
-    if how == "copied":
-        # Copy under a temporary name, so an interrupted copy never appears in the library.
-        partial = target.with_name(f".{target.name}.partial")
-        shutil.copyfile(source, partial)
-        partial.replace(target)
+        if client is not None:
+            imported = client.import_model(str(source), link=args.link)
+            model_id, target = imported["id"], Path(imported["path"])
+        else:
+            spec = import_gguf(source, paths, set(known_models(paths)), link=args.link)
+            model_id, target = spec.id, paths.models_dir / spec.name
+    except (LibraryError, ControlError) as exc:
+        raise HubError(str(exc)) from exc
+    finally:
+        if client is not None:
+            client.close()
+    how = "linked" if source.resolve().samefile(target) else "copied"
+    if args.link and how == "copied":
+        print("note: cannot hard-link there (another disk?); copied instead", file=sys.stderr)
     print(f"{model_id}: {how} into {target}")
     return 0
 

@@ -5,8 +5,11 @@ from __future__ import annotations
 import argparse
 import contextlib
 import sys
+from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
+from app.cli.progress import ProgressBar
 from app.hub.task import Progress, Stopped, TaskState
 from app.paths import AppPaths
 
@@ -33,13 +36,13 @@ def _gpu_problem() -> str | None:
     return vllm_gpu_problem(detect_nvidia())
 
 
-def _print_progress(progress: Progress) -> None:
-    line = f"  {progress.current}"
-    if progress.total and progress.current.startswith("downloading"):
-        line += f": {progress.done / 1e6:.0f} of {progress.total / 1e6:.0f} MB"
-        if progress.rate_bps:
-            line += f" ({progress.rate_bps / 1e6:.1f} MB/s)"
-    print(line, flush=True)
+def _show_progress(bar: ProgressBar) -> Callable[[Progress], None]:
+    """pip's steps as the progress line; the bar only while a file downloads (the total is that file's bytes)."""
+
+    def show(progress: Progress) -> None:
+        bar(progress if progress.current.startswith("downloading") else replace(progress, total=0))
+
+    return show
 
 
 def run_vllm_command(args: argparse.Namespace, paths: AppPaths) -> int:
@@ -60,7 +63,7 @@ def run_vllm_command(args: argparse.Namespace, paths: AppPaths) -> int:
             print(f"modeldeck: {problem}. Nothing was installed.", file=sys.stderr)
             return 2
         print(f"Installing vLLM {args.version} into {env_dir(paths, args.version)} (several GB; Ctrl-C cancels)")
-        task = TaskState(_print_progress, interval_s=1.0)
+        task = TaskState(_show_progress(ProgressBar()), interval_s=1.0)
         try:
             install = install_vllm(paths, args.version, task)
         except KeyboardInterrupt:

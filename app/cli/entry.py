@@ -1,4 +1,10 @@
-"""`modeldeck`: no subcommand opens the window; `serve` runs the service; the rest are service clients."""
+"""`modeldeck`: no subcommand opens the window; `serve` runs the service in the foreground.
+
+Through the service (started on demand as the window starts it): run, start, rm, and import when one runs. Through
+the running service only: stop, logs, status, ps, bench. Here, in this process, with no service needed: hw,
+recommend, export, search, show, pull, hf-token, key, engines, vllm-env, completion, and models and import when
+no service runs (the same library code the service uses).
+"""
 
 from __future__ import annotations
 
@@ -16,11 +22,18 @@ from pathlib import Path
 from typing import Any
 
 from app.bench.prompts import DEFAULT_PROMPT_MODE, DEFAULT_TURNS, PROMPT_MODES
-from app.cli_engines import add_engine_commands, run_engines_command
-from app.cli_export import add_export_command, run_export
-from app.cli_hub import HUB_COMMANDS, MODELS_DIR_HELP, add_hub_commands, run_hub_command
-from app.cli_vllm import COMMAND as VLLM_COMMAND
-from app.cli_vllm import add_vllm_commands, run_vllm_command
+from app.cli.chat import COMMAND as CHAT_COMMAND
+from app.cli.chat import add_chat_command, run_chat
+from app.cli.completion import add_completion_command, completion_script
+from app.cli.engines import add_engine_commands, run_engines_command
+from app.cli.export import add_export_command, run_export
+from app.cli.hub import HUB_COMMANDS, MODELS_DIR_HELP, add_hub_commands, run_hub_command
+from app.cli.models import COMMANDS as MODEL_COMMANDS
+from app.cli.models import add_model_commands, run_model_command
+from app.cli.sizes import size_argument
+from app.cli.status import add_status_command, run_status
+from app.cli.vllm import COMMAND as VLLM_COMMAND
+from app.cli.vllm import add_vllm_commands, run_vllm_command
 from app.client import ControlError, ServiceUnavailable, connect, port_from_env
 from app.hub.library import known_models
 from app.interrupt import exit_promptly_on_interrupt, kill_descendants
@@ -30,16 +43,6 @@ from app.planner.recommend import USES
 from app.settings import LoadedSettings, load_settings, origin_problem, with_models_dir
 from app.version import provenance
 from engines.logs import PrivateRotatingFileHandler
-
-
-def _size(text: str) -> int:
-    """A byte count such as 512M, 8G or 1500000000."""
-    units = {"K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
-    number, unit = (text[:-1], units[text[-1].upper()]) if text[-1:].upper() in units else (text, 1)
-    try:
-        return int(float(number) * unit)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a size: {text!r} (examples: 512M, 8G)") from None
 
 
 def _positive(text: str) -> int:
@@ -127,7 +130,7 @@ def _parser() -> argparse.ArgumentParser:
     )  # fmt: skip
     serve.add_argument(
         "--max-memory",
-        type=_size,
+        type=size_argument(),
         metavar="SIZE",
         help="stop least recently used engines to stay under this (8G; default: the RAM and GPU memory free at start, "
         "less a margin)",
@@ -179,7 +182,9 @@ def _parser() -> argparse.ArgumentParser:
     models = commands.add_parser("models", help="list the models ModelDeck can serve")
     models.add_argument("--models-dir", action="append", default=[], type=Path, metavar="DIR", help=MODELS_DIR_HELP)
     commands.add_parser("ps", help="list the running engines")
-    commands.add_parser("status", help="where the OpenAI endpoint listens, and its TLS certificate's fingerprint")
+    add_status_command(commands)
+    add_model_commands(commands)
+    add_chat_command(commands)
     commands.add_parser("key", help="print the API key of the OpenAI endpoint")
     hw = commands.add_parser("hw", help="show this machine's CPU, memory and GPUs, and why a GPU cannot be used")
     hw.add_argument("--json", action="store_true", help="print the hardware profile as JSON")
@@ -193,6 +198,7 @@ def _parser() -> argparse.ArgumentParser:
     add_export_command(commands)
     add_vllm_commands(commands)
     add_engine_commands(commands)
+    add_completion_command(commands)
     bench = commands.add_parser("bench", help="measure a model's throughput and latency at rising concurrency")
     bench.add_argument("model", nargs="?", metavar="MODEL", help="a model id from `modeldeck models`")
     bench.add_argument("--concurrency", default="1,4,16,64", metavar="N,N,...", help="levels to sweep (1,4,16,64)")
@@ -315,28 +321,6 @@ def _ps(paths: AppPaths) -> int:
     return 0
 
 
-def _status(paths: AppPaths) -> int:
-    client = connect(paths)
-    if client is None:
-        print("The ModelDeck service is not running (start it with `modeldeck serve`).")
-        return 1
-    try:
-        info = client.endpoint()
-    finally:
-        client.close()
-    print(f"Endpoint     {info['url']}")
-    print(f"API key      {'none' if info.get('api_key') is None else 'required'} (from: {info['key_source']})")
-    tls = info.get("tls")
-    if not tls:
-        print("TLS          off: plain HTTP")
-        return 0
-    made_by = "self-signed by ModelDeck" if tls["self_signed"] else "your certificate"
-    print(f"TLS          {made_by}: {tls['cert_path']}")
-    print(f"Fingerprint  SHA-256 {tls['fingerprint_sha256']}")
-    print(f"Trust it     curl --cacert {tls['cert_path']}, or Python's ssl.create_default_context(cafile=...)")
-    return 0
-
-
 def _key(paths: AppPaths) -> int:
     key = load_api_key(paths)
     if key.note:
@@ -442,12 +426,14 @@ def _bench(args: argparse.Namespace, paths: AppPaths) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    args = _parser().parse_args(argv)
+    parser = _parser()
+    args = parser.parse_args(argv)
     loaded = load_settings(app_paths())
     if loaded.problem:
         print(f"modeldeck: settings: {loaded.problem}", file=sys.stderr)
     paths = with_models_dir(app_paths(), loaded.settings)
-    if args.command not in (None, "serve"):  # the GUI has Qt's event loop, the service its own shutdown deadline
+    # The GUI has Qt's event loop, the service its own shutdown deadline, and in a chat Ctrl-C stops an answer only.
+    if args.command not in (None, "serve", CHAT_COMMAND):
         exit_promptly_on_interrupt(on_force=kill_descendants)
     try:
         if args.command is None:
@@ -472,8 +458,17 @@ def main(argv: Sequence[str] | None = None) -> None:
             code = run_vllm_command(args, paths)
         elif args.command == "engines":
             code = run_engines_command(args, paths)
+        elif args.command in MODEL_COMMANDS:
+            code = run_model_command(args, paths)
+        elif args.command == CHAT_COMMAND:
+            code = run_chat(args, paths)
+        elif args.command == "status":
+            code = run_status(args, paths)
+        elif args.command == "completion":
+            print(completion_script(parser, args.shell), end="")
+            code = 0
         else:
-            code = {"models": _models, "ps": _ps, "key": _key, "status": _status}[args.command](paths)
+            code = {"models": _models, "ps": _ps, "key": _key}[args.command](paths)
     except (ServiceUnavailable, ControlError) as exc:
         print(f"modeldeck: {exc}", file=sys.stderr)
         code = 1

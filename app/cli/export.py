@@ -8,17 +8,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from app.cli.sizes import size_argument
 from app.paths import AppPaths
 from app.planner.recommend import USES
 
-
-def _gpu_memory(text: str) -> int:
-    units = {"G": 2**30, "M": 2**20}
-    number, unit = (text[:-1], units[text[-1].upper()]) if text[-1:].upper() in units else (text, 2**30)
-    try:
-        return int(float(number) * unit)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a memory size: {text!r} (examples: 80G, 24G)") from None
+PLAN_FILE = "plan.json"
 
 
 def _capability(text: str) -> tuple[int, int]:
@@ -35,8 +29,12 @@ def add_export_command(commands: Any) -> None:
         help="a model id, model folder or Hub repository (ORG/NAME), or a plan JSON (plan.json, recommend --json)",
     )  # fmt: skip
     export.add_argument("--format", required=True, choices=("docker", "k8s", "helm", "ray"), dest="fmt")
-    export.add_argument("--out", type=Path, metavar="DIR", help="write the files here (default: print them)")
-    export.add_argument("--gpu-memory", type=_gpu_memory, default=80 * 2**30, metavar="SIZE",
+    export.add_argument(
+        "--out", type=Path, metavar="DIR",
+        help="write the deployment and its plan.json here (default: print only the deployment, for `kubectl apply "
+        "-f -`, `helm install -f -` or `sh`)",
+    )  # fmt: skip
+    export.add_argument("--gpu-memory", type=size_argument(default_unit=2**30), default=80 * 2**30, metavar="SIZE",
                         help="memory of each GPU of the cluster (80G)")  # fmt: skip
     export.add_argument("--gpus-per-node", type=int, default=8, metavar="N", help="GPUs in each node (8)")
     export.add_argument("--nodes", type=int, default=1, metavar="N", help="nodes the plan may use (1)")
@@ -51,10 +49,10 @@ def add_export_command(commands: Any) -> None:
 
 
 def run_export(args: argparse.Namespace, paths: AppPaths) -> int:
+    from app.cli.hub_commands import endpoint
     from app.export import ExportError, ExportOptions, load_deployment, render, write
     from app.hardware.profile import HardwareProfile
     from app.hub.errors import HubError
-    from app.hub_commands import endpoint
     from app.planner.cluster import ClusterPlanError, ClusterTarget, target_from_profile
 
     try:
@@ -75,9 +73,7 @@ def run_export(args: argparse.Namespace, paths: AppPaths) -> int:
         print(f"modeldeck: {exc}", file=sys.stderr)
         return 2
     if args.out is None:
-        for name, text in files.items():
-            print(f"==> {name} <==\n{text}")
-        return 0
+        return _print_deployment(files, args.fmt)
     try:
         written = write(files, args.out)
     except OSError as exc:
@@ -85,4 +81,18 @@ def run_export(args: argparse.Namespace, paths: AppPaths) -> int:
         return 2
     for path in written:
         print(path)
+    return 0
+
+
+def _print_deployment(files: dict[str, str], fmt: str) -> int:
+    """Standard output gets the deployment alone, so that a pipe into `kubectl apply -f -` reads nothing else;
+    plan.json is written only with --out."""
+    deployment = [name for name in files if name != PLAN_FILE]
+    # The YAML one where there is one (Compose beside the `docker run` script), for `docker compose -f -`.
+    chosen = [name for name in deployment if name.endswith(".yaml")] or deployment
+    if len(chosen) > 1:
+        names = ", ".join(chosen)
+        print(f"modeldeck: --format {fmt} makes {len(chosen)} files ({names}): give --out DIR", file=sys.stderr)
+        return 2
+    sys.stdout.write(files[chosen[0]])
     return 0
