@@ -94,7 +94,7 @@ def _pull(args: argparse.Namespace, paths: AppPaths) -> int:
 def _import(args: argparse.Namespace, paths: AppPaths) -> int:
     """Through the running service, which then serves the model at once; without one, by the same library code."""
     from app.client import ControlError, connect
-    from app.service.library_ops import LibraryError, import_gguf
+    from app.service.control.library_ops import LibraryError, import_gguf
 
     source = args.path.expanduser().absolute()  # not resolved: a link's own name names the model
     client = connect(paths)
