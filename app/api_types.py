@@ -33,8 +33,6 @@ ACTIVE = frozenset({ModelState.STARTING, ModelState.READY, ModelState.RESTARTING
 HAS_ENGINE = ACTIVE | {ModelState.STOPPING}
 # Launch applies: nothing runs, or what ran failed.
 LAUNCHABLE = frozenset({ModelState.STOPPED, ModelState.FAILED})
-# Between two steady states: the answer to a click is still coming.
-BUSY = frozenset({ModelState.STARTING, ModelState.STOPPING, ModelState.RESTARTING})
 # Something went wrong (or is being retried): a diagnosis applies.
 TROUBLED = frozenset({ModelState.FAILED, ModelState.RESTARTING})
 
@@ -138,6 +136,14 @@ class ModelRecord(TypedDict):
     embedding_companion: CompanionRecord | None
 
 
+class TlsRecord(TypedDict):
+    """An HTTPS endpoint's certificate: what clients must trust."""
+
+    fingerprint_sha256: str
+    cert_path: str
+    self_signed: bool
+
+
 class EndpointRecord(TypedDict):
     """GET /api/endpoint: where the OpenAI endpoint answers and its key."""
 
@@ -145,7 +151,7 @@ class EndpointRecord(TypedDict):
     api_key: str | None  # None: started without a key (loopback only)
     key_source: str
     key_note: str
-    tls: dict[str, str | bool] | None  # the certificate clients must trust; None: plain HTTP
+    tls: TlsRecord | None  # None: plain HTTP
 
 
 class MemoryBudget(TypedDict):
@@ -484,7 +490,6 @@ def event_from_json(raw: Any) -> ServiceEvent:
 
 __all__ = [
     "ACTIVE",
-    "BUSY",
     "HAS_ENGINE",
     "LAUNCHABLE",
     "TROUBLED",
@@ -523,6 +528,7 @@ __all__ = [
     "SnapshotEvent",
     "StartupEvent",
     "StartupRecord",
+    "TlsRecord",
     "event_from_json",
     "model_from_json",
 ]

@@ -16,6 +16,19 @@ from typing import Any
 
 import httpx
 
+from app.api_types import (
+    BenchListing,
+    BenchRunRecord,
+    DownloadRecord,
+    EndpointRecord,
+    HardwareRecord,
+    HealthRecord,
+    ModelRecord,
+    RecommendationRecord,
+    ServiceEvent,
+    event_from_json,
+    model_from_json,
+)
 from app.paths import AppPaths
 from app.self_command import modeldeck_command
 
@@ -98,8 +111,8 @@ class ControlClient:
             raise ControlError(message, response.status_code)
         return response.json()
 
-    def health(self) -> dict[str, Any]:
-        result: dict[str, Any] = self._call("GET", "/api/health", timeout=2.0)
+    def health(self) -> HealthRecord:
+        result: HealthRecord = self._call("GET", "/api/health", timeout=2.0)
         return result
 
     def about(self) -> dict[str, Any]:
@@ -107,17 +120,16 @@ class ControlClient:
         result: dict[str, Any] = self._call("GET", "/api/about", timeout=120.0)
         return result
 
-    def models(self) -> list[dict[str, Any]]:
-        result: list[dict[str, Any]] = self._call("GET", "/api/models")
-        return result
+    def models(self) -> list[ModelRecord]:
+        return [self._model(raw) for raw in self._call("GET", "/api/models")]
 
-    def endpoint(self) -> dict[str, Any]:
-        result: dict[str, Any] = self._call("GET", "/api/endpoint")
+    def endpoint(self) -> EndpointRecord:
+        result: EndpointRecord = self._call("GET", "/api/endpoint")
         return result
 
     def start_model(
         self, model_id: str, wait: bool = False, overrides: Mapping[str, int | str] | None = None
-    ) -> dict[str, Any]:
+    ) -> ModelRecord:
         """Start a model; `overrides` (context, gpu_layers, threads, batch, engine, parallel) replace the default
         plan's values.
 
@@ -125,27 +137,29 @@ class ControlClient:
         """
         params = {"wait": "1"} if wait else None
         body = dict(overrides) if overrides is not None else None
-        result: dict[str, Any] = self._call(
-            "POST", f"/api/models/{model_id}/start", params=params, json=body, timeout=None
-        )
-        return result
+        return self._model(self._call("POST", f"/api/models/{model_id}/start", params=params, json=body, timeout=None))
 
-    def hardware(self) -> dict[str, Any]:
+    def hardware(self) -> HardwareRecord:
         """The service machine's hardware profile (CPU, memory, GPUs, and why a GPU cannot be used)."""
-        result: dict[str, Any] = self._call("GET", "/api/hardware", timeout=PLANNING_TIMEOUT_S)
+        result: HardwareRecord = self._call("GET", "/api/hardware", timeout=PLANNING_TIMEOUT_S)
         return result
 
-    def recommend(self, model_id: str, use: str = "chat", users: int | None = None) -> dict[str, Any]:
+    def recommend(self, model_id: str, use: str = "chat", users: int | None = None) -> RecommendationRecord:
         """How to run a model for a use (chat, serve, long-context): the best option, alternatives, reasons."""
         params: dict[str, str | int] = {"model": model_id, "use": use}
         if users is not None:
             params["users"] = users
-        result: dict[str, Any] = self._call("GET", "/api/recommend", params=params, timeout=PLANNING_TIMEOUT_S)
+        result: RecommendationRecord = self._call("GET", "/api/recommend", params=params, timeout=PLANNING_TIMEOUT_S)
         return result
 
-    def stop_model(self, model_id: str) -> dict[str, Any]:
-        result: dict[str, Any] = self._call("POST", f"/api/models/{model_id}/stop", timeout=60.0)
-        return result
+    def stop_model(self, model_id: str) -> ModelRecord:
+        return self._model(self._call("POST", f"/api/models/{model_id}/stop", timeout=60.0))
+
+    def _model(self, raw: Any) -> ModelRecord:
+        try:
+            return model_from_json(raw)
+        except ValueError as exc:
+            raise ControlError(str(exc)) from None
 
     def logs(self, model_id: str, tail: int = 200) -> list[str]:
         result: list[str] = self._call("GET", f"/api/models/{model_id}/logs", params={"tail": tail})["lines"]
@@ -166,18 +180,18 @@ class ControlClient:
         result: dict[str, Any] = self._call("GET", f"/api/hub/models/{repo_id}", timeout=HUB_TIMEOUT_S)
         return result
 
-    def start_download(self, repo_id: str, variant: str | None = None, filename: str | None = None) -> dict[str, Any]:
+    def start_download(self, repo_id: str, variant: str | None = None, filename: str | None = None) -> DownloadRecord:
         body = {"repo": repo_id, "variant": variant, "file": filename}
-        result: dict[str, Any] = self._call("POST", "/api/downloads", json=body, timeout=HUB_TIMEOUT_S)
+        result: DownloadRecord = self._call("POST", "/api/downloads", json=body, timeout=HUB_TIMEOUT_S)
         return result
 
-    def downloads(self) -> list[dict[str, Any]]:
-        result: list[dict[str, Any]] = self._call("GET", "/api/downloads")
+    def downloads(self) -> list[DownloadRecord]:
+        result: list[DownloadRecord] = self._call("GET", "/api/downloads")
         return result
 
-    def control_download(self, download_id: str, action: str) -> dict[str, Any]:
+    def control_download(self, download_id: str, action: str) -> DownloadRecord:
         """`action` is pause, resume or cancel."""
-        result: dict[str, Any] = self._call("POST", f"/api/downloads/{download_id}/{action}", timeout=60.0)
+        result: DownloadRecord = self._call("POST", f"/api/downloads/{download_id}/{action}", timeout=60.0)
         return result
 
     def library(self) -> dict[str, Any]:
@@ -274,7 +288,7 @@ class ControlClient:
         output_tokens: int,
         requests: int | None = None,
         **prompts: int | str | None,
-    ) -> dict[str, Any]:
+    ) -> BenchRunRecord:
         """Start a benchmark on the service (one at a time); its progress comes as `bench` events. `prompts` are
         the other fields of POST /api/bench: prompt_mode, prefix_tokens, conversations, turns, seed (None: the
         service's default)."""
@@ -283,16 +297,16 @@ class ControlClient:
         if requests is not None:
             body["requests"] = requests
         body.update({name: value for name, value in prompts.items() if value is not None})
-        result: dict[str, Any] = self._call("POST", "/api/bench", json=body)
+        result: BenchRunRecord = self._call("POST", "/api/bench", json=body)
         return result
 
-    def bench(self) -> dict[str, Any]:
+    def bench(self) -> BenchListing:
         """{run: the running or last benchmark (None before the first), cards: saved cards, newest first}."""
-        result: dict[str, Any] = self._call("GET", "/api/bench", timeout=30.0)
+        result: BenchListing = self._call("GET", "/api/bench", timeout=30.0)
         return result
 
-    def cancel_bench(self) -> dict[str, Any]:
-        result: dict[str, Any] = self._call("POST", "/api/bench/cancel", timeout=30.0)
+    def cancel_bench(self) -> BenchRunRecord:
+        result: BenchRunRecord = self._call("POST", "/api/bench/cancel", timeout=30.0)
         return result
 
     def bench_card(self, card_id: str) -> dict[str, Any]:
@@ -329,14 +343,17 @@ class EventStream:
             event_hooks={"response": [self._breaker.remember]},
         )
 
-    def __iter__(self) -> Iterator[dict[str, Any]]:
+    def __iter__(self) -> Iterator[ServiceEvent]:
         try:
             with self._http.stream("GET", "/api/events") as response:
                 if response.status_code != 200:
                     raise ServiceUnavailable(f"The service refused the event stream ({response.status_code}).")
                 for line in response.iter_lines():
                     if line.startswith("data: "):
-                        event: dict[str, Any] = json.loads(line[6:])
+                        try:
+                            event = event_from_json(json.loads(line[6:]))
+                        except ValueError as exc:
+                            raise ControlError(str(exc)) from None
                         yield event
         except httpx.HTTPError as exc:
             if not self._breaker.broken:

@@ -8,6 +8,7 @@ from typing import Any
 from PySide6.QtCore import Qt, Slot
 from PySide6.QtWidgets import QComboBox, QHBoxLayout, QLabel, QLineEdit, QPushButton, QSplitter, QVBoxLayout, QWidget
 
+from app.api_types import DownloadRecord
 from app.client import ControlClient
 from app.gui.downloads_panel import DownloadsPanel
 from app.gui.hub_format import cell, count_text, error_label, selected_key, show_error, table
@@ -122,7 +123,7 @@ class DiscoverPage(QWidget):
             self.model_panel.show_model(repo_id)
 
     @Slot(object)
-    def _on_model_panel_download_started(self, record: dict[str, Any]) -> None:
+    def _on_model_panel_download_started(self, record: DownloadRecord) -> None:
         self.downloads_panel.show_record(record)
         self.downloads_panel.select(record["id"])
 

@@ -11,6 +11,7 @@ from PySide6.QtCore import Qt, Signal, Slot
 from PySide6.QtGui import QFont
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QPushButton, QVBoxLayout, QWidget
 
+from app.api_types import DownloadRecord
 from app.client import ControlClient
 from app.gui.hub_format import cell, error_label, selected_key, show_error, size_text, table
 from app.gui.service_connection import LatestCall, ServiceConnection
@@ -132,7 +133,7 @@ class HubModelPanel(QWidget):
         job = functools.partial(_start_download, repo_id=self._page["id"], variant=variant)
         self._connection.call(job, self._on_download_started, self._on_download_failed)
 
-    def _on_download_started(self, record: dict[str, Any]) -> None:
+    def _on_download_started(self, record: DownloadRecord) -> None:
         self._on_variants_selection_changed()
         self.sig_download_started.emit(record)
 
@@ -145,5 +146,5 @@ def _hub_model(client: ControlClient, repo_id: str) -> dict[str, Any]:
     return client.hub_model(repo_id)
 
 
-def _start_download(client: ControlClient, repo_id: str, variant: str) -> dict[str, Any]:
+def _start_download(client: ControlClient, repo_id: str, variant: str) -> DownloadRecord:
     return client.start_download(repo_id, variant)

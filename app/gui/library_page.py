@@ -11,13 +11,13 @@ from PySide6.QtCore import QMimeData, Slot
 from PySide6.QtGui import QDragEnterEvent, QDropEvent
 from PySide6.QtWidgets import QFileDialog, QHBoxLayout, QLabel, QMessageBox, QPushButton, QVBoxLayout, QWidget
 
+from app.api_types import ACTIVE, EngineEvent, ModelRecord
 from app.client import ControlClient
 from app.gui.hub_format import cell, error_label, row_key, selected_key, show_error, size_text, table
 from app.gui.service_connection import LatestCall, ServiceConnection
 
 COLUMNS = ("Model", "Source", "Size on disk", "State", "File")
 SOURCE_WORDS = {"bundled": "Bundled", "hub": "Hugging Face Hub", "local": "Imported"}
-ACTIVE_STATES = frozenset({"starting", "ready", "restarting"})
 
 
 def gguf_paths(mime: QMimeData) -> list[Path]:
@@ -85,11 +85,11 @@ class LibraryPage(QWidget):
     # From the service ----------------------------------------------------------------------------------
 
     @Slot(object)
-    def _on_connection_models_received(self, _models: list[dict[str, Any]]) -> None:
+    def _on_connection_models_received(self, _models: list[ModelRecord]) -> None:
         self.refresh()  # a snapshot: the set of models may have changed (a download finished, an import)
 
     @Slot(object)
-    def _on_connection_engine_changed(self, event: dict[str, Any]) -> None:
+    def _on_connection_engine_changed(self, event: EngineEvent) -> None:
         record = self._models.get(str(event.get("model_id")))
         if record is not None:
             record["state"] = str(event["state"])
@@ -129,7 +129,7 @@ class LibraryPage(QWidget):
         entry = self._models.get(selected_key(self.models_table) or "")
         self.verify_button.setEnabled(entry is not None)
         self.delete_button.setEnabled(entry is not None and bool(entry["deletable"]))
-        running = entry is not None and entry.get("state") in ACTIVE_STATES
+        running = entry is not None and entry.get("state") in ACTIVE
         self.delete_button.setToolTip("Stop the model before deleting it." if running else "")
 
     @Slot()
