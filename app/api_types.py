@@ -363,6 +363,215 @@ class RecommendationRecord(TypedDict):
     budgets: dict[str, int]
 
 
+# The library and the Hub ------------------------------------------------------------------------------------
+
+
+class LibraryEntry(TypedDict):
+    """A model with files: its size on disk, its origin and its engine's state."""
+
+    id: str
+    name: str
+    source: str
+    path: str
+    size_on_disk: int
+    deletable: bool
+    repo: str | None
+    variant: str | None
+    state: ModelState
+
+
+class DiskRecord(TypedDict):
+    what: str  # models folder, Hugging Face cache, downloads folder
+    path: str
+    free: int | None
+
+
+class LibraryRecord(TypedDict):
+    """GET /api/library."""
+
+    models: list[LibraryEntry]
+    disk: list[DiskRecord]
+
+
+class VerdictRecord(TypedDict):
+    """A verification: each check in words, and whether all of them passed."""
+
+    ok: bool
+    checks: list[str]
+
+
+class ImportedRecord(TypedDict):
+    id: str
+    name: str
+    path: str
+    size_on_disk: int
+
+
+class HubSearchResult(TypedDict):
+    id: str
+    downloads: int | None
+    likes: int | None
+    gated: bool
+    pipeline_tag: str | None
+    last_modified: str | None  # ISO 8601
+
+
+class HubFile(TypedDict):
+    path: str
+    size: int | None
+    sha256: str | None
+
+
+class HubVariant(TypedDict):
+    name: str
+    quant: str | None
+    size: int | None
+    complete: bool
+    files: list[str]
+
+
+class HubRecommendation(TypedDict):
+    source: str  # planner or size
+    plan: dict[str, Any] | None  # the planner's option: reasons, memory, max context
+
+
+class HubModelPage(TypedDict):
+    """GET /api/hub/models/REPO: files, variants, license, gated, and the variant suggested for this machine."""
+
+    id: str
+    commit: str | None
+    gated: bool
+    license: str | None
+    page_url: str
+    files: list[HubFile]
+    variants: list[HubVariant]
+    recommended: str | None
+    recommendation_basis: str
+    recommendation: HubRecommendation
+
+
+class DeletedRecord(TypedDict):
+    deleted: str  # the model's id
+
+
+class RemovedRecord(TypedDict):
+    removed: str  # the remote's name
+
+
+class RemoteRecord(TypedDict):
+    """A remote endpoint: its models as served here, and whether a key is kept (never the key)."""
+
+    name: str
+    url: str
+    models: list[str]
+    has_key: bool
+
+
+# Engines, metrics, requests and settings -----------------------------------------------------------------------
+
+
+class EngineInstallation(TypedDict):
+    installed: bool
+    version: str | None
+    detail: str
+
+
+class AboutRecord(TypedDict):
+    """GET /api/about: the service's version and commit, and each engine's installation."""
+
+    version: str
+    commit: str | None
+    source: str
+    engines: dict[str, EngineInstallation]
+
+
+class SeriesRecord(TypedDict):
+    name: str
+    labels: dict[str, str]
+    t: list[float]
+    v: list[float]
+
+
+class SeriesAnswer(TypedDict):
+    """GET /api/series: metric series over a window, points 1 s apart up to an hour and minute averages beyond."""
+
+    window_s: float
+    now: float
+    interval_s: float
+    sampler: dict[str, float]
+    series: list[SeriesRecord]
+
+
+class RequestRecord(TypedDict):
+    """One request through the gateway (no prompt or output text), as GET /api/requests lists them."""
+
+    id: str
+    time: float
+    model: str
+    route: str
+    stream: bool
+    status: int
+    queued_s: float
+    ttft_s: float | None
+    duration_s: float
+    prompt_tokens: int | None
+    completion_tokens: int | None
+    itl_p50_s: float | None
+    itl_max_s: float | None
+    decode_tps: float | None
+    error: str | None
+    prompt_cached_tokens: int | None
+    slot: int | None
+
+
+class KeyPresence(TypedDict):
+    present: bool
+    source: str
+
+
+class TokenPresence(TypedDict):
+    set: bool
+    source: str
+    note: str
+
+
+class LanRecord(TypedDict):
+    addresses: list[str]
+    warning: str
+    port: int
+
+
+class SettingsAnswer(TypedDict):
+    """GET /api/settings (PUT adds `changed`): the saved settings, what the running service uses, what needs a
+    restart, and whether an API key and a Hugging Face token are kept (never their values)."""
+
+    settings: dict[str, Any]  # app.settings.Settings.to_dict(): its fields grow with the product
+    running: dict[str, Any]
+    restart_required: list[str]
+    problem: str | None
+    api_key: KeyPresence
+    hf_token: TokenPresence
+    lan: LanRecord
+
+
+class SavedSettingsAnswer(SettingsAnswer):
+    changed: list[str]
+
+
+class BenchCardRecord(TypedDict):
+    """A saved benchmark card (GET /api/bench/cards/ID): what ran where, and each level's results."""
+
+    id: str
+    created: str
+    modeldeck_version: str
+    model: dict[str, Any]  # id, name, path, size_bytes, quantization
+    engine: dict[str, Any]  # name, version, plan, launch
+    hardware: dict[str, Any]  # a fingerprint of the machine
+    parameters: dict[str, Any]
+    results: list[BenchLevel]
+    schema_version: int
+
+
 # Events (GET /api/events) -------------------------------------------------------------------------------------
 
 
@@ -422,27 +631,10 @@ class SampleEvent(TypedDict):
     points: list[tuple[str, dict[str, str], float]]
 
 
-class RequestEvent(TypedDict):
-    """One request through the gateway finished (no prompt or output text)."""
+class RequestEvent(RequestRecord):
+    """One request through the gateway finished."""
 
     type: Literal["request"]
-    id: str
-    time: float
-    model: str
-    route: str
-    stream: bool
-    status: int
-    queued_s: float
-    ttft_s: float | None
-    duration_s: float
-    prompt_tokens: int | None
-    completion_tokens: int | None
-    itl_p50_s: float | None
-    itl_max_s: float | None
-    decode_tps: float | None
-    error: str | None
-    prompt_cached_tokens: int | None
-    slot: int | None
 
 
 ServiceEvent = (
@@ -478,6 +670,14 @@ def model_from_json(raw: Any) -> ModelRecord:
     return record
 
 
+def library_from_json(raw: Any) -> LibraryRecord:
+    """GET /api/library's answer, its states as ModelState; ValueError for a state this client lacks."""
+    library: LibraryRecord = raw
+    for entry in library["models"]:
+        entry["state"] = _state(entry["state"])
+    return library
+
+
 def event_from_json(raw: Any) -> ServiceEvent:
     """An event parsed from JSON, its model states as ModelState; ValueError for a state this client lacks."""
     event: ServiceEvent = raw
@@ -493,6 +693,8 @@ __all__ = [
     "HAS_ENGINE",
     "LAUNCHABLE",
     "TROUBLED",
+    "AboutRecord",
+    "BenchCardRecord",
     "BenchCardSummary",
     "BenchEvent",
     "BenchLevel",
@@ -501,19 +703,32 @@ __all__ = [
     "BenchState",
     "CPURecord",
     "CompanionRecord",
+    "DeletedRecord",
     "Diagnosis",
+    "DiskRecord",
     "DownloadEvent",
     "DownloadRecord",
     "DownloadState",
     "EndpointRecord",
     "EngineEvent",
     "EngineFitRecord",
+    "EngineInstallation",
     "FolderPlanRecord",
     "GPUProblemRecord",
     "GPURecord",
     "HardwareRecord",
     "HealthRecord",
+    "HubFile",
+    "HubModelPage",
+    "HubRecommendation",
+    "HubSearchResult",
+    "HubVariant",
+    "ImportedRecord",
+    "KeyPresence",
+    "LanRecord",
     "LaunchRecord",
+    "LibraryEntry",
+    "LibraryRecord",
     "LogEvent",
     "MemoryBudget",
     "MemoryCheckRecord",
@@ -522,13 +737,23 @@ __all__ = [
     "OptionRecord",
     "PlanSummary",
     "RecommendationRecord",
+    "RemoteRecord",
+    "RemovedRecord",
     "RequestEvent",
+    "RequestRecord",
     "SampleEvent",
+    "SavedSettingsAnswer",
+    "SeriesAnswer",
+    "SeriesRecord",
     "ServiceEvent",
+    "SettingsAnswer",
     "SnapshotEvent",
     "StartupEvent",
     "StartupRecord",
     "TlsRecord",
+    "TokenPresence",
+    "VerdictRecord",
     "event_from_json",
+    "library_from_json",
     "model_from_json",
 ]

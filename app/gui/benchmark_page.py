@@ -7,8 +7,6 @@ events (a few a second) and fetches cards, every call on the connection's worker
 
 from __future__ import annotations
 
-from typing import Any
-
 from PySide6.QtCore import Qt, Slot
 from PySide6.QtGui import QShowEvent
 from PySide6.QtWidgets import (
@@ -31,7 +29,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.api_types import BenchCardSummary, BenchLevel, BenchListing, BenchRunRecord, ModelRecord
+from app.api_types import BenchCardRecord, BenchCardSummary, BenchLevel, BenchListing, BenchRunRecord, ModelRecord
 from app.gui.bench_charts import BenchChartsPanel
 from app.gui.bench_format import (
     CARD_COLUMNS,
@@ -353,7 +351,7 @@ class BenchmarkPage(QWidget):
             card_id = chosen[0]
             self._card_call.run(lambda client: client.bench_card(card_id), self._on_card_loaded, self._show_error)
 
-    def _on_card_loaded(self, card: dict[str, Any]) -> None:
+    def _on_card_loaded(self, card: BenchCardRecord) -> None:
         if not self.is_running:  # a run's live table wins over a card picked meanwhile
             mode = card["parameters"].get("prompt_mode") or "identical"  # cards before prompt modes: identical
             self._show_levels(f"Results: card {card['id']}, {mode} prompts", card["results"])

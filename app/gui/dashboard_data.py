@@ -12,6 +12,8 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from app.api_types import SeriesAnswer
+
 # Two hours at one point a second: an hour window never runs out, and memory stays bounded whatever the uptime.
 CAPACITY = 7200
 
@@ -84,7 +86,7 @@ class DashboardData:
         self.buffers: dict[SeriesKey, SeriesBuffer] = {}
         self.latest_time = 0.0
 
-    def load(self, answer: dict[str, Any]) -> None:
+    def load(self, answer: SeriesAnswer) -> None:
         """Take an `/api/series` answer: each series it holds replaces what was kept of it."""
         for series in answer.get("series", []):
             key = series_key(str(series["name"]), dict(series["labels"]))

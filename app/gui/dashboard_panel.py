@@ -18,6 +18,7 @@ from PySide6.QtCore import QPointF, Qt, QTimer, Signal, Slot
 from PySide6.QtGui import QHideEvent, QShowEvent
 from PySide6.QtWidgets import QComboBox, QFileDialog, QHBoxLayout, QLabel, QPushButton, QVBoxLayout, QWidget
 
+from app.api_types import SeriesAnswer
 from app.gui.dashboard_data import DashboardData, SeriesKey, key_label
 from app.gui.service_connection import LatestCall, ServiceConnection
 
@@ -175,7 +176,7 @@ class DashboardPanel(QWidget):
         """Take one live sample event (what the connection delivers once a second)."""
         self.data.add_sample(event)
 
-    def load_history(self, answer: dict[str, Any]) -> None:
+    def load_history(self, answer: SeriesAnswer) -> None:
         """Take an `/api/series` answer for the current window."""
         self.data.load(answer)
 
@@ -190,7 +191,7 @@ class DashboardPanel(QWidget):
             lambda _message: None,  # the connection reports a lost service itself; charts simply stay as they are
         )
 
-    def _on_history_loaded(self, answer: dict[str, Any]) -> None:
+    def _on_history_loaded(self, answer: SeriesAnswer) -> None:
         self.load_history(answer)
         self.refresh()
 
