@@ -20,15 +20,27 @@ from app.api_types import (
     HAS_ENGINE,
     LAUNCHABLE,
     TROUBLED,
+    AboutRecord,
+    BenchCardRecord,
     BenchListing,
     BenchRunRecord,
     DownloadRecord,
+    EndpointRecord,
     EngineEvent,
     HardwareRecord,
+    HealthRecord,
+    HubModelPage,
+    HubSearchResult,
+    LibraryRecord,
     ModelRecord,
     ModelState,
     RecommendationRecord,
+    RemoteRecord,
+    RequestRecord,
+    SeriesAnswer,
     ServiceEvent,
+    SettingsAnswer,
+    VerdictRecord,
     event_from_json,
     model_from_json,
 )
@@ -220,6 +232,19 @@ def test_models_hardware_recommendations_and_downloads_fit_their_types(
         [listed] = client.downloads()
         assert listed["state"] == "completed" and listed["model_id"] is not None
         assert_fits(listed, DownloadRecord, "listed download")
+        found = client.hub_search("smol")
+        assert [r["id"] for r in found] == ["org/smol-GGUF"]
+        assert_fits(found, list[HubSearchResult], "hub search")
+        assert_fits(client.hub_model("org/smol-GGUF"), HubModelPage, "hub model page")
+        library = client.library()
+        assert {e["id"] for e in library["models"]} >= {BUNDLED_ID, listed["model_id"]}
+        assert_fits(library, LibraryRecord, "library")
+        assert_fits(client.verify_model(listed["model_id"]), VerdictRecord, "verdict")
+        assert_fits(client.about(), AboutRecord, "about")
+        assert_fits(client.endpoint(), EndpointRecord, "endpoint")
+        assert_fits(client.health(), HealthRecord, "health")
+        assert_fits(client.remotes(), list[RemoteRecord], "remotes")
+        assert_fits(client.settings(), SettingsAnswer, "settings")
         # The new model comes as a fresh snapshot.
         wait_for(lambda: len(recorder.of_type("snapshot")) >= 2, 30, "a snapshot with the downloaded model")
     finally:
@@ -243,6 +268,13 @@ def test_engine_events_and_benchmark_runs_fit_their_types(service: RunningServic
         assert listing["run"]["state"] == "completed", listing["run"]["error"]
         assert listing["run"]["levels"] and listing["cards"]
         assert_fits(listing, BenchListing, "bench listing")
+        assert_fits(client.bench_card(listing["run"]["card_id"]), BenchCardRecord, "bench card")
+        requests = client.requests()
+        assert requests and {r["model"] for r in requests} == {BUNDLED_ID}
+        assert_fits(requests, list[RequestRecord], "requests")
+        series = client.series(60)
+        assert series["series"]
+        assert_fits(series, SeriesAnswer, "series")
 
         stopped = client.stop_model(BUNDLED_ID)
         assert stopped["state"] == ModelState.STOPPED
