@@ -7,12 +7,11 @@ import csv
 import time
 from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
-from app.api_types import SeriesAnswer
+from app.api_types import SampleEvent, SeriesAnswer
 
 # Two hours at one point a second: an hour window never runs out, and memory stays bounded whatever the uptime.
 CAPACITY = 7200
@@ -94,7 +93,7 @@ class DashboardData:
             if series["t"]:
                 self.latest_time = max(self.latest_time, float(series["t"][-1]))
 
-    def add_sample(self, event: dict[str, Any]) -> None:
+    def add_sample(self, event: SampleEvent) -> None:
         """Take one live `sample` event: {t, points: [[name, labels, value], ...]}."""
         t = float(event["t"])
         for name, labels, value in event["points"]:

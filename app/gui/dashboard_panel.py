@@ -11,14 +11,13 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import pyqtgraph as pg
 from PySide6.QtCore import QPointF, Qt, QTimer, Signal, Slot
 from PySide6.QtGui import QHideEvent, QShowEvent
 from PySide6.QtWidgets import QComboBox, QFileDialog, QHBoxLayout, QLabel, QPushButton, QVBoxLayout, QWidget
 
-from app.api_types import SeriesAnswer
+from app.api_types import SampleEvent, SeriesAnswer
 from app.gui.dashboard_data import DashboardData, SeriesKey, key_label
 from app.gui.service_connection import LatestCall, ServiceConnection
 
@@ -164,7 +163,7 @@ class DashboardPanel(QWidget):
     # Data in ---------------------------------------------------------------------------------------------
 
     @Slot(object)
-    def _on_connection_sample_received(self, event: dict[str, Any]) -> None:
+    def _on_connection_sample_received(self, event: SampleEvent) -> None:
         self.data.add_sample(event)
 
     @Slot(str)
@@ -172,7 +171,7 @@ class DashboardPanel(QWidget):
         if self._connection is not None and self._connection.is_connected and self.isVisible():
             self._fetch_history()
 
-    def add_sample(self, event: dict[str, Any]) -> None:
+    def add_sample(self, event: SampleEvent) -> None:
         """Take one live sample event (what the connection delivers once a second)."""
         self.data.add_sample(event)
 

@@ -4,7 +4,6 @@ run a one-click start of the bundled model."""
 from __future__ import annotations
 
 import itertools
-from typing import Any
 
 from PySide6.QtCore import Qt, Signal, Slot
 from PySide6.QtGui import QResizeEvent
@@ -19,7 +18,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.api_types import HAS_ENGINE, HardwareRecord, ModelRecord, ModelState
+from app.api_types import HAS_ENGINE, EndpointRecord, HardwareRecord, ModelRecord, ModelState
 from app.client import ControlClient
 from app.gui.endpoint_panel import EndpointPanel
 from app.gui.first_run_panel import FirstRunPanel, bundled_record
@@ -217,7 +216,7 @@ class HomePage(QWidget):
         self._refresh()
 
     @Slot(object)
-    def _on_connection_endpoint_received(self, info: dict[str, Any]) -> None:
+    def _on_connection_endpoint_received(self, info: EndpointRecord) -> None:
         self.endpoint_panel.set_endpoint(str(info["url"]), info.get("api_key"), str(info.get("key_note") or ""))
 
     @Slot()

@@ -5,12 +5,11 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
-from typing import Any
 
 from PySide6.QtCore import QObject, QTimer, Signal, Slot
 from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QPushButton, QSystemTrayIcon, QWidget
 
-from app.api_types import EngineEvent, ModelState
+from app.api_types import DownloadRecord, EngineEvent, ModelState
 
 BANNER_TIMEOUT_MS = 15_000
 BALLOON_TIMEOUT_MS = 8_000
@@ -52,7 +51,7 @@ def engine_notification(event: EngineEvent) -> Notification | None:
     return None
 
 
-def download_notification(record: dict[str, Any]) -> Notification:
+def download_notification(record: DownloadRecord) -> Notification:
     """A finished download, as the downloads panel reports it."""
     return Notification(
         "Download finished", f"{record['repo']} ({record['variant']}) is in the library as {record['model_id']}."
@@ -126,5 +125,5 @@ class Notifier(QObject):
             self.notify(notification)
 
     @Slot(object)
-    def on_download_finished(self, record: dict[str, Any]) -> None:
+    def on_download_finished(self, record: DownloadRecord) -> None:
         self.notify(download_notification(record))
