@@ -7,7 +7,7 @@ import threading
 from PySide6.QtCore import QObject, QThread, Signal
 
 from app.api_types import ServiceEvent
-from app.client import EventStream, ServiceAddress, ServiceUnavailable
+from app.client import ControlError, EventStream, ServiceAddress, ServiceUnavailable
 
 STOP_WAIT_MS = 5000
 
@@ -35,7 +35,7 @@ class EventStreamThread(QThread):
                     return
                 self._dispatch(event)
             reason = "The service closed its event stream."
-        except ServiceUnavailable as exc:
+        except (ServiceUnavailable, ControlError) as exc:  # ControlError: a state this window does not know
             reason = str(exc)
         except (ValueError, KeyError, TypeError):
             reason = "The service sent an event that could not be read."

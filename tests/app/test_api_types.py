@@ -44,13 +44,14 @@ from app.api_types import (
     event_from_json,
     model_from_json,
 )
-from app.client import ControlClient
+from app.client import ControlClient, ControlError
 from app.hub.library import BUNDLED_ID
 from app.paths import AppPaths
 from engines.states import ACTIVE_STATES, EngineState
 from tests.app.conftest import add_repo
 from tests.conftest import RunningService, start_service_process, stop_service_process, wait_for
 from tests.hub_server import FakeHub
+from tests.newer_service import UNKNOWN_STATE, newer_service
 
 RUN_TIMEOUT_S = 600.0  # a busy 2-core machine decodes the bundled model at 0.5-2 tokens/s
 EVENT_TYPES: dict[str, Any] = {
@@ -296,3 +297,16 @@ def test_every_answer_type_is_exported() -> None:
     exported = set(api_types.__all__)
     assert public - {"Any", "Literal", "TypedDict", "StrEnum"} <= exported, public - exported
     assert typing.get_type_hints(ModelRecord)["state"] is ModelState
+
+
+def test_a_newer_service_state_is_a_control_error_naming_it() -> None:
+    """Both ways a state comes in (a listing and the event stream) refuse one this client lacks, saying which."""
+    with newer_service() as address:
+        client = ControlClient(address)
+        try:
+            with pytest.raises(ControlError, match=f"'{UNKNOWN_STATE}'"):
+                client.models()
+            with pytest.raises(ControlError, match=f"'{UNKNOWN_STATE}'"):
+                list(client.events())
+        finally:
+            client.close()
