@@ -16,6 +16,34 @@ from typing import Any
 
 import httpx
 
+from app.api_types import (
+    AboutRecord,
+    BenchCardRecord,
+    BenchListing,
+    BenchRunRecord,
+    DeletedRecord,
+    DownloadRecord,
+    EndpointRecord,
+    HardwareRecord,
+    HealthRecord,
+    HubModelPage,
+    HubSearchResult,
+    ImportedRecord,
+    LibraryRecord,
+    ModelRecord,
+    RecommendationRecord,
+    RemoteRecord,
+    RemovedRecord,
+    RequestRecord,
+    SavedSettingsAnswer,
+    SeriesAnswer,
+    ServiceEvent,
+    SettingsAnswer,
+    VerdictRecord,
+    event_from_json,
+    library_from_json,
+    model_from_json,
+)
 from app.paths import AppPaths
 from app.self_command import modeldeck_command
 
@@ -98,26 +126,25 @@ class ControlClient:
             raise ControlError(message, response.status_code)
         return response.json()
 
-    def health(self) -> dict[str, Any]:
-        result: dict[str, Any] = self._call("GET", "/api/health", timeout=2.0)
+    def health(self) -> HealthRecord:
+        result: HealthRecord = self._call("GET", "/api/health", timeout=2.0)
         return result
 
-    def about(self) -> dict[str, Any]:
+    def about(self) -> AboutRecord:
         """The service's version and commit, and each engine's installation (GET /api/about)."""
-        result: dict[str, Any] = self._call("GET", "/api/about", timeout=120.0)
+        result: AboutRecord = self._call("GET", "/api/about", timeout=120.0)
         return result
 
-    def models(self) -> list[dict[str, Any]]:
-        result: list[dict[str, Any]] = self._call("GET", "/api/models")
-        return result
+    def models(self) -> list[ModelRecord]:
+        return [self._model(raw) for raw in self._call("GET", "/api/models")]
 
-    def endpoint(self) -> dict[str, Any]:
-        result: dict[str, Any] = self._call("GET", "/api/endpoint")
+    def endpoint(self) -> EndpointRecord:
+        result: EndpointRecord = self._call("GET", "/api/endpoint")
         return result
 
     def start_model(
         self, model_id: str, wait: bool = False, overrides: Mapping[str, int | str] | None = None
-    ) -> dict[str, Any]:
+    ) -> ModelRecord:
         """Start a model; `overrides` (context, gpu_layers, threads, batch, engine, parallel) replace the default
         plan's values.
 
@@ -125,27 +152,29 @@ class ControlClient:
         """
         params = {"wait": "1"} if wait else None
         body = dict(overrides) if overrides is not None else None
-        result: dict[str, Any] = self._call(
-            "POST", f"/api/models/{model_id}/start", params=params, json=body, timeout=None
-        )
-        return result
+        return self._model(self._call("POST", f"/api/models/{model_id}/start", params=params, json=body, timeout=None))
 
-    def hardware(self) -> dict[str, Any]:
+    def hardware(self) -> HardwareRecord:
         """The service machine's hardware profile (CPU, memory, GPUs, and why a GPU cannot be used)."""
-        result: dict[str, Any] = self._call("GET", "/api/hardware", timeout=PLANNING_TIMEOUT_S)
+        result: HardwareRecord = self._call("GET", "/api/hardware", timeout=PLANNING_TIMEOUT_S)
         return result
 
-    def recommend(self, model_id: str, use: str = "chat", users: int | None = None) -> dict[str, Any]:
+    def recommend(self, model_id: str, use: str = "chat", users: int | None = None) -> RecommendationRecord:
         """How to run a model for a use (chat, serve, long-context): the best option, alternatives, reasons."""
         params: dict[str, str | int] = {"model": model_id, "use": use}
         if users is not None:
             params["users"] = users
-        result: dict[str, Any] = self._call("GET", "/api/recommend", params=params, timeout=PLANNING_TIMEOUT_S)
+        result: RecommendationRecord = self._call("GET", "/api/recommend", params=params, timeout=PLANNING_TIMEOUT_S)
         return result
 
-    def stop_model(self, model_id: str) -> dict[str, Any]:
-        result: dict[str, Any] = self._call("POST", f"/api/models/{model_id}/stop", timeout=60.0)
-        return result
+    def stop_model(self, model_id: str) -> ModelRecord:
+        return self._model(self._call("POST", f"/api/models/{model_id}/stop", timeout=60.0))
+
+    def _model(self, raw: Any) -> ModelRecord:
+        try:
+            return model_from_json(raw)
+        except ValueError as exc:
+            raise ControlError(str(exc)) from None
 
     def logs(self, model_id: str, tail: int = 200) -> list[str]:
         result: list[str] = self._call("GET", f"/api/models/{model_id}/logs", params={"tail": tail})["lines"]
@@ -155,70 +184,72 @@ class ControlClient:
 
     def hub_search(
         self, query: str, sort: str = "downloads", limit: int = 20, model_format: str = "gguf"
-    ) -> list[dict[str, Any]]:
+    ) -> list[HubSearchResult]:
         """`model_format` is gguf (llama.cpp) or safetensors (vLLM)."""
         params = {"q": query, "sort": sort, "limit": limit, "format": model_format}
-        result: list[dict[str, Any]] = self._call("GET", "/api/hub/search", params=params, timeout=HUB_TIMEOUT_S)
+        result: list[HubSearchResult] = self._call("GET", "/api/hub/search", params=params, timeout=HUB_TIMEOUT_S)
         return result
 
-    def hub_model(self, repo_id: str) -> dict[str, Any]:
+    def hub_model(self, repo_id: str) -> HubModelPage:
         """A Hub model's page: files, variants, license, gated, and the variant suggested for this machine."""
-        result: dict[str, Any] = self._call("GET", f"/api/hub/models/{repo_id}", timeout=HUB_TIMEOUT_S)
+        result: HubModelPage = self._call("GET", f"/api/hub/models/{repo_id}", timeout=HUB_TIMEOUT_S)
         return result
 
-    def start_download(self, repo_id: str, variant: str | None = None, filename: str | None = None) -> dict[str, Any]:
+    def start_download(self, repo_id: str, variant: str | None = None, filename: str | None = None) -> DownloadRecord:
         body = {"repo": repo_id, "variant": variant, "file": filename}
-        result: dict[str, Any] = self._call("POST", "/api/downloads", json=body, timeout=HUB_TIMEOUT_S)
+        result: DownloadRecord = self._call("POST", "/api/downloads", json=body, timeout=HUB_TIMEOUT_S)
         return result
 
-    def downloads(self) -> list[dict[str, Any]]:
-        result: list[dict[str, Any]] = self._call("GET", "/api/downloads")
+    def downloads(self) -> list[DownloadRecord]:
+        result: list[DownloadRecord] = self._call("GET", "/api/downloads")
         return result
 
-    def control_download(self, download_id: str, action: str) -> dict[str, Any]:
+    def control_download(self, download_id: str, action: str) -> DownloadRecord:
         """`action` is pause, resume or cancel."""
-        result: dict[str, Any] = self._call("POST", f"/api/downloads/{download_id}/{action}", timeout=60.0)
+        result: DownloadRecord = self._call("POST", f"/api/downloads/{download_id}/{action}", timeout=60.0)
         return result
 
-    def library(self) -> dict[str, Any]:
+    def library(self) -> LibraryRecord:
         """Every model with its size on disk and origin, and the free space where models are kept."""
-        result: dict[str, Any] = self._call("GET", "/api/library", timeout=30.0)
-        return result
+        try:
+            return library_from_json(self._call("GET", "/api/library", timeout=30.0))
+        except ValueError as exc:
+            raise ControlError(str(exc)) from None
 
-    def verify_model(self, model_id: str) -> dict[str, Any]:
+    def verify_model(self, model_id: str) -> VerdictRecord:
         # Hashing a multi-gigabyte file takes as long as the disk needs.
-        result: dict[str, Any] = self._call("POST", f"/api/library/{model_id}/verify", timeout=None)
+        result: VerdictRecord = self._call("POST", f"/api/library/{model_id}/verify", timeout=None)
         return result
 
-    def delete_model(self, model_id: str) -> dict[str, Any]:
-        result: dict[str, Any] = self._call("DELETE", f"/api/library/{model_id}", timeout=60.0)
+    def delete_model(self, model_id: str) -> DeletedRecord:
+        result: DeletedRecord = self._call("DELETE", f"/api/library/{model_id}", timeout=60.0)
         return result
 
-    def import_model(self, path: str, link: bool = False) -> dict[str, Any]:
+    def import_model(self, path: str, link: bool = False) -> ImportedRecord:
         """Copy a GGUF file (a path on the service's machine) into the library, after its header is checked; with
         `link`, hard-link it where the disk allows."""
         body = {"path": path, "link": True} if link else {"path": path}
-        result: dict[str, Any] = self._call("POST", "/api/library/import", json=body, timeout=None)
+        result: ImportedRecord = self._call("POST", "/api/library/import", json=body, timeout=None)
         return result
 
-    def remotes(self) -> list[dict[str, Any]]:
+    def remotes(self) -> list[RemoteRecord]:
         """The remote endpoints: name, URL, their models as served here, whether a key is kept (never the key)."""
-        result: list[dict[str, Any]] = self._call("GET", "/api/remotes")
+        result: list[RemoteRecord] = self._call("GET", "/api/remotes")
         return result
 
-    def add_remote(self, name: str, url: str, api_key: str | None = None) -> dict[str, Any]:
+    def add_remote(self, name: str, url: str, api_key: str | None = None) -> RemoteRecord:
         """Register an OpenAI-compatible server elsewhere; it must list its models now (ControlError 502 if not)."""
         body = {"name": name, "url": url} | ({"api_key": api_key} if api_key else {})
-        result: dict[str, Any] = self._call("POST", "/api/remotes", json=body, timeout=30.0)
+        result: RemoteRecord = self._call("POST", "/api/remotes", json=body, timeout=30.0)
         return result
 
-    def remove_remote(self, name: str) -> dict[str, Any]:
-        result: dict[str, Any] = self._call("DELETE", f"/api/remotes/{name}")
+    def remove_remote(self, name: str) -> RemovedRecord:
+        result: RemovedRecord = self._call("DELETE", f"/api/remotes/{name}")
         return result
 
     def series(
         self, window_s: int, names: list[str] | None = None, model: str | None = None, max_points: int | None = None
-    ) -> dict[str, Any]:
+    ) -> SeriesAnswer:
         """Metric series over the last `window_s` seconds: {now, interval_s, sampler, series: [{name, labels, t, v}]}.
 
         Points are 1 s apart for windows up to an hour and minute averages beyond; `names` and `model` narrow it.
@@ -230,32 +261,32 @@ class ControlClient:
             params["model"] = model
         if max_points is not None:
             params["max_points"] = max_points
-        result: dict[str, Any] = self._call("GET", "/api/series", params=params)
+        result: SeriesAnswer = self._call("GET", "/api/series", params=params)
         return result
 
-    def requests(self, limit: int = 100) -> list[dict[str, Any]]:
+    def requests(self, limit: int = 100) -> list[RequestRecord]:
         """The latest request records of the gateway, oldest first."""
-        result: list[dict[str, Any]] = self._call("GET", "/api/requests", params={"limit": limit})
+        result: list[RequestRecord] = self._call("GET", "/api/requests", params={"limit": limit})
         return result
 
     # Settings and secrets ---------------------------------------------------------------------------------
 
-    def settings(self) -> dict[str, Any]:
+    def settings(self) -> SettingsAnswer:
         """{settings, running, restart_required, problem, api_key: {present, source}, hf_token: {set, source},
         lan: {addresses, warning, port}}. Reads the keyring on the service's side, so allow it time."""
-        result: dict[str, Any] = self._call("GET", "/api/settings", timeout=30.0)
+        result: SettingsAnswer = self._call("GET", "/api/settings", timeout=30.0)
         return result
 
-    def update_settings(self, changes: Mapping[str, Any], confirm_lan_exposure: bool = False) -> dict[str, Any]:
+    def update_settings(self, changes: Mapping[str, object], confirm_lan_exposure: bool = False) -> SavedSettingsAnswer:
         """Save some settings; the answer is `settings()`'s plus `changed`. A bad value is a ControlError (400);
         a non-loopback bind address needs `confirm_lan_exposure` and an endpoint with a key (409 otherwise)."""
         body = {**changes, "confirm_lan_exposure": True} if confirm_lan_exposure else dict(changes)
-        result: dict[str, Any] = self._call("PUT", "/api/settings", json=body, timeout=30.0)
+        result: SavedSettingsAnswer = self._call("PUT", "/api/settings", json=body, timeout=30.0)
         return result
 
-    def regenerate_api_key(self) -> dict[str, Any]:
+    def regenerate_api_key(self) -> EndpointRecord:
         """A new API key for the endpoint, in use at once: the answer is `endpoint()`'s."""
-        result: dict[str, Any] = self._call("POST", "/api/key/regenerate", timeout=30.0)
+        result: EndpointRecord = self._call("POST", "/api/key/regenerate", timeout=30.0)
         return result
 
     def set_hf_token(self, token: str) -> None:
@@ -276,29 +307,29 @@ class ControlClient:
         output_tokens: int,
         requests: int | None = None,
         **prompts: int | str | None,
-    ) -> dict[str, Any]:
+    ) -> BenchRunRecord:
         """Start a benchmark on the service (one at a time); its progress comes as `bench` events. `prompts` are
         the other fields of POST /api/bench: prompt_mode, prefix_tokens, conversations, turns, seed (None: the
         service's default)."""
-        body: dict[str, Any] = {"model": model_id, "concurrency": concurrency, "prompt_tokens": prompt_tokens,
+        body: dict[str, object] = {"model": model_id, "concurrency": concurrency, "prompt_tokens": prompt_tokens,
                                 "output_tokens": output_tokens}  # fmt: skip
         if requests is not None:
             body["requests"] = requests
         body.update({name: value for name, value in prompts.items() if value is not None})
-        result: dict[str, Any] = self._call("POST", "/api/bench", json=body)
+        result: BenchRunRecord = self._call("POST", "/api/bench", json=body)
         return result
 
-    def bench(self) -> dict[str, Any]:
+    def bench(self) -> BenchListing:
         """{run: the running or last benchmark (None before the first), cards: saved cards, newest first}."""
-        result: dict[str, Any] = self._call("GET", "/api/bench", timeout=30.0)
+        result: BenchListing = self._call("GET", "/api/bench", timeout=30.0)
         return result
 
-    def cancel_bench(self) -> dict[str, Any]:
-        result: dict[str, Any] = self._call("POST", "/api/bench/cancel", timeout=30.0)
+    def cancel_bench(self) -> BenchRunRecord:
+        result: BenchRunRecord = self._call("POST", "/api/bench/cancel", timeout=30.0)
         return result
 
-    def bench_card(self, card_id: str) -> dict[str, Any]:
-        result: dict[str, Any] = self._call("GET", f"/api/bench/cards/{card_id}")
+    def bench_card(self, card_id: str) -> BenchCardRecord:
+        result: BenchCardRecord = self._call("GET", f"/api/bench/cards/{card_id}")
         return result
 
     def compare_bench_cards(self, first: str, second: str) -> list[list[str]]:
@@ -331,14 +362,17 @@ class EventStream:
             event_hooks={"response": [self._breaker.remember]},
         )
 
-    def __iter__(self) -> Iterator[dict[str, Any]]:
+    def __iter__(self) -> Iterator[ServiceEvent]:
         try:
             with self._http.stream("GET", "/api/events") as response:
                 if response.status_code != 200:
                     raise ServiceUnavailable(f"The service refused the event stream ({response.status_code}).")
                 for line in response.iter_lines():
                     if line.startswith("data: "):
-                        event: dict[str, Any] = json.loads(line[6:])
+                        try:
+                            event = event_from_json(json.loads(line[6:]))
+                        except ValueError as exc:
+                            raise ControlError(str(exc)) from None
                         yield event
         except httpx.HTTPError as exc:
             if not self._breaker.broken:
@@ -490,13 +524,12 @@ class ChatStream:
 
 
 def stream_chat(
-    endpoint: Mapping[str, Any], model_id: str, messages: list[dict[str, str]], max_tokens: int = 256
+    endpoint: EndpointRecord, model_id: str, messages: list[dict[str, str]], max_tokens: int = 256
 ) -> ChatStream:
     """A streamed chat with `model_id` at the endpoint that `ControlClient.endpoint()` describes ({url, api_key,
     tls})."""
-    cert = (endpoint.get("tls") or {}).get("cert_path")
-    key = str(endpoint.get("api_key") or "")
-    return ChatStream(str(endpoint["url"]), key, model_id, messages, max_tokens, str(cert) if cert else None)
+    cert = tls["cert_path"] if (tls := endpoint.get("tls")) else None
+    return ChatStream(endpoint["url"], endpoint.get("api_key") or "", model_id, messages, max_tokens, cert)
 
 
 def endpoint_tls_context(cert_path: str) -> ssl.SSLContext:

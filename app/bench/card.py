@@ -7,7 +7,7 @@ import hashlib
 import json
 import re
 import shlex
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -114,7 +114,7 @@ def with_gains(levels: list[LevelResult]) -> list[LevelResult]:
     return gained
 
 
-def hardware_fingerprint(hardware: dict[str, Any]) -> dict[str, Any]:
+def hardware_fingerprint(hardware: Mapping[str, Any]) -> dict[str, Any]:
     """The facts of a hardware profile that decide speed, and a short hash of them to match cards by machine."""
     cpu = hardware.get("cpu") or {}
     facts = {

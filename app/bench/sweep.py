@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from app import __version__
+from app.api_types import ModelRecord, ModelState
 from app.bench.card import BenchCard, LevelResult, card_id, hardware_fingerprint, with_gains
 from app.bench.load import (
     ConversationSpec,
@@ -92,15 +93,15 @@ def _quantization(path: str | None) -> str | None:
         return None
 
 
-def _ready_model(client: ControlClient, model_id: str, report: Callable[[SweepEvent], None]) -> dict[str, Any]:
+def _ready_model(client: ControlClient, model_id: str, report: Callable[[SweepEvent], None]) -> ModelRecord:
     described = {m["id"]: m for m in client.models()}
     if model_id not in described:
         raise ControlError(f"Unknown model {model_id!r}. Known models: {', '.join(described) or 'none'}.")
     model = described[model_id]
-    if model["state"] != "ready":
+    if model["state"] != ModelState.READY:
         report(SweepPhase("model"))
         model = client.start_model(model_id, wait=True)
-    if model["state"] != "ready":
+    if model["state"] != ModelState.READY:
         raise ControlError(f"{model_id} did not start: {model.get('message') or model['state']}")
     return model
 
@@ -125,7 +126,7 @@ def run_sweep(
     engine = ENGINES.get(model["engine"])
     engine_version = engine.detect().version if engine is not None else None
 
-    cert_path = (endpoint.get("tls") or {}).get("cert_path")  # an HTTPS endpoint's certificate (app.service.http.tls)
+    cert_path = tls["cert_path"] if (tls := endpoint.get("tls")) else None  # an HTTPS endpoint's certificate
     target = _Target(endpoint["url"].rstrip("/"), endpoint.get("api_key"), model_id, cert_path)
 
     report(SweepPhase("warmup"))

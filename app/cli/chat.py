@@ -12,8 +12,9 @@ import contextlib
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, TextIO
+from typing import TextIO
 
+from app.api_types import EndpointRecord
 from app.cli.models import start_and_wait
 from app.cli.service_link import service_on_demand
 from app.client import stream_chat
@@ -89,7 +90,7 @@ class Answer:
     stopped: bool  # by Ctrl-C
 
 
-def _answer(endpoint: dict[str, Any], model_id: str, messages: list[dict[str, str]], max_tokens: int) -> Answer:
+def _answer(endpoint: EndpointRecord, model_id: str, messages: list[dict[str, str]], max_tokens: int) -> Answer:
     """Stream one answer to stdout; Ctrl-C stops it (what was written stays on the screen)."""
     stream = stream_chat(endpoint, model_id, messages, max_tokens)
     pieces: list[str] = []
@@ -107,7 +108,7 @@ def _answer(endpoint: dict[str, Any], model_id: str, messages: list[dict[str, st
     return Answer("".join(pieces), stopped=False)
 
 
-def _chat(endpoint: dict[str, Any], model_id: str, max_tokens: int) -> int:
+def _chat(endpoint: EndpointRecord, model_id: str, max_tokens: int) -> int:
     conversation = Conversation()
     read_line = _terminal_line if sys.stdin.isatty() else _piped_line(sys.stdin)
     if sys.stdin.isatty():

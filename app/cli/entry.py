@@ -21,6 +21,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from app.api_types import ModelState
 from app.bench.prompts import DEFAULT_PROMPT_MODE, DEFAULT_TURNS, PROMPT_MODES
 from app.cli.chat import COMMAND as CHAT_COMMAND
 from app.cli.chat import add_chat_command, run_chat
@@ -286,7 +287,7 @@ def _serve(args: argparse.Namespace, paths: AppPaths, loaded: LoadedSettings) ->
 def _models(paths: AppPaths, models_dirs: Sequence[Path] = ()) -> int:
     client = connect(paths)
     if client is not None:
-        rows = [(m["id"], m["state"], m["size_bytes"], m["path"]) for m in client.models()]
+        rows = [(m["id"], str(m["state"]), m["size_bytes"], m["path"]) for m in client.models()]
     else:
         folders = tuple(folder.expanduser().resolve() for folder in models_dirs)
         rows = [(m.id, "stopped", m.size_bytes, str(m.path)) for m in known_models(paths, folders).values()]
@@ -302,10 +303,10 @@ def _ps(paths: AppPaths) -> int:
     if client is None:
         print("The ModelDeck service is not running (start it with `modeldeck serve`).")
         return 1
-    budget = client.health().get("memory_budget") or {}
-    if budget.get("bytes") is not None:
-        print(f"Memory budget of the engines: {budget['bytes'] / 2**20:.0f} MiB ({budget['source']})")
-    running = [m for m in client.models() if m["state"] != "stopped"]
+    budget = client.health().get("memory_budget")
+    if budget is not None and (limit := budget.get("bytes")) is not None:
+        print(f"Memory budget of the engines: {limit / 2**20:.0f} MiB ({budget['source']})")
+    running = [m for m in client.models() if m["state"] != ModelState.STOPPED]
     if not running:
         print("No engines are running.")
     for model in running:

@@ -7,6 +7,7 @@ import json
 import sys
 from typing import Any
 
+from app.api_types import ModelRecord
 from app.cli.service_link import running_service, service_on_demand
 from app.client import ControlClient, ControlError, ServiceUnavailable
 from app.paths import AppPaths
@@ -68,12 +69,13 @@ def _start(args: argparse.Namespace, paths: AppPaths) -> int:
     return 0
 
 
-def start_and_wait(client: ControlClient, model_id: str, overrides: dict[str, Any] | None = None) -> dict[str, Any]:
+def start_and_wait(client: ControlClient, model_id: str, overrides: dict[str, Any] | None = None) -> ModelRecord:
     """Start a model and wait until it is ready; a failed load is a ControlError with the engine's reason."""
     record = client.start_model(model_id, wait=True, overrides=overrides)
     if record["state"] != "ready":
-        diagnosis = record.get("diagnosis") or {}
-        reason = " ".join(filter(None, (diagnosis.get("summary"), diagnosis.get("advice")))) or record.get("message")
+        diagnosis = record["diagnosis"]
+        told = (diagnosis["summary"], diagnosis["advice"]) if diagnosis else ()
+        reason = " ".join(filter(None, told)) or record["message"]
         lines = [line.strip() for line in (reason or "no reason given").strip().splitlines() if line.strip()]
         # One line: the headline, and where the engine's output follows it, its last line (the error, as a rule).
         said = lines[0] if len(lines) == 1 else f"{lines[0].rstrip(':')}: {lines[-1]}"
@@ -81,15 +83,14 @@ def start_and_wait(client: ControlClient, model_id: str, overrides: dict[str, An
     return record
 
 
-def launch_line(record: dict[str, Any]) -> str:
+def launch_line(record: ModelRecord) -> str:
     """`llama-server, context 2048, 4 threads, pid 1234` from a model's record."""
-    plan = record.get("plan") or {}
+    plan = record["plan"]
     parts = [str(record.get("engine") or "-")]
-    for key, words in (("context", "context {}"), ("threads", "{} threads"), ("gpu_layers", "{} GPU layers"),
-                       ("parallel", "{} at once")):  # fmt: skip
-        value = plan.get(key)
-        if value is not None:
-            parts.append(words.format(value))
+    if plan is not None:
+        parts += [f"context {plan['context']}", f"{plan['threads']} threads"]
+        parts += [f"{plan['gpu_layers']} GPU layers"] if plan["gpu_layers"] else []
+        parts.append(f"{plan['parallel']} at once")
     if record.get("pid"):
         parts.append(f"pid {record['pid']}")
     return ", ".join(parts)
@@ -129,14 +130,14 @@ def _follow(client: ControlClient, model_id: str, tail: int) -> int:
     stream = client.events()
     try:
         for event in stream:
-            if event.get("type") == "snapshot":
+            if event["type"] == "snapshot":
                 # Subscribed: the tail read now misses nothing the stream will not bring (a line logged between
                 # the two may show twice, never not at all).
-                if not any(m["id"] == model_id for m in event.get("models", [])):
+                if not any(m["id"] == model_id for m in event["models"]):
                     raise ControlError(f"Unknown model {model_id!r}.", 404)
                 for line in client.logs(model_id, tail) if tail else []:
                     print(line, flush=True)
-            elif event.get("type") == "log" and event.get("model_id") == model_id:
+            elif event["type"] == "log" and event["model_id"] == model_id:
                 print(event["line"], flush=True)
     except KeyboardInterrupt:
         return 0

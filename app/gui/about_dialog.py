@@ -3,8 +3,6 @@ service can run with its version (a portable llama-server: the CPU variant it lo
 
 from __future__ import annotations
 
-from typing import Any
-
 from PySide6.QtWidgets import (
     QDialog,
     QDialogButtonBox,
@@ -15,6 +13,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from app.api_types import AboutRecord
 from app.gui.service_connection import ServiceConnection
 from app.version import provenance
 
@@ -51,9 +50,9 @@ class AboutDialog(QDialog):
         self.service_label.setText("Service: asking\N{HORIZONTAL ELLIPSIS}")
         self._connection.call(lambda client: client.about(), self._on_about_received, self._on_about_failed)
 
-    def _on_about_received(self, about: dict[str, Any]) -> None:
+    def _on_about_received(self, about: AboutRecord) -> None:
         self.service_label.setText(f"Service: ModelDeck {about.get('version')}, {_commit_text(about.get('commit'))}")
-        engines: dict[str, dict[str, Any]] = about.get("engines") or {}
+        engines = about["engines"]
         self.engine_table.setRowCount(len(engines))
         for row, (name, engine) in enumerate(sorted(engines.items())):
             installed = engine.get("version") or "yes" if engine.get("installed") else "no"

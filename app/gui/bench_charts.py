@@ -5,11 +5,11 @@ Curves are created once and fed with `setData`; the x axis is logarithmic, as sw
 
 from __future__ import annotations
 
-from typing import Any
-
 import pyqtgraph as pg
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QVBoxLayout, QWidget
+
+from app.api_types import BenchLevel
 
 
 class BenchChartsPanel(QWidget):
@@ -43,17 +43,24 @@ class BenchChartsPanel(QWidget):
         plot.addLegend(offset=(5, 5), labelTextSize="8pt")
         return plot
 
-    def show_levels(self, levels: list[dict[str, Any]]) -> None:
+    def show_levels(self, levels: list[BenchLevel]) -> None:
         """Draw the levels measured so far (any order; drawn by concurrency)."""
         ordered = sorted(levels, key=lambda level: int(level["concurrency"]))
         x = [float(level["concurrency"]) for level in ordered]
         self.throughput_curve.setData(x, [float(level["output_tokens_per_s"]) for level in ordered])
-        for curve, name in ((self.ttft_p50_curve, "ttft_p50_s"), (self.ttft_p99_curve, "ttft_p99_s")):
-            known = [level for level in ordered if level.get(name) is not None]
-            curve.setData([float(level["concurrency"]) for level in known],
-                          [float(level[name]) * 1000 for level in known])  # fmt: skip
+        for curve, percentile in ((self.ttft_p50_curve, _ttft_p50), (self.ttft_p99_curve, _ttft_p99)):
+            known = [(level["concurrency"], ttft) for level in ordered if (ttft := percentile(level)) is not None]
+            curve.setData([float(concurrency) for concurrency, _ in known], [ttft * 1000 for _, ttft in known])
 
     def points(self, curve: pg.PlotDataItem) -> list[tuple[float, float]]:
         """A curve's points as given (concurrency, value)."""
         x, y = curve.getOriginalDataset()
         return [] if x is None or y is None else [(float(a), float(b)) for a, b in zip(x, y, strict=True)]
+
+
+def _ttft_p50(level: BenchLevel) -> float | None:
+    return level.get("ttft_p50_s")
+
+
+def _ttft_p99(level: BenchLevel) -> float | None:
+    return level.get("ttft_p99_s")

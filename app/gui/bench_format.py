@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from app.api_types import BenchCardSummary, BenchLevel, BenchRunRecord
 
 MAX_CONCURRENCY = 4096  # the service's bound; it checks again and says so
 LEVEL_COLUMNS = (
@@ -41,7 +41,7 @@ def _rate(value: float | None) -> str:
     return "-" if value is None else f"{value:.1f}"
 
 
-def level_cells(level: dict[str, Any]) -> list[str]:
+def level_cells(level: BenchLevel) -> list[str]:
     """One row of the results table, in LEVEL_COLUMNS order. Levels of cards older than prompt modes lack the
     prompt and decode rates and the turns: "-"."""
     gain, ratio, turns = level.get("gain"), level.get("warm_cold_ratio"), level.get("ttft_by_turn_s")
@@ -62,7 +62,7 @@ def level_cells(level: dict[str, Any]) -> list[str]:
     ]
 
 
-def card_cells(card: dict[str, Any]) -> list[str]:
+def card_cells(card: BenchCardSummary) -> list[str]:
     """One row of the saved cards list, in CARD_COLUMNS order, from a GET /api/bench summary."""
     best = card.get("best_output_tokens_per_s")
     return [
@@ -75,7 +75,7 @@ def card_cells(card: dict[str, Any]) -> list[str]:
     ]
 
 
-def run_status(run: dict[str, Any]) -> str:
+def run_status(run: BenchRunRecord) -> str:
     """Where a run stands, in words."""
     state, model = run["state"], run["model"]
     if state == "completed":

@@ -7,8 +7,6 @@ events (a few a second) and fetches cards, every call on the connection's worker
 
 from __future__ import annotations
 
-from typing import Any
-
 from PySide6.QtCore import Qt, Slot
 from PySide6.QtGui import QShowEvent
 from PySide6.QtWidgets import (
@@ -31,6 +29,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from app.api_types import BenchCardRecord, BenchCardSummary, BenchLevel, BenchListing, BenchRunRecord, ModelRecord
 from app.gui.bench_charts import BenchChartsPanel
 from app.gui.bench_format import (
     CARD_COLUMNS,
@@ -67,7 +66,7 @@ def _fill(table: QTableWidget, rows: list[list[str]], numbers_from: int) -> None
 _PHASE_ORDER = ("starting", "model", "warmup", "level", "saving")
 
 
-def _progress(run: dict[str, Any]) -> tuple[int, int, float]:
+def _progress(run: BenchRunRecord) -> tuple[int, int, float]:
     """How far a run has got, comparable between two states of one run: ended, then phase, then requests."""
     phase = _PHASE_ORDER.index(run["phase"]) if run["phase"] in _PHASE_ORDER else len(_PHASE_ORDER)
     return (0 if run["state"] == "running" else 1, phase, float(run["fraction"]))
@@ -97,8 +96,8 @@ class BenchmarkPage(QWidget):
         self._compare_call = LatestCall(connection)
         self._list_call = LatestCall(connection)
         self._models_call = LatestCall(connection)
-        self.run: dict[str, Any] | None = None  # the run followed: running, or the last one
-        self.cards: list[dict[str, Any]] = []
+        self.run: BenchRunRecord | None = None  # the run followed: running, or the last one
+        self.cards: list[BenchCardSummary] = []
 
         self.model_combo = QComboBox()
         self.model_combo.setAccessibleName("Model")
@@ -242,7 +241,7 @@ class BenchmarkPage(QWidget):
     # From the connection ---------------------------------------------------------------------------------
 
     @Slot(object)
-    def _on_connection_models_received(self, models: list[dict[str, Any]]) -> None:
+    def _on_connection_models_received(self, models: list[ModelRecord]) -> None:
         current = self.model_combo.currentText()
         self.model_combo.clear()
         self.model_combo.addItems([str(model["id"]) for model in models])
@@ -256,7 +255,7 @@ class BenchmarkPage(QWidget):
             self.refresh_cards()
 
     @Slot(object)
-    def _on_connection_bench_changed(self, run: dict[str, Any]) -> None:
+    def _on_connection_bench_changed(self, run: BenchRunRecord) -> None:
         self.show_run(run)
 
     def showEvent(self, event: QShowEvent) -> None:
@@ -272,7 +271,7 @@ class BenchmarkPage(QWidget):
         """Fetch the saved cards (and the state of a run started elsewhere, such as before this window opened)."""
         self._list_call.run(lambda client: client.bench(), self._on_bench_listed, self._show_error)
 
-    def _on_bench_listed(self, answer: dict[str, Any]) -> None:
+    def _on_bench_listed(self, answer: BenchListing) -> None:
         self.cards = list(answer["cards"])
         selected = set(self.selected_card_ids())
         _fill(self.cards_table, [card_cells(card) for card in self.cards], 2)
@@ -285,7 +284,7 @@ class BenchmarkPage(QWidget):
         if answer["run"] is not None and self.run is None:
             self.show_run(answer["run"])
 
-    def show_run(self, run: dict[str, Any]) -> None:
+    def show_run(self, run: BenchRunRecord) -> None:
         """Show a run's state. An older state of the run shown (events and answers cross threads) is dropped."""
         shown = self.run
         if shown is not None and shown["id"] == run["id"] and _progress(run) < _progress(shown):
@@ -300,7 +299,7 @@ class BenchmarkPage(QWidget):
         if finished_now and run["state"] == "completed":
             self.refresh_cards()
 
-    def _show_levels(self, title: str, levels: list[dict[str, Any]]) -> None:
+    def _show_levels(self, title: str, levels: list[BenchLevel]) -> None:
         self.results_label.setText(title)
         _fill(self.results_table, [level_cells(level) for level in levels], 0)
         self.charts.show_levels(levels)
@@ -352,7 +351,7 @@ class BenchmarkPage(QWidget):
             card_id = chosen[0]
             self._card_call.run(lambda client: client.bench_card(card_id), self._on_card_loaded, self._show_error)
 
-    def _on_card_loaded(self, card: dict[str, Any]) -> None:
+    def _on_card_loaded(self, card: BenchCardRecord) -> None:
         if not self.is_running:  # a run's live table wins over a card picked meanwhile
             mode = card["parameters"].get("prompt_mode") or "identical"  # cards before prompt modes: identical
             self._show_levels(f"Results: card {card['id']}, {mode} prompts", card["results"])

@@ -19,6 +19,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from app.api_types import EndpointRecord
 from app.client import ChatStream, ControlError, ServiceUnavailable, stream_chat
 
 MAX_TOKENS = 512
@@ -47,7 +48,7 @@ class ChatPage(QWidget):
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
-        self._endpoint: dict[str, Any] | None = None
+        self._endpoint: EndpointRecord | None = None
         self._history: list[dict[str, str]] = []
         self._thread: ChatStreamThread | None = None
         self._answer = ""
@@ -98,7 +99,7 @@ class ChatPage(QWidget):
     def is_streaming(self) -> bool:
         return self._thread is not None
 
-    def set_endpoint(self, info: dict[str, Any]) -> None:
+    def set_endpoint(self, info: EndpointRecord) -> None:
         self._endpoint = info
 
     def set_models(self, models: list[dict[str, Any]]) -> None:

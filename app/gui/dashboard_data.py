@@ -7,10 +7,11 @@ import csv
 import time
 from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import numpy.typing as npt
+
+from app.api_types import SampleEvent, SeriesAnswer
 
 # Two hours at one point a second: an hour window never runs out, and memory stays bounded whatever the uptime.
 CAPACITY = 7200
@@ -84,7 +85,7 @@ class DashboardData:
         self.buffers: dict[SeriesKey, SeriesBuffer] = {}
         self.latest_time = 0.0
 
-    def load(self, answer: dict[str, Any]) -> None:
+    def load(self, answer: SeriesAnswer) -> None:
         """Take an `/api/series` answer: each series it holds replaces what was kept of it."""
         for series in answer.get("series", []):
             key = series_key(str(series["name"]), dict(series["labels"]))
@@ -92,7 +93,7 @@ class DashboardData:
             if series["t"]:
                 self.latest_time = max(self.latest_time, float(series["t"][-1]))
 
-    def add_sample(self, event: dict[str, Any]) -> None:
+    def add_sample(self, event: SampleEvent) -> None:
         """Take one live `sample` event: {t, points: [[name, labels, value], ...]}."""
         t = float(event["t"])
         for name, labels, value in event["points"]:

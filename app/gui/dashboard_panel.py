@@ -11,13 +11,13 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import pyqtgraph as pg
 from PySide6.QtCore import QPointF, Qt, QTimer, Signal, Slot
 from PySide6.QtGui import QHideEvent, QShowEvent
 from PySide6.QtWidgets import QComboBox, QFileDialog, QHBoxLayout, QLabel, QPushButton, QVBoxLayout, QWidget
 
+from app.api_types import SampleEvent, SeriesAnswer
 from app.gui.dashboard_data import DashboardData, SeriesKey, key_label
 from app.gui.service_connection import LatestCall, ServiceConnection
 
@@ -163,7 +163,7 @@ class DashboardPanel(QWidget):
     # Data in ---------------------------------------------------------------------------------------------
 
     @Slot(object)
-    def _on_connection_sample_received(self, event: dict[str, Any]) -> None:
+    def _on_connection_sample_received(self, event: SampleEvent) -> None:
         self.data.add_sample(event)
 
     @Slot(str)
@@ -171,11 +171,11 @@ class DashboardPanel(QWidget):
         if self._connection is not None and self._connection.is_connected and self.isVisible():
             self._fetch_history()
 
-    def add_sample(self, event: dict[str, Any]) -> None:
+    def add_sample(self, event: SampleEvent) -> None:
         """Take one live sample event (what the connection delivers once a second)."""
         self.data.add_sample(event)
 
-    def load_history(self, answer: dict[str, Any]) -> None:
+    def load_history(self, answer: SeriesAnswer) -> None:
         """Take an `/api/series` answer for the current window."""
         self.data.load(answer)
 
@@ -190,7 +190,7 @@ class DashboardPanel(QWidget):
             lambda _message: None,  # the connection reports a lost service itself; charts simply stay as they are
         )
 
-    def _on_history_loaded(self, answer: dict[str, Any]) -> None:
+    def _on_history_loaded(self, answer: SeriesAnswer) -> None:
         self.load_history(answer)
         self.refresh()
 

@@ -2,19 +2,18 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from PySide6.QtCore import Signal, Slot
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QPushButton, QVBoxLayout, QWidget
 
-FAILED_STATES = frozenset({"failed", "restarting"})
+from app.api_types import TROUBLED, ModelRecord
+
 MIN_CONTEXT = 256
 
 
-def smaller_context(record: dict[str, Any]) -> int | None:
+def smaller_context(record: ModelRecord) -> int | None:
     """Half the context of the plan the engine ran with (at least MIN_CONTEXT), or None when no plan is known."""
-    plan = record.get("plan") or {}
-    context = plan.get("context")
+    plan = record.get("plan")
+    context = plan.get("context") if plan else None
     if not isinstance(context, int) or context <= MIN_CONTEXT:
         return None
     return max(MIN_CONTEXT, context // 2)
@@ -48,10 +47,10 @@ class DiagnosisPanel(QWidget):
         self.relaunch_button.clicked.connect(self._on_relaunch_button_clicked)
         self.show_record(None)
 
-    def show_record(self, record: dict[str, Any] | None) -> None:
+    def show_record(self, record: ModelRecord | None) -> None:
         """Show the diagnosis of `record` when its engine failed for a known reason; hide the panel otherwise."""
         diagnosis = record.get("diagnosis") if record is not None else None
-        if record is None or not diagnosis or record.get("state") not in FAILED_STATES:
+        if record is None or not diagnosis or record["state"] not in TROUBLED:
             self.setVisible(False)
             self._model_id = ""
             return

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import functools
-from typing import Any
 
 from PySide6.QtCore import Qt, Slot
 from PySide6.QtWidgets import QComboBox, QHBoxLayout, QLabel, QLineEdit, QPushButton, QSplitter, QVBoxLayout, QWidget
 
+from app.api_types import DownloadRecord, HubSearchResult
 from app.client import ControlClient
 from app.gui.downloads_panel import DownloadsPanel
 from app.gui.hub_format import cell, count_text, error_label, selected_key, show_error, table
@@ -93,7 +93,7 @@ class DiscoverPage(QWidget):
         if self.results_table.rowCount():
             self.search()
 
-    def _on_results_received(self, results: list[dict[str, Any]]) -> None:
+    def _on_results_received(self, results: list[HubSearchResult]) -> None:
         self.results_table.setRowCount(0)
         for result in results:
             row = self.results_table.rowCount()
@@ -122,10 +122,10 @@ class DiscoverPage(QWidget):
             self.model_panel.show_model(repo_id)
 
     @Slot(object)
-    def _on_model_panel_download_started(self, record: dict[str, Any]) -> None:
+    def _on_model_panel_download_started(self, record: DownloadRecord) -> None:
         self.downloads_panel.show_record(record)
         self.downloads_panel.select(record["id"])
 
 
-def _search(client: ControlClient, query: str, sort: str, model_format: str) -> list[dict[str, Any]]:
+def _search(client: ControlClient, query: str, sort: str, model_format: str) -> list[HubSearchResult]:
     return client.hub_search(query, sort, model_format=model_format)

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import functools
-from typing import Any
 
 from PySide6.QtCore import Signal, Slot
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QProgressBar, QPushButton, QVBoxLayout, QWidget
 
+from app.api_types import DownloadRecord
 from app.client import ControlClient
 from app.gui.hub_format import cell, error_label, eta_text, rate_text, selected_key, show_error, size_text, table
 from app.gui.service_connection import ServiceConnection
@@ -33,7 +33,7 @@ class DownloadsPanel(QWidget):
     def __init__(self, connection: ServiceConnection, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self._connection = connection
-        self._records: dict[str, dict[str, Any]] = {}
+        self._records: dict[str, DownloadRecord] = {}
         self._rows: dict[str, int] = {}
         self.table_widget = table(COLUMNS, "Downloads")
         self.buttons = {action: QPushButton(action.capitalize()) for action in ACTIONS}
@@ -62,12 +62,12 @@ class DownloadsPanel(QWidget):
         """Ask the service for every download (on connecting; events keep the list current afterwards)."""
         self._connection.call(lambda client: client.downloads(), self._on_downloads_received, self._show_failure)
 
-    def show_record(self, record: dict[str, Any]) -> None:
+    def show_record(self, record: DownloadRecord) -> None:
         """Show a download the service just accepted, unless its events got here first (they are newer)."""
         if record["id"] not in self._records:
             self._show(record)
 
-    def record(self, download_id: str) -> dict[str, Any] | None:
+    def record(self, download_id: str) -> DownloadRecord | None:
         return self._records.get(download_id)
 
     def select(self, download_id: str) -> None:
@@ -75,18 +75,18 @@ class DownloadsPanel(QWidget):
         if row is not None:
             self.table_widget.selectRow(row)
 
-    def _on_downloads_received(self, records: list[dict[str, Any]]) -> None:
+    def _on_downloads_received(self, records: list[DownloadRecord]) -> None:
         for record in records:
             self.show_record(record)
 
     @Slot(object)
-    def _on_connection_download_changed(self, record: dict[str, Any]) -> None:
+    def _on_connection_download_changed(self, record: DownloadRecord) -> None:
         before = self._records.get(record["id"])
         self._show(record)
         if record["state"] == "completed" and (before is None or before["state"] != "completed"):
             self.sig_download_finished.emit(record)
 
-    def _show(self, record: dict[str, Any]) -> None:
+    def _show(self, record: DownloadRecord) -> None:
         download_id = record["id"]
         self._records[download_id] = record
         row = self._rows.get(download_id)
@@ -111,8 +111,8 @@ class DownloadsPanel(QWidget):
             texts[6] = f"Verifying {100 * int(record['checked']) // int(record['check_total'])} %"
         for column, text in texts.items():
             item = cell(text, download_id if column == 0 else None, align_right=column in (3, 4, 5))
-            if column == 6 and record.get("error"):
-                item.setToolTip(record["error"])
+            if column == 6 and (error := record.get("error")):
+                item.setToolTip(error)
             self.table_widget.setItem(row, column, item)
         progress = self.table_widget.cellWidget(row, PROGRESS_COLUMN)
         if isinstance(progress, QProgressBar):
@@ -128,11 +128,11 @@ class DownloadsPanel(QWidget):
         self._update_buttons(record)
         show_error(self.error_label, str(record.get("error") or "") if record else "")
 
-    def _selected_record(self) -> dict[str, Any] | None:
+    def _selected_record(self) -> DownloadRecord | None:
         download_id = selected_key(self.table_widget)
         return self._records.get(download_id) if download_id else None
 
-    def _update_buttons(self, record: dict[str, Any] | None) -> None:
+    def _update_buttons(self, record: DownloadRecord | None) -> None:
         for action, button in self.buttons.items():
             button.setEnabled(record is not None and record["state"] in ACTIONS[action])
 
@@ -152,5 +152,5 @@ class DownloadsPanel(QWidget):
         self._update_buttons(self._selected_record())
 
 
-def _control(client: ControlClient, download_id: str, action: str) -> dict[str, Any]:
+def _control(client: ControlClient, download_id: str, action: str) -> DownloadRecord:
     return client.control_download(download_id, action)

@@ -6,7 +6,8 @@ import threading
 
 from PySide6.QtCore import QObject, QThread, Signal
 
-from app.client import EventStream, ServiceAddress, ServiceUnavailable
+from app.api_types import ServiceEvent
+from app.client import ControlError, EventStream, ServiceAddress, ServiceUnavailable
 
 STOP_WAIT_MS = 5000
 
@@ -34,26 +35,25 @@ class EventStreamThread(QThread):
                     return
                 self._dispatch(event)
             reason = "The service closed its event stream."
-        except ServiceUnavailable as exc:
+        except (ServiceUnavailable, ControlError) as exc:  # ControlError: a state this window does not know
             reason = str(exc)
         except (ValueError, KeyError, TypeError):
             reason = "The service sent an event that could not be read."
         if not self._stopping.is_set():
             self.sig_stream_ended.emit(reason)
 
-    def _dispatch(self, event: dict[str, object]) -> None:
-        kind = event.get("type")
-        if kind == "snapshot":
+    def _dispatch(self, event: ServiceEvent) -> None:
+        if event["type"] == "snapshot":
             self.sig_snapshot_received.emit(event["models"])
-        elif kind == "engine":
+        elif event["type"] == "engine":
             self.sig_engine_changed.emit(event)
-        elif kind == "download":
+        elif event["type"] == "download":
             self.sig_download_changed.emit(event["download"])
-        elif kind == "log":
-            self.sig_log_received.emit(str(event["model_id"]), str(event["line"]))
-        elif kind == "sample":
+        elif event["type"] == "log":
+            self.sig_log_received.emit(event["model_id"], event["line"])
+        elif event["type"] == "sample":
             self.sig_sample_received.emit(event)
-        elif kind == "bench":
+        elif event["type"] == "bench":
             self.sig_bench_changed.emit(event["run"])
 
     def stop(self) -> bool:

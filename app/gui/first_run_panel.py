@@ -2,25 +2,23 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from PySide6.QtCore import Signal, Slot
 from PySide6.QtGui import QFont
 from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QPushButton, QVBoxLayout, QWidget
 
+from app.api_types import LAUNCHABLE, ModelRecord, ModelState
 from app.gui.model_item_model import format_bytes
 
 BUNDLED_SOURCE = "bundled"
-STARTABLE_STATES = frozenset({"stopped", "failed"})
 STATE_TEXT = {
-    "starting": "Starting the model\N{HORIZONTAL ELLIPSIS} (loading it takes a few seconds)",
-    "restarting": "Restarting the model\N{HORIZONTAL ELLIPSIS}",
-    "ready": "Ready: the endpoint below now answers for it.",
-    "stopping": "Stopping\N{HORIZONTAL ELLIPSIS}",
+    ModelState.STARTING: "Starting the model\N{HORIZONTAL ELLIPSIS} (loading it takes a few seconds)",
+    ModelState.RESTARTING: "Restarting the model\N{HORIZONTAL ELLIPSIS}",
+    ModelState.READY: "Ready: the endpoint below now answers for it.",
+    ModelState.STOPPING: "Stopping\N{HORIZONTAL ELLIPSIS}",
 }
 
 
-def bundled_record(models: list[dict[str, Any]]) -> dict[str, Any] | None:
+def bundled_record(models: list[ModelRecord]) -> ModelRecord | None:
     """The model ModelDeck ships with, when the service found it."""
     return next((m for m in models if m.get("source") == BUNDLED_SOURCE), None)
 
@@ -76,7 +74,7 @@ class FirstRunPanel(QFrame):
     def model_id(self) -> str:
         return self._model_id
 
-    def set_bundled(self, record: dict[str, Any] | None, connected: bool) -> None:
+    def set_bundled(self, record: ModelRecord | None, connected: bool) -> None:
         """Show the bundled model's record (None: the service has not listed it, or has none)."""
         self._connected = connected
         if record is None:
@@ -95,18 +93,18 @@ class FirstRunPanel(QFrame):
             f"Start {record.get('name') or self._model_id} ({format_bytes(record.get('size_bytes'))}, runs on the "
             "CPU, nothing to download) and get an OpenAI-compatible endpoint on this machine in a few seconds."
         )
-        state = str(record.get("state") or "")
-        if state in STARTABLE_STATES:
-            self._pending = self._pending and state == "stopped"
+        state = record["state"]
+        if state in LAUNCHABLE:
+            self._pending = self._pending and state == ModelState.STOPPED
         else:
             self._pending = False
-        failed = state == "failed"
+        failed = state == ModelState.FAILED
         self.status_label.setText(
             f"It did not start: {record.get('message') or 'no reason given'}" if failed else STATE_TEXT.get(state, "")
         )
         self.status_label.setStyleSheet("color: #c0392b;" if failed else "")
         self.status_label.setVisible(bool(self.status_label.text()))
-        self.start_button.setEnabled(connected and state in STARTABLE_STATES and not self._pending)
+        self.start_button.setEnabled(connected and state in LAUNCHABLE and not self._pending)
 
     def launch_failed(self, message: str) -> None:
         """The service refused the launch (no engine event will come): say why and allow another try."""

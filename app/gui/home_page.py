@@ -4,7 +4,6 @@ run a one-click start of the bundled model."""
 from __future__ import annotations
 
 import itertools
-from typing import Any
 
 from PySide6.QtCore import Qt, Signal, Slot
 from PySide6.QtGui import QResizeEvent
@@ -19,6 +18,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from app.api_types import HAS_ENGINE, EndpointRecord, HardwareRecord, ModelRecord, ModelState
 from app.client import ControlClient
 from app.gui.endpoint_panel import EndpointPanel
 from app.gui.first_run_panel import FirstRunPanel, bundled_record
@@ -30,15 +30,14 @@ from app.gui.plan_text import hardware_rows, problems_html, rows_html
 from app.gui.service_connection import LatestCall, ServiceConnection
 
 NARROW_WIDTH = 900  # logical pixels: below this, the machine and the endpoint are stacked
-ACTIVE_STATES = frozenset({"starting", "ready", "restarting", "stopping"})
 
 
-def running_text(models: list[dict[str, Any]]) -> str:
+def running_text(models: list[ModelRecord]) -> str:
     """What runs, in one sentence: 'Running: a (ready), b (starting).' or 'No model is running.'"""
-    active = [m for m in models if m.get("state") in ACTIVE_STATES]
+    active = [m for m in models if m["state"] in HAS_ENGINE]
     if not active:
         return "No model is running. Select one below and press Launch."
-    words = ", ".join(f"{m['id']} ({STATE_WORDS.get(str(m['state']), m['state']).lower()})" for m in active)
+    words = ", ".join(f"{m['id']} ({STATE_WORDS[m['state']].lower()})" for m in active)
     return f"Running: {words}."
 
 
@@ -188,7 +187,7 @@ class HomePage(QWidget):
         show_error(self.hardware_error_label, "")
         self._hardware_call.run(ControlClient.hardware, self._on_hardware_loaded, self._on_hardware_failed)
 
-    def _on_hardware_loaded(self, profile: dict[str, Any]) -> None:
+    def _on_hardware_loaded(self, profile: HardwareRecord) -> None:
         self.detect_button.setEnabled(True)
         self.hardware_label.setText(rows_html(hardware_rows(profile)))
         problems = problems_html(profile)
@@ -217,14 +216,14 @@ class HomePage(QWidget):
         self._refresh()
 
     @Slot(object)
-    def _on_connection_endpoint_received(self, info: dict[str, Any]) -> None:
+    def _on_connection_endpoint_received(self, info: EndpointRecord) -> None:
         self.endpoint_panel.set_endpoint(str(info["url"]), info.get("api_key"), str(info.get("key_note") or ""))
 
     @Slot()
     def _refresh(self) -> None:
         models = [r for r in (self._item_model.record(i) for i in self._item_model.model_ids()) if r is not None]
         self.running_label.setText(running_text(models) if models else "Waiting for the service's model list.")
-        if any(m.get("state") == "ready" for m in models):
+        if any(m["state"] == ModelState.READY for m in models):
             self._state.mark_launched()  # from here, from the Run page, the tray or another client alike
         self.first_run_panel.set_bundled(bundled_record(models), self._connection.is_connected)
         # Shown until some model has been ready once; while the offer's own launch is under way it stays, so the

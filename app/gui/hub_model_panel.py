@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import functools
 from html import escape
-from typing import Any
 
 from PySide6.QtCore import Qt, Signal, Slot
 from PySide6.QtGui import QFont
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QPushButton, QVBoxLayout, QWidget
 
+from app.api_types import DownloadRecord, HubModelPage
 from app.client import ControlClient
 from app.gui.hub_format import cell, error_label, selected_key, show_error, size_text, table
 from app.gui.service_connection import LatestCall, ServiceConnection
@@ -28,7 +28,7 @@ class HubModelPanel(QWidget):
         super().__init__(parent)
         self._connection = connection
         self._page_call = LatestCall(connection)
-        self._page: dict[str, Any] | None = None
+        self._page: HubModelPage | None = None
         self.title_label = QLabel("Choose a model to see its files.")
         self.title_label.setAccessibleName("Model")
         self.title_label.setWordWrap(True)
@@ -63,7 +63,7 @@ class HubModelPanel(QWidget):
         layout.addWidget(self.error_label)
 
     @property
-    def page(self) -> dict[str, Any] | None:
+    def page(self) -> HubModelPage | None:
         return self._page
 
     def show_model(self, repo_id: str) -> None:
@@ -78,7 +78,7 @@ class HubModelPanel(QWidget):
         job = functools.partial(_hub_model, repo_id=repo_id)
         self._page_call.run(job, self._on_page_received, self._on_page_failed)
 
-    def _on_page_received(self, page: dict[str, Any]) -> None:
+    def _on_page_received(self, page: HubModelPage) -> None:
         self._page = page
         self.title_label.setText(page["id"])
         license_name = escape(page.get("license") or "unknown")
@@ -132,7 +132,7 @@ class HubModelPanel(QWidget):
         job = functools.partial(_start_download, repo_id=self._page["id"], variant=variant)
         self._connection.call(job, self._on_download_started, self._on_download_failed)
 
-    def _on_download_started(self, record: dict[str, Any]) -> None:
+    def _on_download_started(self, record: DownloadRecord) -> None:
         self._on_variants_selection_changed()
         self.sig_download_started.emit(record)
 
@@ -141,9 +141,9 @@ class HubModelPanel(QWidget):
         show_error(self.error_label, f"The download did not start: {message}")
 
 
-def _hub_model(client: ControlClient, repo_id: str) -> dict[str, Any]:
+def _hub_model(client: ControlClient, repo_id: str) -> HubModelPage:
     return client.hub_model(repo_id)
 
 
-def _start_download(client: ControlClient, repo_id: str, variant: str) -> dict[str, Any]:
+def _start_download(client: ControlClient, repo_id: str, variant: str) -> DownloadRecord:
     return client.start_download(repo_id, variant)

@@ -5,19 +5,27 @@ from __future__ import annotations
 
 import functools
 from pathlib import Path
-from typing import Any
 
 from PySide6.QtCore import QMimeData, Slot
 from PySide6.QtGui import QDragEnterEvent, QDropEvent
 from PySide6.QtWidgets import QFileDialog, QHBoxLayout, QLabel, QMessageBox, QPushButton, QVBoxLayout, QWidget
 
+from app.api_types import (
+    ACTIVE,
+    DeletedRecord,
+    EngineEvent,
+    ImportedRecord,
+    LibraryEntry,
+    LibraryRecord,
+    ModelRecord,
+    VerdictRecord,
+)
 from app.client import ControlClient
 from app.gui.hub_format import cell, error_label, row_key, selected_key, show_error, size_text, table
 from app.gui.service_connection import LatestCall, ServiceConnection
 
 COLUMNS = ("Model", "Source", "Size on disk", "State", "File")
 SOURCE_WORDS = {"bundled": "Bundled", "hub": "Hugging Face Hub", "local": "Imported"}
-ACTIVE_STATES = frozenset({"starting", "ready", "restarting"})
 
 
 def gguf_paths(mime: QMimeData) -> list[Path]:
@@ -32,7 +40,7 @@ class LibraryPage(QWidget):
         super().__init__(parent)
         self._connection = connection
         self._library_call = LatestCall(connection)
-        self._models: dict[str, dict[str, Any]] = {}
+        self._models: dict[str, LibraryEntry] = {}
         self.confirm_box: QMessageBox | None = None
         self.file_dialog: QFileDialog | None = None
         self.setAcceptDrops(True)
@@ -74,7 +82,7 @@ class LibraryPage(QWidget):
     def refresh(self) -> None:
         self._library_call.run(lambda client: client.library(), self._on_library_received, self._show_failure)
 
-    def model(self, model_id: str) -> dict[str, Any] | None:
+    def model(self, model_id: str) -> LibraryEntry | None:
         return self._models.get(model_id)
 
     def select(self, model_id: str) -> None:
@@ -85,17 +93,17 @@ class LibraryPage(QWidget):
     # From the service ----------------------------------------------------------------------------------
 
     @Slot(object)
-    def _on_connection_models_received(self, _models: list[dict[str, Any]]) -> None:
+    def _on_connection_models_received(self, _models: list[ModelRecord]) -> None:
         self.refresh()  # a snapshot: the set of models may have changed (a download finished, an import)
 
     @Slot(object)
-    def _on_connection_engine_changed(self, event: dict[str, Any]) -> None:
-        record = self._models.get(str(event.get("model_id")))
+    def _on_connection_engine_changed(self, event: EngineEvent) -> None:
+        record = self._models.get(event["model_id"])
         if record is not None:
-            record["state"] = str(event["state"])
+            record["state"] = event["state"]
             self._fill()
 
-    def _on_library_received(self, library: dict[str, Any]) -> None:
+    def _on_library_received(self, library: LibraryRecord) -> None:
         self._models = {entry["id"]: entry for entry in library["models"]}
         self._fill()
         places = [f"{size_text(d['free'])} free in the {d['what']} ({d['path']})" for d in library["disk"]]
@@ -129,7 +137,7 @@ class LibraryPage(QWidget):
         entry = self._models.get(selected_key(self.models_table) or "")
         self.verify_button.setEnabled(entry is not None)
         self.delete_button.setEnabled(entry is not None and bool(entry["deletable"]))
-        running = entry is not None and entry.get("state") in ACTIVE_STATES
+        running = entry is not None and entry.get("state") in ACTIVE
         self.delete_button.setToolTip("Stop the model before deleting it." if running else "")
 
     @Slot()
@@ -142,7 +150,7 @@ class LibraryPage(QWidget):
         job = functools.partial(_verify, model_id=model_id)
         self._connection.call(job, functools.partial(self._on_verified, model_id), self._show_failure)
 
-    def _on_verified(self, model_id: str, verdict: dict[str, Any]) -> None:
+    def _on_verified(self, model_id: str, verdict: VerdictRecord) -> None:
         self._update_buttons()
         headline = f"{model_id} is intact." if verdict["ok"] else f"{model_id} failed verification."
         self._report(" ".join([headline, *verdict["checks"]]))
@@ -189,7 +197,7 @@ class LibraryPage(QWidget):
             job = functools.partial(_import, path=str(file))
             self._connection.call(job, self._on_imported, self._show_failure)
 
-    def _on_imported(self, model: dict[str, Any]) -> None:
+    def _on_imported(self, model: ImportedRecord) -> None:
         self._report(f"Imported {model['name']} as {model['id']} ({size_text(model['size_on_disk'])}).")
 
     def dragEnterEvent(self, event: QDragEnterEvent) -> None:
@@ -214,13 +222,13 @@ class LibraryPage(QWidget):
         self._update_buttons()
 
 
-def _verify(client: ControlClient, model_id: str) -> dict[str, Any]:
+def _verify(client: ControlClient, model_id: str) -> VerdictRecord:
     return client.verify_model(model_id)
 
 
-def _delete(client: ControlClient, model_id: str) -> dict[str, Any]:
+def _delete(client: ControlClient, model_id: str) -> DeletedRecord:
     return client.delete_model(model_id)
 
 
-def _import(client: ControlClient, path: str) -> dict[str, Any]:
+def _import(client: ControlClient, path: str) -> ImportedRecord:
     return client.import_model(path)

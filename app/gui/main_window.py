@@ -20,6 +20,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from app.api_types import ACTIVE, LAUNCHABLE, DownloadRecord, EndpointRecord, EngineEvent, ModelRecord, ModelState
 from app.gui import quit_dialogs
 from app.gui.about_dialog import AboutDialog
 from app.gui.benchmark_page import BenchmarkPage
@@ -236,27 +237,27 @@ class MainWindow(QMainWindow):
         self.statusBar().setToolTip(message)
 
     @Slot(object)
-    def _on_connection_models_received(self, models: list[dict[str, Any]]) -> None:
+    def _on_connection_models_received(self, models: list[ModelRecord]) -> None:
         self.item_model.set_models(models)
 
     @Slot(object)
-    def _on_connection_usage_received(self, models: list[dict[str, Any]]) -> None:
+    def _on_connection_usage_received(self, models: list[ModelRecord]) -> None:
         self.item_model.update_usage(models)
         now = time.monotonic()
         for model in models:
-            if model.get("rss_bytes") is not None:
-                self._memory[model["id"]].append((now, float(model["rss_bytes"])))
+            if (rss := model.get("rss_bytes")) is not None:
+                self._memory[model["id"]].append((now, float(rss)))
         selected = self.model_list_panel.selected_model_id()
         if selected:
             self._show_memory(selected)
 
     @Slot(object)
-    def _on_connection_engine_changed(self, event: dict[str, Any]) -> None:
+    def _on_connection_engine_changed(self, event: EngineEvent) -> None:
         self.item_model.apply_engine_event(event)
-        model_id, state = str(event["model_id"]), str(event["state"])
-        if state == "starting" and event.get("previous") in ("stopped", "failed"):
+        model_id, state = event["model_id"], event["state"]
+        if state == ModelState.STARTING and event["previous"] in LAUNCHABLE:
             self._memory[model_id].clear()  # a new run: its memory starts from nothing
-        if state == "failed":
+        if state == ModelState.FAILED:
             self.statusBar().showMessage(one_line(f"{model_id} failed: {event.get('message') or 'no reason given'}"))
         self.model_list_panel.settle(model_id)
         self.home_page.settle(model_id)
@@ -279,7 +280,7 @@ class MainWindow(QMainWindow):
             self._show_log(model_id)
 
     @Slot(object)
-    def _on_connection_endpoint_received(self, info: dict[str, Any]) -> None:
+    def _on_connection_endpoint_received(self, info: EndpointRecord) -> None:
         note = str(info.get("key_note") or "")
         self.endpoint_panel.set_endpoint(str(info["url"]), info.get("api_key"), note)
 
@@ -317,7 +318,7 @@ class MainWindow(QMainWindow):
         self.statusBar().showMessage(f"Copied the {what} to the clipboard.", 3000)
 
     @Slot(object)
-    def _on_downloads_panel_download_finished(self, record: dict[str, Any]) -> None:
+    def _on_downloads_panel_download_finished(self, record: DownloadRecord) -> None:
         self.statusBar().showMessage(
             f"Downloaded {record['repo']} ({record['variant']}): {record['model_id']} is in the library.", 10_000
         )
@@ -413,7 +414,7 @@ class MainWindow(QMainWindow):
 
     def _running_engines(self) -> int:
         states = (self.item_model.state_of(model_id) for model_id in self.item_model.model_ids())
-        return sum(1 for state in states if state in ("starting", "loading", "ready", "restarting"))
+        return sum(1 for state in states if state in ACTIVE)
 
     def closeEvent(self, event: QCloseEvent) -> None:
         if self._connection.is_closed:

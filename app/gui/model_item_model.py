@@ -7,7 +7,8 @@ from typing import Any
 from PySide6.QtCore import QAbstractTableModel, QModelIndex, QObject, QPersistentModelIndex, Qt
 from PySide6.QtGui import QColor
 
-ModelRecord = dict[str, Any]
+from app.api_types import EngineEvent, MemoryCheckRecord, ModelRecord, ModelState, StartupRecord
+
 Index = QModelIndex | QPersistentModelIndex
 
 COLUMNS = ("Model", "State", "Size", "Memory")
@@ -32,7 +33,7 @@ def format_bytes(value: int | None) -> str:
     return f"{size:.0f} B" if unit == "B" else f"{size:.1f} {unit}"
 
 
-def memory_check_text(memory: dict[str, Any] | None) -> str | None:
+def memory_check_text(memory: MemoryCheckRecord | None) -> str | None:
     """The service's check of the memory prediction for one launch, in words."""
     if not memory:
         return None
@@ -49,9 +50,9 @@ def memory_check_text(memory: dict[str, Any] | None) -> str | None:
     return "\n".join(lines)
 
 
-def startup_text(startup: dict[str, Any] | None) -> str | None:
+def startup_text(startup: StartupRecord | None) -> str | None:
     """What the engine said about itself while starting (vLLM: KV cache tokens, concurrency, load time)."""
-    lines = [str(line) for line in (startup or {}).get("summary", [])]
+    lines = [str(line) for line in startup["summary"]] if startup else []
     return "Engine start-up: " + "; ".join(lines) + "." if lines else None
 
 
@@ -87,7 +88,7 @@ class ModelItemModel(QAbstractTableModel):
                 texts = (memory_check_text(record.get("memory")), startup_text(record.get("startup")))
                 return "\n".join(t for t in texts if t) or "Resident memory of the engine process"
             return f"{record['name']}\n{record['path']}"
-        if role == Qt.ItemDataRole.ForegroundRole and column == STATE_COLUMN and record["state"] == "failed":
+        if role == Qt.ItemDataRole.ForegroundRole and column == STATE_COLUMN and record["state"] == ModelState.FAILED:
             return _FAILED_COLOUR
         if role == MODEL_ID_ROLE:
             return record["id"]
@@ -110,22 +111,22 @@ class ModelItemModel(QAbstractTableModel):
         """Replace every row with a snapshot from the service."""
         if [m["id"] for m in models] == [r["id"] for r in self._rows]:
             # Same models: update in place so that the view keeps its selection.
-            self._rows = [dict(m) for m in models]
+            self._rows = [m.copy() for m in models]
             self._emit_changed(0, len(self._rows) - 1)
             return
         self.beginResetModel()
-        self._rows = [dict(m) for m in models]
+        self._rows = [m.copy() for m in models]
         self.endResetModel()
 
-    def apply_engine_event(self, event: ModelRecord) -> None:
+    def apply_engine_event(self, event: EngineEvent) -> None:
         """Take an engine event (state, message, pid, port) into its model's row."""
         row = self.row_of(event["model_id"])
         if row < 0:
             return
         record = self._rows[row]
-        for field in (*_EVENT_FIELDS, "pid", "port"):
-            record[field] = event.get(field)
-        if event["state"] == "stopped":
+        record["state"], record["message"] = event["state"], event["message"]  # the _EVENT_FIELDS
+        record["pid"], record["port"] = event["pid"], event["port"]
+        if event["state"] == ModelState.STOPPED:
             record["rss_bytes"] = None
         self._emit_changed(row, row)
 
@@ -136,7 +137,7 @@ class ModelItemModel(QAbstractTableModel):
             if row < 0:
                 continue
             record = self._rows[row]
-            record.update({k: v for k, v in polled.items() if k not in _EVENT_FIELDS})
+            self._rows[row] = {**polled, "state": record["state"], "message": record["message"]}  # the _EVENT_FIELDS
             self._emit_changed(row, row)
 
     def _emit_changed(self, first: int, last: int) -> None:
@@ -150,11 +151,11 @@ class ModelItemModel(QAbstractTableModel):
     def record(self, model_id: str) -> ModelRecord | None:
         """A copy of a model's row, or None when it is not listed."""
         row = self.row_of(model_id)
-        return dict(self._rows[row]) if row >= 0 else None
+        return self._rows[row].copy() if row >= 0 else None
 
-    def state_of(self, model_id: str) -> str | None:
+    def state_of(self, model_id: str) -> ModelState | None:
         row = self.row_of(model_id)
-        return str(self._rows[row]["state"]) if row >= 0 else None
+        return self._rows[row]["state"] if row >= 0 else None
 
     def model_ids(self) -> list[str]:
         return [str(r["id"]) for r in self._rows]

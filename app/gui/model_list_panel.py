@@ -14,17 +14,16 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from app.api_types import ACTIVE, LAUNCHABLE, ModelState
 from app.gui.model_item_model import MODEL_COLUMN, MODEL_ID_ROLE, ModelItemModel
 
-LAUNCHABLE_STATES = frozenset({"stopped", "failed"})
-STOPPABLE_STATES = frozenset({"starting", "ready", "restarting"})
 STATE_WORDS = {
-    "stopped": "Stopped",
-    "starting": "Starting",
-    "ready": "Ready",
-    "stopping": "Stopping",
-    "restarting": "Restarting",
-    "failed": "Failed",
+    ModelState.STOPPED: "Stopped",
+    ModelState.STARTING: "Starting",
+    ModelState.READY: "Ready",
+    ModelState.STOPPING: "Stopping",
+    ModelState.RESTARTING: "Restarting",
+    ModelState.FAILED: "Failed",
 }
 
 
@@ -106,17 +105,17 @@ class ModelListPanel(QWidget):
             self.state_label.setText("Select a model.")
             self.state_label.setToolTip("")
             return
-        state = str(record["state"])
+        state = record["state"]
         idle = self._actions_enabled and record["id"] not in self._pending
-        self.launch_button.setEnabled(idle and state in LAUNCHABLE_STATES)
-        self.stop_button.setEnabled(idle and state in STOPPABLE_STATES)
-        words = f"{record['id']}: {STATE_WORDS.get(state, state)}"
+        self.launch_button.setEnabled(idle and state in LAUNCHABLE)
+        self.stop_button.setEnabled(idle and state in ACTIVE)
+        words = f"{record['id']}: {STATE_WORDS[state]}"
         message = str(record.get("message") or "")
         if message and message.lower() != state:
             words += f" \N{EM DASH} {message}"
         self.state_label.setText(words)
         self.state_label.setToolTip(message)
-        self.state_label.setStyleSheet("color: #c0392b;" if state == "failed" else "")
+        self.state_label.setStyleSheet("color: #c0392b;" if state == ModelState.FAILED else "")
 
     @Slot()
     def _on_launch_button_clicked(self) -> None:

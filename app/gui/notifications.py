@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
-from typing import Any
 
 from PySide6.QtCore import QObject, QTimer, Signal, Slot
 from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QPushButton, QSystemTrayIcon, QWidget
+
+from app.api_types import DownloadRecord, EngineEvent, ModelState
 
 BANNER_TIMEOUT_MS = 15_000
 BALLOON_TIMEOUT_MS = 8_000
@@ -33,24 +34,24 @@ def _headline(message: object) -> str:
     return lines[0] if lines else "no reason given"
 
 
-def engine_notification(event: dict[str, Any]) -> Notification | None:
+def engine_notification(event: EngineEvent) -> Notification | None:
     """What an engine event is worth telling: a crash of a running engine, its restart, a failure. Ordinary
     starts and stops the user asked for are not news."""
-    model_id, state, previous = str(event["model_id"]), str(event["state"]), str(event.get("previous") or "")
-    if state == "restarting" and previous == "ready":
+    model_id, state, previous = event["model_id"], event["state"], event["previous"]
+    if state == ModelState.RESTARTING and previous == ModelState.READY:
         return Notification(
             f"{model_id} crashed",
             f"Its engine {_headline(event.get('message'))}; ModelDeck is restarting it.",
             Severity.WARNING,
         )
-    if state == "ready" and previous == "restarting":
+    if state == ModelState.READY and previous == ModelState.RESTARTING:
         return Notification(f"{model_id} restarted", "Its engine is running again after a crash.")
-    if state == "failed":
+    if state == ModelState.FAILED:
         return Notification(f"{model_id} failed", _headline(event.get("message")), Severity.WARNING)
     return None
 
 
-def download_notification(record: dict[str, Any]) -> Notification:
+def download_notification(record: DownloadRecord) -> Notification:
     """A finished download, as the downloads panel reports it."""
     return Notification(
         "Download finished", f"{record['repo']} ({record['variant']}) is in the library as {record['model_id']}."
@@ -118,11 +119,11 @@ class Notifier(QObject):
         self.sig_notified.emit(notification)
 
     @Slot(object)
-    def on_engine_changed(self, event: dict[str, Any]) -> None:
+    def on_engine_changed(self, event: EngineEvent) -> None:
         notification = engine_notification(event)
         if notification is not None:
             self.notify(notification)
 
     @Slot(object)
-    def on_download_finished(self, record: dict[str, Any]) -> None:
+    def on_download_finished(self, record: DownloadRecord) -> None:
         self.notify(download_notification(record))

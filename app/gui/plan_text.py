@@ -8,6 +8,7 @@ from __future__ import annotations
 from html import escape
 from typing import Any
 
+from app.api_types import CPURecord, EngineFitRecord, GPURecord, HardwareRecord, OptionRecord
 from app.gui.model_item_model import format_bytes
 
 TIER_WORDS = {
@@ -19,26 +20,26 @@ ENGINE_WORDS = {"llama-cpp-python": "llama.cpp", "vllm": "vLLM"}
 USE_WORDS = {"chat": "chat", "serve": "serving an app", "long-context": "long documents"}
 
 
-def cpu_text(cpu: dict[str, Any]) -> str:
+def cpu_text(cpu: CPURecord) -> str:
     cores = f"{cpu['physical_cores']} physical / " if cpu.get("physical_cores") else ""
     return f"{cpu.get('model') or 'unknown model'} ({cpu['architecture']}), {cores}{cpu['logical_cores']} logical cores"
 
 
-def gpu_text(gpu: dict[str, Any], unified: bool) -> str:
+def gpu_text(gpu: GPURecord, unified: bool) -> str:
     total = int(gpu["memory_total"])
     if gpu.get("memory_free") is not None:
         memory = f"{format_bytes(gpu['memory_free'])} free of {format_bytes(total)}"
     else:
         memory = f"{format_bytes(total)} {'unified memory' if unified else 'memory'}"
     details = [memory]
-    if gpu.get("compute_capability"):
-        details.append("compute capability {}.{}".format(*gpu["compute_capability"]))
+    if capability := gpu.get("compute_capability"):
+        details.append("compute capability {}.{}".format(*capability))
     if gpu.get("mig_enabled"):
         details.append("MIG mode on: vLLM cannot use it whole")
     return f"{gpu['name']}: {', '.join(details)}"
 
 
-def hardware_rows(profile: dict[str, Any]) -> list[tuple[str, str]]:
+def hardware_rows(profile: HardwareRecord) -> list[tuple[str, str]]:
     """(label, text) rows: CPU, RAM, each GPU, driver, disk."""
     unified = bool(profile.get("unified_memory"))
     rows = [
@@ -64,7 +65,7 @@ def rows_html(rows: list[tuple[str, str]]) -> str:
     return f"<table>{cells}</table>"
 
 
-def problems_html(profile: dict[str, Any]) -> str:
+def problems_html(profile: HardwareRecord) -> str:
     """GPU problems and notes, each with its advice; empty when there are none."""
     items = []
     for problem in profile.get("gpu_problems", []):
@@ -92,13 +93,13 @@ def memory_text(memory: dict[str, Any]) -> str:
     return f"{format_bytes(ram)} RAM + {format_bytes(vram)} GPU{per_gpu}"
 
 
-def headline(option: dict[str, Any]) -> str:
+def headline(option: OptionRecord) -> str:
     engine = ENGINE_WORDS.get(option["engine"], option["engine"])
     tier = TIER_WORDS.get(option["tier"], option["tier"])
     return f"{engine} with {option['variant']}, {tier}"
 
 
-def plan_rows(option: dict[str, Any]) -> list[tuple[str, str]]:
+def plan_rows(option: OptionRecord) -> list[tuple[str, str]]:
     """The recommendation's main figures."""
     return [
         ("Engine", ENGINE_WORDS.get(option["engine"], option["engine"])),
@@ -128,7 +129,7 @@ ENGINE_COLUMN_TIPS = (
 )
 
 
-def engine_cells(fit: dict[str, Any]) -> tuple[str, ...]:
+def engine_cells(fit: EngineFitRecord) -> tuple[str, ...]:
     """One scored engine (the recommendation's `engines`) as the cells of ENGINE_COLUMNS: its 0-5 scores and what
     it lacks on this machine for this model, or that it is ready."""
     scores = fit["scores"]

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import functools
 from html import escape
-from typing import Any
 
 from PySide6.QtCore import Qt, Signal, Slot
 from PySide6.QtWidgets import (
@@ -23,6 +22,15 @@ from PySide6.QtWidgets import (
     QWizardPage,
 )
 
+from app.api_types import (
+    ACTIVE,
+    EngineEvent,
+    EngineFitRecord,
+    ModelRecord,
+    ModelState,
+    OptionRecord,
+    RecommendationRecord,
+)
 from app.client import ControlClient
 from app.gui.hub_format import error_label, show_error
 from app.gui.memory_bar import MemoryBarPanel, memory_bars
@@ -44,12 +52,11 @@ from app.gui.wizard_pages import WizardChoices
 OVERRIDE_KEYS = ("context", "gpu_layers", "threads", "batch", "parallel")
 # Engines a start may name (the service's overrides); the default engine of a model is not named.
 NAMED_ENGINES = ("llama-server",)
-ACTIVE_STATES = frozenset({"starting", "ready", "restarting"})
 ALTERNATIVE_COLUMNS = ("Variant", "Engine", "Memory", "Max context", "Speed", "Fits")
 MAX_BARS = 2
 
 
-def launch_overrides(option: dict[str, Any]) -> dict[str, int | str]:
+def launch_overrides(option: OptionRecord) -> dict[str, int | str]:
     """The launch parameters of a recommended option, under the names the service takes them."""
     parameters = option["parameters"]
     overrides: dict[str, int | str] = {
@@ -60,13 +67,13 @@ def launch_overrides(option: dict[str, Any]) -> dict[str, int | str]:
     return overrides
 
 
-def runs_otherwise(record: dict[str, Any], overrides: dict[str, int | str]) -> bool:
+def runs_otherwise(record: ModelRecord, overrides: dict[str, int | str]) -> bool:
     """True when the model's engine is running with other parameters (or another engine) than these."""
     plan = {**(record.get("plan") or {}), "engine": record.get("engine")}
-    return record.get("state") in ACTIVE_STATES and any(plan.get(k) != v for k, v in overrides.items())
+    return record["state"] in ACTIVE and any(plan.get(k) != v for k, v in overrides.items())
 
 
-def launch(client: ControlClient, model_id: str, overrides: dict[str, int | str]) -> dict[str, Any]:
+def launch(client: ControlClient, model_id: str, overrides: dict[str, int | str]) -> ModelRecord:
     """Start the model with these parameters. The service never restarts a running engine for new parameters,
     so one running with others is stopped first: the user asked for these by pressing Launch."""
     record = next((m for m in client.models() if m["id"] == model_id), None)
@@ -86,7 +93,7 @@ class RecommendationPage(QWizardPage):
         self._choices = choices
         self._recommend_call = LatestCall(connection)
         self._launch_call = LatestCall(connection)
-        self._best: dict[str, Any] | None = None
+        self._best: OptionRecord | None = None
         self._launching: str | None = None  # model id of a launch not yet ready or failed
         self._seen_starting = False
         self.headline_label = QLabel()
@@ -161,7 +168,7 @@ class RecommendationPage(QWizardPage):
         layout.addWidget(self.error_label)
 
     @property
-    def best(self) -> dict[str, Any] | None:
+    def best(self) -> OptionRecord | None:
         return self._best
 
     def cancel(self) -> None:
@@ -192,7 +199,7 @@ class RecommendationPage(QWizardPage):
         )
         self._recommend_call.run(job, self._on_recommendation_loaded, self._on_recommendation_failed)
 
-    def _on_recommendation_loaded(self, result: dict[str, Any]) -> None:
+    def _on_recommendation_loaded(self, result: RecommendationRecord) -> None:
         best = self._best = result.get("best")
         problems = [str(p) for p in result.get("problems", [])]
         self.problems_label.setText("\n".join(problems))
@@ -205,7 +212,7 @@ class RecommendationPage(QWizardPage):
         self.headline_label.setText(f"<b>{escape(headline(best))}</b>")
         self.plan_label.setText(rows_html(plan_rows(best)))
         self.reasons_label.setText("<b>Why</b>" + reasons_html([str(r) for r in best.get("reasons", [])]))
-        unified = bool((self._choices.hardware or {}).get("unified_memory"))
+        unified = bool(self._choices.hardware and self._choices.hardware["unified_memory"])
         bars = memory_bars(best["memory"], result.get("budgets", {}), unified)
         for panel, bar in zip(self.memory_bar_panels, bars, strict=False):
             panel.show_bar(bar)
@@ -215,9 +222,9 @@ class RecommendationPage(QWizardPage):
             widget.show()
         self._offer_launch(best)
 
-    def _offer_launch(self, best: dict[str, Any]) -> None:
-        model = self._choices.model or {}
-        if best["engine"] != model.get("engine"):
+    def _offer_launch(self, best: OptionRecord) -> None:
+        model = self._choices.model
+        if model is None or best["engine"] != model["engine"]:
             engine = ENGINE_WORDS.get(best["engine"], best["engine"])
             self.launch_status_label.setText(f"ModelDeck cannot launch {engine} plans for this model yet.")
             return
@@ -229,7 +236,7 @@ class RecommendationPage(QWizardPage):
         self.headline_label.setText("")
         show_error(self.error_label, f"Could not work out a recommendation: {message}")
 
-    def _show_alternatives(self, options: list[dict[str, Any]]) -> None:
+    def _show_alternatives(self, options: list[OptionRecord]) -> None:
         self.alternatives_label.setText("Alternatives" if options else "Alternatives: none for this model here.")
         self.alternatives_table.setVisible(bool(options))
         self.alternatives_table.setRowCount(len(options))
@@ -248,7 +255,7 @@ class RecommendationPage(QWizardPage):
                 item.setToolTip("\n".join(str(r) for r in option.get("reasons", [])))
                 self.alternatives_table.setItem(row, column, item)
 
-    def _show_engines(self, fits: list[dict[str, Any]]) -> None:
+    def _show_engines(self, fits: list[EngineFitRecord]) -> None:
         self.engines_label.setVisible(bool(fits))
         self.engines_table.setVisible(bool(fits))
         self.engines_table.setRowCount(len(fits))
@@ -272,27 +279,27 @@ class RecommendationPage(QWizardPage):
         job = functools.partial(launch, model_id=model["id"], overrides=launch_overrides(best))
         self._launch_call.run(job, self._on_launch_answered, self._on_launch_failed)
 
-    def _on_launch_answered(self, record: dict[str, Any]) -> None:
-        state = record.get("state")
-        if state == "ready":  # it already ran with these parameters
+    def _on_launch_answered(self, record: ModelRecord) -> None:
+        state = record["state"]
+        if state == ModelState.READY:  # it already ran with these parameters
             self._launch_ended(ready=True, message="")
-        elif state in ACTIVE_STATES:
+        elif state in ACTIVE:
             self._seen_starting = True
 
     def _on_launch_failed(self, message: str) -> None:
         self._launch_ended(ready=False, message=message)
 
     @Slot(object)
-    def _on_connection_engine_changed(self, event: dict[str, Any]) -> None:
-        if self._launching is None or event.get("model_id") != self._launching:
+    def _on_connection_engine_changed(self, event: EngineEvent) -> None:
+        if self._launching is None or event["model_id"] != self._launching:
             return
-        state = event.get("state")
-        if state == "starting":
+        state = event["state"]
+        if state == ModelState.STARTING:
             self._seen_starting = True
             self.launch_status_label.setText(f"Starting {self._launching}: loading the model\N{HORIZONTAL ELLIPSIS}")
-        elif state == "ready" and self._seen_starting:
+        elif state == ModelState.READY and self._seen_starting:
             self._launch_ended(ready=True, message="")
-        elif state == "failed":
+        elif state == ModelState.FAILED:
             self._launch_ended(ready=False, message=str(event.get("message") or "no reason given"))
 
     def _launch_ended(self, ready: bool, message: str) -> None:

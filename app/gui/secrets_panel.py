@@ -6,6 +6,8 @@ saved. The text field is cleared as soon as the token is sent.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from PySide6.QtCore import Slot
 from PySide6.QtWidgets import QGroupBox, QHBoxLayout, QLabel, QLineEdit, QPushButton, QVBoxLayout, QWidget
 
@@ -42,7 +44,7 @@ class SecretsPanel(QGroupBox):
         self.clear_button.clicked.connect(self._on_clear_button_clicked)
         connection.sig_hf_token_changed.connect(self._on_connection_hf_token_changed)
 
-    def show_state(self, info: dict[str, object]) -> None:
+    def show_state(self, info: Mapping[str, object]) -> None:
         """`info` is the settings answer's `hf_token`: {set, source, note}; the token itself never comes back."""
         source = str(info.get("source") or "none")
         if source == "environment":

@@ -15,6 +15,7 @@ from typing import Any, TypeVar
 
 from PySide6.QtCore import QObject, QThreadPool, QTimer, Signal, Slot
 
+from app.api_types import ModelRecord
 from app.client import ControlClient, ControlError, ServiceUnavailable, connect, find_service, start_service
 from app.gui.event_stream import EventStreamThread
 from app.paths import AppPaths
@@ -316,7 +317,7 @@ class ServiceConnection(QObject):
         self._poll_in_flight = True
         self._submit(self._client.models, self._on_poll_done, self._on_poll_failed)
 
-    def _on_poll_done(self, models: list[dict[str, Any]]) -> None:
+    def _on_poll_done(self, models: list[ModelRecord]) -> None:
         self._poll_in_flight = False
         if self.is_connected:
             self.sig_usage_received.emit(models)

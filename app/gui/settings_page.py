@@ -29,6 +29,7 @@ from PySide6.QtWidgets import (
 )
 
 from app import autostart
+from app.api_types import EndpointRecord, SavedSettingsAnswer, SettingsAnswer, TlsRecord
 from app.gui import quit_dialogs
 from app.gui.secrets_panel import SecretsPanel
 from app.gui.service_connection import ServiceConnection
@@ -98,7 +99,7 @@ class SettingsPage(QWidget):
         super().__init__(parent)
         self._connection = connection
         self._ask = ask_confirmation  # None: quit_dialogs' question, looked up when asked (tests answer it)
-        self._answer: dict[str, Any] = {}
+        self._answer: SettingsAnswer | None = None
         self.lan_dialog: LanExposureDialog | None = None
         self._fingerprint = ""  # SHA-256 of the endpoint's TLS certificate; empty: plain HTTP
         self._restarting = False
@@ -245,7 +246,7 @@ class SettingsPage(QWidget):
     def refresh(self) -> None:
         self._connection.load_settings()
 
-    def _show(self, answer: dict[str, Any]) -> None:
+    def _show(self, answer: SettingsAnswer) -> None:
         self._answer = answer
         settings, running = answer["settings"], answer["running"]
         self.gateway_port_spin.setValue(int(settings["gateway_port"]))
@@ -274,12 +275,12 @@ class SettingsPage(QWidget):
         self.sig_settings_applied.emit(settings)
 
     @Slot(object)
-    def _on_connection_settings_received(self, answer: dict[str, Any]) -> None:
+    def _on_connection_settings_received(self, answer: SettingsAnswer) -> None:
         self._show(answer)
 
     @Slot(object)
-    def _on_connection_settings_saved(self, answer: dict[str, Any]) -> None:
-        previous = self._answer.get("settings", {})
+    def _on_connection_settings_saved(self, answer: SavedSettingsAnswer) -> None:
+        previous = self._answer["settings"] if self._answer else {}
         self._show(answer)
         self.message_label.setText("Saved.")
         wanted = bool(answer["settings"]["start_at_login"])
@@ -291,7 +292,7 @@ class SettingsPage(QWidget):
         self.message_label.setText(f"Not saved: {message}")
 
     @Slot(object)
-    def _on_connection_endpoint_received(self, info: dict[str, Any]) -> None:
+    def _on_connection_endpoint_received(self, info: EndpointRecord) -> None:
         key = info.get("api_key")
         self.key_edit.setText(str(key) if key else "")
         self.key_edit.setPlaceholderText("" if key else "none: the endpoint runs without a key")
@@ -299,7 +300,7 @@ class SettingsPage(QWidget):
             button.setEnabled(bool(key))
         self._show_tls(info.get("tls"))
 
-    def _show_tls(self, tls: dict[str, Any] | None) -> None:
+    def _show_tls(self, tls: TlsRecord | None) -> None:
         self._fingerprint = str(tls["fingerprint_sha256"]) if tls else ""
         self.copy_fingerprint_button.setEnabled(bool(tls))
         if not tls:
@@ -342,7 +343,7 @@ class SettingsPage(QWidget):
             "models_dir": self.models_dir_edit.text().strip() or None, "theme": self.theme_combo.currentData(),
             "start_at_login": self.start_at_login_check.isChecked(),
         }  # fmt: skip
-        saved = self._answer.get("settings", {}).get("close_to_tray")
+        saved = self._answer["settings"].get("close_to_tray") if self._answer else None
         if saved is not None or self.close_to_tray_check.isChecked():  # unchecked and never asked: still ask once
             changes["close_to_tray"] = self.close_to_tray_check.isChecked()
         return changes
@@ -391,8 +392,9 @@ class SettingsPage(QWidget):
     @Slot()
     def open_lan_dialog(self) -> LanExposureDialog:
         """Open the LAN exposure step (window-modal, not blocking); it saves the address when confirmed."""
-        lan = dict(self._answer.get("lan") or {})
-        key_present = bool(self._answer.get("api_key", {}).get("present"))
+        answer = self._answer
+        lan: dict[str, Any] = dict(answer["lan"]) if answer else {}
+        key_present = bool(answer and answer["api_key"]["present"])
         dialog = self.lan_dialog = LanExposureDialog(lan, key_present, self)
         dialog.accepted.connect(self._on_lan_dialog_accepted)
         dialog.open()

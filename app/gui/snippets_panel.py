@@ -5,12 +5,12 @@ from __future__ import annotations
 import json
 import shlex
 import time
-from typing import Any
 
 from PySide6.QtCore import Signal, Slot
 from PySide6.QtGui import QGuiApplication
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QPlainTextEdit, QPushButton, QTabWidget, QVBoxLayout, QWidget
 
+from app.api_types import EndpointRecord, TlsRecord
 from app.client import stream_chat
 from app.gui.chat_page import ChatStreamThread, speed_text
 
@@ -19,11 +19,11 @@ TEST_MAX_TOKENS = 32
 KEY_VARIABLE = "MODELDECK_API_KEY"  # snippets read the key from the environment, so it never sits on screen
 
 
-def snippets(url: str, model_id: str, tls: dict[str, Any] | None = None) -> dict[str, str]:
+def snippets(url: str, model_id: str, tls: TlsRecord | None = None) -> dict[str, str]:
     """curl, Python and JavaScript code that asks `model_id` at `url` (the /v1 base) for a chat completion.
     `tls` (the endpoint's "tls"): the code trusts that certificate file, and says its fingerprint."""
     if tls:
-        return _tls_snippets(url, model_id, str(tls["cert_path"]), str(tls["fingerprint_sha256"]))
+        return _tls_snippets(url, model_id, tls["cert_path"], tls["fingerprint_sha256"])
     return {
         "curl": (
             f"curl {url}/chat/completions \\\n"
@@ -83,7 +83,7 @@ class SnippetsPanel(QWidget):
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
-        self._endpoint: dict[str, Any] | None = None
+        self._endpoint: EndpointRecord | None = None
         self._model_id = ""
         self._thread: ChatStreamThread | None = None
         self._started = 0.0
@@ -124,7 +124,7 @@ class SnippetsPanel(QWidget):
     def is_testing(self) -> bool:
         return self._thread is not None
 
-    def set_endpoint(self, info: dict[str, Any]) -> None:
+    def set_endpoint(self, info: EndpointRecord) -> None:
         self._endpoint = info
         self._refresh()
 

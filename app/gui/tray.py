@@ -9,9 +9,8 @@ from PySide6.QtCore import QObject, Signal, Slot
 from PySide6.QtGui import QIcon
 from PySide6.QtWidgets import QMenu, QSystemTrayIcon, QWidget
 
+from app.api_types import ACTIVE
 from app.gui.model_item_model import ModelItemModel
-
-RUNNING_STATES = frozenset({"starting", "loading", "ready", "restarting"})
 
 
 def tray_tooltip(states: list[str]) -> str:
@@ -57,7 +56,7 @@ class TrayController(QObject):
         self.menu.clear()
         for model_id in self._item_model.model_ids():
             state = self._item_model.state_of(model_id) or "unknown"
-            running = state in RUNNING_STATES
+            running = state in ACTIVE
             label = f"Stop {model_id} ({state})" if running else f"Start {model_id} ({state})"
             signal = self.sig_stop_requested if running else self.sig_start_requested
             action = self.menu.addAction(label)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
 
 from PySide6.QtCore import Qt, Slot
 from PySide6.QtWidgets import (
@@ -21,6 +20,7 @@ from PySide6.QtWidgets import (
     QWizardPage,
 )
 
+from app.api_types import HardwareRecord, ModelRecord, ModelState
 from app.client import ControlClient
 from app.gui.hub_format import error_label, show_error
 from app.gui.model_item_model import format_bytes
@@ -36,11 +36,11 @@ MODEL_ID_ROLE = Qt.ItemDataRole.UserRole + 1
 class WizardChoices:
     """What the user chose so far, and what the service said about it, shared by the pages."""
 
-    hardware: dict[str, Any] | None = None
+    hardware: HardwareRecord | None = None
     use: str = "chat"
     users: int | None = None
-    model: dict[str, Any] | None = None  # the model's record from the service
-    models: list[dict[str, Any]] = field(default_factory=list)
+    model: ModelRecord | None = None  # the model's record from the service
+    models: list[ModelRecord] = field(default_factory=list)
 
 
 class HardwarePage(QWizardPage):
@@ -88,7 +88,7 @@ class HardwarePage(QWizardPage):
     def _on_refresh_button_clicked(self) -> None:
         self._load()
 
-    def _on_hardware_loaded(self, profile: dict[str, Any]) -> None:
+    def _on_hardware_loaded(self, profile: HardwareRecord) -> None:
         self._choices.hardware = profile
         self.refresh_button.setEnabled(True)
         self.summary_label.setText(rows_html(hardware_rows(profile)))
@@ -204,15 +204,15 @@ class ModelPage(QWizardPage):
         self._choices.model = next((m for m in self._choices.models if m["id"] == model_id), None)
         return self._choices.model is not None
 
-    def _on_models_loaded(self, models: list[dict[str, Any]]) -> None:
-        previous = self.selected_model_id() or (self._choices.model or {}).get("id")
+    def _on_models_loaded(self, models: list[ModelRecord]) -> None:
+        previous = self.selected_model_id() or (self._choices.model["id"] if self._choices.model else None)
         plannable = [m for m in models if m.get("engine") != "external"]
         plannable.sort(key=lambda m: (m.get("source") != "bundled", str(m.get("name", m["id"])).lower()))
         self._choices.models = plannable
         self.model_list.clear()
         for record in plannable:
             text = f"{record['name']}  \N{EM DASH} {record['source']}, {format_bytes(record.get('size_bytes'))}"
-            if record.get("state") not in (None, "stopped"):
+            if record["state"] != ModelState.STOPPED:
                 text += f", {record['state']}"
             item = QListWidgetItem(text)
             item.setData(MODEL_ID_ROLE, record["id"])

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from app import __version__
+from app.api_types import AboutRecord, EngineInstallation
 from app.planner.plans import NoVariants
 from app.planner.recommend import USES
 from app.service.control.advisor import Advisor
@@ -174,11 +175,13 @@ class ControlApi:
             case _:
                 await send_error(send, 404, f"Unknown route {method} /{'/'.join(parts)}.", "invalid_request_error")
 
-    async def _about(self) -> dict[str, Any]:
+    async def _about(self) -> AboutRecord:
         """The service's version, the commit it was built from, and each engine's installation."""
         found = provenance()
-        engines = {name: {"installed": i.installed, "version": i.version, "detail": i.detail}
-                   for name, i in (await self._advisor.engines()).items()}  # fmt: skip
+        engines: dict[str, EngineInstallation] = {
+            name: {"installed": i.installed, "version": i.version, "detail": i.detail}
+            for name, i in (await self._advisor.engines()).items()
+        }
         return {"version": found.version, "commit": found.commit, "source": found.source, "engines": engines}
 
     def set_endpoint(self, endpoint: EndpointInfo) -> None:

@@ -12,6 +12,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from app.api_types import DownloadRecord
 from app.hub.cache import UnsafeName, check_repo_id
 from app.hub.errors import DEFAULT_ENDPOINT, HubError, OfflineError
 from app.hub.hub_api import ModelDetails, Sort, model_details, search_models
@@ -182,7 +183,7 @@ class HubRoutes:
             self._headers.put(key, info)
         return info
 
-    async def _start_download(self, body: dict[str, Any]) -> dict[str, Any]:
+    async def _start_download(self, body: dict[str, Any]) -> DownloadRecord:
         repo, variant, filename = body.get("repo"), body.get("variant"), body.get("file")
         if not isinstance(repo, str) or not isinstance(variant, str | None) or not isinstance(filename, str | None):
             raise ApiError(400, 'Send {"repo": "org/name"} with a "variant" or a "file".')
@@ -193,7 +194,7 @@ class HubRoutes:
         job = self.downloads.start(request, chosen, await asyncio.to_thread(_hub_token))
         return job.to_dict()
 
-    async def _control_download(self, job_id: str, action: str) -> dict[str, Any]:
+    async def _control_download(self, job_id: str, action: str) -> DownloadRecord:
         if self.downloads.get(job_id) is None:
             raise LibraryError(404, f"No download {job_id!r}.")
         if action == "pause":

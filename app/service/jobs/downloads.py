@@ -15,8 +15,9 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
 
+from app.api_types import DownloadRecord
 from app.hub.cache import UnsafeName
 from app.hub.download import RemoteFile
 from app.hub.errors import HubError
@@ -69,7 +70,7 @@ class DownloadJob:
     token: TaskState | None = field(default=None, repr=False)
     run: asyncio.Task[None] | None = field(default=None, repr=False)
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> DownloadRecord:
         total = self.total or (self.variant.size or 0)
         return {
             "id": self.id, "repo": self.request.repo_id, "variant": self.variant.name, "state": self.state,
