@@ -8,7 +8,7 @@ from PySide6.QtCore import Signal, Slot
 from PySide6.QtGui import QFont
 from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QPushButton, QVBoxLayout, QWidget
 
-from app.gui.model_item_model import format_bytes
+from app.byte_size import format_bytes
 
 BUNDLED_SOURCE = "bundled"
 STARTABLE_STATES = frozenset({"stopped", "failed"})

@@ -7,6 +7,8 @@ from typing import Any
 from PySide6.QtCore import QAbstractTableModel, QModelIndex, QObject, QPersistentModelIndex, Qt
 from PySide6.QtGui import QColor
 
+from app.byte_size import format_bytes
+
 ModelRecord = dict[str, Any]
 Index = QModelIndex | QPersistentModelIndex
 
@@ -18,18 +20,6 @@ MODEL_ID_ROLE = Qt.ItemDataRole.UserRole + 1
 # was published would otherwise roll the state back until the next poll.
 _EVENT_FIELDS = ("state", "message")
 _FAILED_COLOUR = QColor("#c0392b")
-
-
-def format_bytes(value: int | None) -> str:
-    """A size for people: '93.8 MiB'; an unknown size is a dash."""
-    if value is None:
-        return "\N{EM DASH}"
-    size, unit = float(value), "B"
-    for bigger in ("KiB", "MiB", "GiB", "TiB"):
-        if size < 1024:
-            break
-        size, unit = size / 1024, bigger
-    return f"{size:.0f} B" if unit == "B" else f"{size:.1f} {unit}"
 
 
 def memory_check_text(memory: dict[str, Any] | None) -> str | None:

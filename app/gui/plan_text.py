@@ -8,7 +8,7 @@ from __future__ import annotations
 from html import escape
 from typing import Any
 
-from app.gui.model_item_model import format_bytes
+from app.byte_size import format_bytes
 
 TIER_WORDS = {
     "gpu": "all on the GPU",

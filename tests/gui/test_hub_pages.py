@@ -150,8 +150,9 @@ def test_a_gated_model_page_says_how_to_get_access(qtbot: QtBot, window: MainWin
 
 
 def test_numbers_read_as_words() -> None:
-    assert size_text(98_362_432) == "98.4 MB" and size_text(4_370_000_000) == "4.37 GB" and size_text(None) == "—"
-    assert rate_text(2_500_000.0) == "2.5 MB/s" and rate_text(None) == "—"
+    # The same IEC units as the Models page and the memory figures (app.byte_size), not decimal MB here.
+    assert size_text(98_362_432) == "93.8 MiB" and size_text(4_370_000_000) == "4.1 GiB" and size_text(None) == "—"
+    assert rate_text(2_500_000.0) == "2.4 MiB/s" and rate_text(None) == "—"
     assert eta_text(42) == "42 s" and eta_text(125) == "2 min 05 s" and eta_text(3 * 3600 + 60) == "3 h 01 min"
 
 
