@@ -82,7 +82,7 @@ class RecommendationPage(QWizardPage):
 
     def __init__(self, connection: ServiceConnection, choices: WizardChoices, parent: QWidget | None = None) -> None:
         super().__init__(parent)
-        self.setTitle("Recommendation")
+        self.setTitle("How to run it")
         self._choices = choices
         self._recommend_call = LatestCall(connection)
         self._launch_call = LatestCall(connection)
@@ -135,13 +135,15 @@ class RecommendationPage(QWizardPage):
         connection.sig_engine_changed.connect(self._on_connection_engine_changed)
 
     def _build_layout(self) -> None:
-        # The page scrolls rather than squeezing its texts in a small wizard (or at 200 %).
+        # The page scrolls rather than squeezing its texts in a small wizard (or at 200 %); Launch stays below
+        # the scrolled part, always in view.
         content = QWidget()
         scroll = QScrollArea()
         scroll.setWidgetResizable(True)
         scroll.setFrameShape(QFrame.Shape.NoFrame)
         scroll.setWidget(content)
-        QVBoxLayout(self).addWidget(scroll)
+        page_layout = QVBoxLayout(self)
+        page_layout.addWidget(scroll, 1)
         layout = QVBoxLayout(content)
         layout.addWidget(self.headline_label)
         layout.addWidget(self.plan_label)
@@ -157,8 +159,8 @@ class RecommendationPage(QWizardPage):
         launch_row = QHBoxLayout()
         launch_row.addWidget(self.launch_button)
         launch_row.addWidget(self.launch_status_label, 1)
-        layout.addLayout(launch_row)
-        layout.addWidget(self.error_label)
+        page_layout.addLayout(launch_row)
+        page_layout.addWidget(self.error_label)
 
     @property
     def best(self) -> dict[str, Any] | None:

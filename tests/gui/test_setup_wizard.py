@@ -6,8 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import psutil
-from PySide6.QtCore import Qt
-from PySide6.QtWidgets import QWidget, QWizard
+from PySide6.QtCore import QPoint, QRect, QSize, Qt
+from PySide6.QtWidgets import QPushButton, QScrollArea, QWidget, QWizard
 from pytestqt.qtbot import QtBot
 
 from app.client import default_port
@@ -34,6 +34,16 @@ def _next(qtbot: QtBot, wizard: QWizard) -> None:
     qtbot.mouseClick(button, Qt.MouseButton.LeftButton)
 
 
+def launch_in_view(wizard: QWizard, button: QPushButton) -> bool:
+    """The button is shown inside the wizard's frame, and not in a part that scrolls."""
+    parent = button.parentWidget()
+    while parent is not None and parent is not wizard:
+        if isinstance(parent, QScrollArea):
+            return False
+        parent = parent.parentWidget()
+    return button.isVisible() and wizard.rect().contains(QRect(button.mapTo(wizard, QPoint(0, 0)), button.size()))
+
+
 def test_the_wizard_walks_through_to_a_launched_model(qtbot: QtBot, main_window: MainWindow, tmp_path: Path) -> None:
     window = main_window
     qtbot.waitUntil(window.setup_action.isEnabled)
@@ -45,6 +55,8 @@ def test_the_wizard_walks_through_to_a_launched_model(qtbot: QtBot, main_window:
     # Step 1: this machine, as the service sees it.
     hardware = wizard.hardware_page
     assert wizard.currentPage() is hardware
+    titles = [wizard.page(page_id).title() for page_id in wizard.pageIds()]
+    assert [title.split(":")[0] for title in titles] == [f"Step {n} of 4" for n in range(1, 5)]
     qtbot.waitUntil(hardware.isComplete, timeout=ANSWER_TIMEOUT_MS)
     profile = wizard.choices.hardware
     assert profile is not None
@@ -104,10 +116,17 @@ def test_the_wizard_walks_through_to_a_launched_model(qtbot: QtBot, main_window:
     assert "needs a safetensors model (this one is gguf)" in engines["vLLM"]
     assert engines["llama.cpp (llama-cpp-python)"].startswith("installed")
     assert page.launch_button.isEnabled()
+    # Launch is the default button (Done, which launches nothing, is not) and in view without scrolling, in a
+    # roomy wizard and in the smallest one; the 200 % run of tests/gui/test_pages.py checks it scaled.
+    assert page.launch_button.isDefault() and not wizard.button(QWizard.WizardButton.FinishButton).isDefault()
+    for size in (QSize(1100, 720), wizard.minimumSize()):
+        wizard.resize(size)
+        qtbot.waitUntil(lambda size=size: wizard.size() == size)
+        assert launch_in_view(wizard, page.launch_button), size
     _screenshot(wizard, tmp_path / "wizard-4-recommendation.png")
 
-    # Launch: the model starts with exactly the recommended parameters and reaches ready.
-    qtbot.mouseClick(page.launch_button, Qt.MouseButton.LeftButton)
+    # Launch with Enter: the model starts with exactly the recommended parameters and reaches ready.
+    qtbot.keyClick(page, Qt.Key.Key_Return)
     qtbot.waitUntil(lambda: page.launch_status_label.text().startswith("Ready"), timeout=READY_TIMEOUT_MS)
     assert not page.error_label.isVisible()
     assert window.item_model.state_of(BUNDLED_ID) == "ready"
