@@ -64,10 +64,12 @@ def rows_html(rows: list[tuple[str, str]]) -> str:
     return f"<table>{cells}</table>"
 
 
-def problems_html(profile: dict[str, Any]) -> str:
-    """GPU problems and notes, each with its advice; empty when there are none."""
+def problems_html(profile: dict[str, Any], severity: str | None = None) -> str:
+    """GPU problems and notes, each with its advice (only those of `severity` if given); empty when none."""
     items = []
     for problem in profile.get("gpu_problems", []):
+        if severity is not None and problem.get("severity", "problem") != severity:
+            continue
         kind = "Note" if problem.get("severity") == "note" else "Problem"
         colour = "#555555" if kind == "Note" else "#c0392b"
         items.append(
