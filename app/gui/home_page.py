@@ -26,10 +26,11 @@ from app.gui.first_run_panel import FirstRunPanel, bundled_record
 from app.gui.gui_state import GuiState
 from app.gui.hub_format import error_label, show_error
 from app.gui.model_item_model import SIZE_COLUMN, ModelItemModel
-from app.gui.model_list_panel import STATE_WORDS, ModelListPanel
+from app.gui.model_list_panel import ModelListPanel
 from app.gui.next_step_panel import NextStepPanel
 from app.gui.plan_text import hardware_rows, problems_html, rows_html
 from app.gui.service_connection import LatestCall, ServiceConnection
+from app.gui.state_words import STATE_WORDS
 
 NARROW_WIDTH = 900  # logical pixels: below this, the machine and the endpoint are stacked
 ACTIVE_STATES = frozenset({"starting", "ready", "restarting", "stopping"})
@@ -40,8 +41,10 @@ def running_text(models: list[dict[str, Any]]) -> str:
     active = [m for m in models if m.get("state") in ACTIVE_STATES]
     if not active:
         return "No model is running. Select one below and press Launch."
-    words = ", ".join(f"{m['id']} ({STATE_WORDS.get(str(m['state']), m['state']).lower()})" for m in active)
-    return f"Running: {words}."
+    by_word: dict[str, list[str]] = {}
+    for m in active:
+        by_word.setdefault(STATE_WORDS.get(str(m["state"]), str(m["state"])), []).append(str(m["id"]))
+    return " ".join(f"{word}: {', '.join(ids)}." for word, ids in by_word.items())
 
 
 class HomePage(QWidget):

@@ -8,6 +8,7 @@ from PySide6.QtCore import QAbstractTableModel, QModelIndex, QObject, QPersisten
 from PySide6.QtGui import QColor
 
 from app.byte_size import format_bytes
+from app.gui.state_words import state_word
 
 ModelRecord = dict[str, Any]
 Index = QModelIndex | QPersistentModelIndex
@@ -88,7 +89,7 @@ class ModelItemModel(QAbstractTableModel):
         if column == MODEL_COLUMN:
             return str(record["id"])
         if column == STATE_COLUMN:
-            return str(record["state"])
+            return state_word(str(record["state"]))
         if column == SIZE_COLUMN:
             return format_bytes(record.get("size_bytes"))
         memory = record.get("memory")

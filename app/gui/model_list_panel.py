@@ -15,17 +15,10 @@ from PySide6.QtWidgets import (
 )
 
 from app.gui.model_item_model import MODEL_COLUMN, MODEL_ID_ROLE, ModelItemModel
+from app.gui.state_words import STATE_WORDS
 
 LAUNCHABLE_STATES = frozenset({"stopped", "failed"})
 STOPPABLE_STATES = frozenset({"starting", "ready", "restarting"})
-STATE_WORDS = {
-    "stopped": "Stopped",
-    "starting": "Starting",
-    "ready": "Ready",
-    "stopping": "Stopping",
-    "restarting": "Restarting",
-    "failed": "Failed",
-}
 
 
 class ModelListPanel(QWidget):

@@ -97,7 +97,7 @@ def test_first_run_launch_from_home_then_stop(qtbot: QtBot, main_window: MainWin
     assert meter.ticks > 10
     assert meter.longest_ms < LONGEST_BLOCK_BOUND_MS
 
-    assert f"Running: {BUNDLED_ID} (ready)." == home.running_label.text()
+    assert f"Running: {BUNDLED_ID}." == home.running_label.text()
     # The next step: chat with it, or copy the endpoint for another client.
     step = home.next_step_panel
     qtbot.waitUntil(step.isVisible)

@@ -43,7 +43,7 @@ def test_launch_stop_and_close_the_bundled_model(
 
     qtbot.mouseClick(panel.launch_button, Qt.MouseButton.LeftButton)
     qtbot.waitUntil(lambda: models.state_of(BUNDLED_ID) == "ready", timeout=READY_TIMEOUT_MS)
-    assert "Ready" in panel.state_label.text()
+    assert "Running" in panel.state_label.text()
     qtbot.waitUntil(panel.stop_button.isEnabled)
     assert not panel.launch_button.isEnabled()
     # The engine's own output (llama.cpp loading the file, then its HTTP server) reaches the log panel; the
