@@ -25,6 +25,7 @@ from PySide6.QtWidgets import (
 
 from app.client import ControlClient
 from app.gui.hub_format import error_label, show_error
+from app.gui.measured_speed import MeasuredSpeed, measured_speed, speed_words
 from app.gui.memory_bar import MemoryBarPanel, memory_bars
 from app.gui.plan_text import (
     ENGINE_COLUMN_TIPS,
@@ -86,6 +87,8 @@ class RecommendationPage(QWizardPage):
         self._choices = choices
         self._recommend_call = LatestCall(connection)
         self._launch_call = LatestCall(connection)
+        self._speed_call = LatestCall(connection)
+        self._measured: MeasuredSpeed | None = None
         self._best: dict[str, Any] | None = None
         self._launching: str | None = None  # model id of a launch not yet ready or failed
         self._seen_starting = False
@@ -169,6 +172,7 @@ class RecommendationPage(QWizardPage):
     def cancel(self) -> None:
         self._recommend_call.cancel()
         self._launch_call.cancel()
+        self._speed_call.cancel()
         self._launching = None
 
     # Recommendation ----------------------------------------------------------------------------------
@@ -176,7 +180,7 @@ class RecommendationPage(QWizardPage):
     def initializePage(self) -> None:
         model = self._choices.model
         assert model is not None, "the model page does not let the wizard go on without a model"
-        self._best, self._launching = None, None
+        self._best, self._launching, self._measured = None, None, None
         self._launch_call.cancel()
         use = USE_WORDS.get(self._choices.use, self._choices.use)
         self.setSubTitle(f"How to run {escape(model['name'])} for {use}.")
@@ -205,7 +209,11 @@ class RecommendationPage(QWizardPage):
             self.headline_label.setText("<b>Nothing fits in this machine's free memory.</b>")
             return
         self.headline_label.setText(f"<b>{escape(headline(best))}</b>")
-        self.plan_label.setText(rows_html(plan_rows(best)))
+        self._show_plan()
+        model_id = str((self._choices.model or {}).get("id"))
+        self._speed_call.run(
+            functools.partial(measured_speed, model_id=model_id), self._on_speed_measured, lambda _message: None
+        )  # without a measurement the estimate stands, and says it is one
         self.reasons_label.setText("<b>Why</b>" + reasons_html([str(r) for r in best.get("reasons", [])]))
         unified = bool((self._choices.hardware or {}).get("unified_memory"))
         bars = memory_bars(best["memory"], result.get("budgets", {}), unified)
@@ -216,6 +224,22 @@ class RecommendationPage(QWizardPage):
         for widget in (self.plan_label, self.reasons_label):
             widget.show()
         self._offer_launch(best)
+
+    def _show_plan(self) -> None:
+        best = self._best
+        if best is None:
+            return
+        speed = speed_words(best.get("decode_tokens_per_s"), self._measured)
+        rows = [(label, speed if label == "Speed" else text) for label, text in plan_rows(best)]
+        self.plan_label.setText(rows_html(rows))
+
+    def _on_speed_measured(self, measured: MeasuredSpeed | None) -> None:
+        self._measured = measured
+        self._show_plan()
+
+    @property
+    def measured(self) -> MeasuredSpeed | None:
+        return self._measured
 
     def _offer_launch(self, best: dict[str, Any]) -> None:
         model = self._choices.model or {}

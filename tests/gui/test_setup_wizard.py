@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import psutil
+from openai import OpenAI
 from PySide6.QtCore import QPoint, QRect, QSize, Qt
 from PySide6.QtWidgets import QPushButton, QScrollArea, QWidget, QWizard
 from pytestqt.qtbot import QtBot
@@ -18,6 +19,7 @@ from app.gui.wizard_dialog import SetupWizardDialog
 from app.gui.wizard_pages import MODEL_ID_ROLE
 from app.hub.library import BUNDLED_ID
 from app.paths import AppPaths
+from tests.gui.conftest import API_KEY
 
 ANSWER_TIMEOUT_MS = 30_000
 READY_TIMEOUT_MS = 90_000
@@ -164,13 +166,24 @@ def test_without_a_service_the_wizard_says_so_in_words(qtbot: QtBot, paths: AppP
     wizard.reject()
 
 
-def test_launch_restarts_a_model_running_with_other_settings(qtbot: QtBot, main_window: MainWindow) -> None:
+def test_launch_restarts_a_model_running_with_other_settings(
+    qtbot: QtBot, main_window: MainWindow, endpoint_port: int
+) -> None:
     window, models = main_window, main_window.item_model
     qtbot.waitUntil(lambda: models.state_of(BUNDLED_ID) == "stopped", timeout=ANSWER_TIMEOUT_MS)
     window.connection.start_model(BUNDLED_ID)  # the default plan, as the Launch button of the list starts it
     qtbot.waitUntil(lambda: models.state_of(BUNDLED_ID) == "ready", timeout=READY_TIMEOUT_MS)
     qtbot.waitUntil(lambda: ((models.record(BUNDLED_ID) or {}).get("plan") or {}).get("context") == 4096)
     first_pid = (models.record(BUNDLED_ID) or {})["pid"]
+    # Three streamed answers measured here (decode speed is measured on streams): the wizard's speed is
+    # theirs, and says so.
+    client = OpenAI(base_url=f"http://127.0.0.1:{endpoint_port}/v1", api_key=API_KEY, max_retries=0)
+    for n in range(3):
+        stream = client.chat.completions.create(
+            model=BUNDLED_ID, messages=[{"role": "user", "content": f"Count to {n + 9}."}], max_tokens=16,
+            logit_bias={"0": -100, "2": -100}, stream=True,
+        )  # fmt: skip
+        assert sum(1 for chunk in stream if chunk.choices and chunk.choices[0].delta.content) > 2
 
     window.setup_action.trigger()
     wizard = window.setup_dialog
@@ -183,6 +196,8 @@ def test_launch_restarts_a_model_running_with_other_settings(qtbot: QtBot, main_
     best = page.best
     assert best is not None and best["context"] != 4096
     assert "running with other settings: Launch restarts it" in page.launch_status_label.text()
+    qtbot.waitUntil(lambda: page.measured is not None, timeout=ANSWER_TIMEOUT_MS)
+    assert "measured here (the median of 3 earlier requests of this model)" in page.plan_label.text()
 
     qtbot.mouseClick(page.launch_button, Qt.MouseButton.LeftButton)
     qtbot.waitUntil(lambda: page.launch_status_label.text().startswith("Ready"), timeout=READY_TIMEOUT_MS)
