@@ -15,7 +15,6 @@ from PySide6.QtWidgets import (
     QLabel,
     QPushButton,
     QScrollArea,
-    QToolButton,
     QVBoxLayout,
     QWidget,
 )
@@ -74,8 +73,9 @@ class HomePage(QWidget):
         self.problems_label.setAccessibleName("GPU problems and advice")
         self.problems_label.hide()
         # Notes say nothing is wrong (no NVIDIA driver on a machine without an NVIDIA GPU): one line, folded.
-        self.notes_button = QToolButton()
+        self.notes_button = QPushButton()
         self.notes_button.setCheckable(True)
+        self.notes_button.setFlat(True)
         self.notes_button.setAccessibleName("Show the notes about GPU support")
         self.notes_button.hide()
         self.notes_label = QLabel()
@@ -226,8 +226,8 @@ class HomePage(QWidget):
         notes = problems_html(profile, "note")
         count = sum(1 for p in profile.get("gpu_problems", []) if p.get("severity") == "note")
         self.notes_label.setText(notes)
-        self.notes_button.setVisible(bool(notes))
         self.notes_button.setText(f"{count} note{'s' * (count != 1)} on GPU support: nothing to fix")
+        self.notes_button.setVisible(bool(notes))
         self.notes_label.setVisible(bool(notes) and self.notes_button.isChecked())
 
     @Slot(bool)
