@@ -82,7 +82,10 @@ class LogPanel(QWidget):
 
     def set_minimum_level(self, level: str) -> None:
         """Show lines of `level` and above ("debug", "info", "warning", "error")."""
-        self.level_combo.setCurrentIndex(self.level_combo.findData(level))
+        index = self.level_combo.findData(level)
+        if index < 0:
+            raise ValueError(f"unknown log level {level!r}; expected one of {', '.join(RANK)}")
+        self.level_combo.setCurrentIndex(index)
 
     def _keep(self, line: str) -> str:
         level = self._last_level = line_level(line, self._last_level)

@@ -3,6 +3,7 @@ every level a click away, and the view bounded."""
 
 from __future__ import annotations
 
+import pytest
 from pytestqt.qtbot import QtBot
 
 from app.gui.log_levels import levels, line_level
@@ -52,6 +53,9 @@ def test_debug_lines_hidden_by_default_and_shown_on_request(qtbot: QtBot) -> Non
     assert panel.plain_text().splitlines() == ENGINE_LINES[-3:]
     panel.set_minimum_level("warning")
     assert panel.plain_text().splitlines()[0].endswith("smaller than the model was trained for")
+    with pytest.raises(ValueError, match="unknown log level 'verbose'"):
+        panel.set_minimum_level("verbose")
+    assert panel.minimum_level == "warning"  # the view stays as it was
 
 
 def test_the_view_and_its_counts_stay_bounded(qtbot: QtBot) -> None:
