@@ -428,6 +428,7 @@ class HubVariant(TypedDict):
     size: int | None
     complete: bool
     files: list[str]
+    fit: str | None  # gpu, partial, cpu, too_big as the service's planner (or the file sizes) see this machine
 
 
 class HubRecommendation(TypedDict):

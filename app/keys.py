@@ -43,7 +43,11 @@ def insecure_keyring_reason() -> str | None:
     candidates = getattr(backend, "backends", None) or [backend]  # a ChainerBackend holds several
     if any(candidate.priority >= 1 for candidate in candidates):
         return None
-    return f"no OS keyring is available (found {type(backend).__module__}.{type(backend).__name__})"
+    # In words a user can act on: the backend's class name (keyring.backends.fail.Keyring) tells them nothing.
+    return (
+        "no OS keyring is available (this system runs no password store such as GNOME Keyring, KWallet, "
+        "the macOS Keychain or the Windows Credential Manager)"
+    )
 
 
 def _from_keyring(paths: AppPaths) -> ApiKey | str:

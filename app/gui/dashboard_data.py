@@ -24,9 +24,44 @@ def series_key(name: str, labels: dict[str, str]) -> SeriesKey:
 
 
 def key_label(key: SeriesKey) -> str:
-    """A short legend text: the labels that tell series of one chart apart."""
+    """The series' raw name and labels, as the service and the CSV export spell them."""
     name, labels = key
     return " ".join([name, *(f"{k}={v}" for k, v in labels)])
+
+
+# What a series measures, in words: the chart's title and axis already say the quantity and its unit.
+_WHAT = {
+    "generation_tokens_per_s": "generated",
+    "prompt_tokens_per_s": "prompt read",
+    "ttft_p50_s": "median",
+    "ttft_p95_s": "95th percentile",
+    "process_cpu_percent": "",
+    "system_cpu_percent": "whole machine",
+    "process_rss_bytes": "",
+    "system_memory_used_bytes": "whole machine, used",
+    "gpu_process_memory_bytes": "on GPU {gpu}",
+    "gpu_memory_used_bytes": "GPU {gpu}, all programs",
+    "gpu_memory_total_bytes": "GPU {gpu}, capacity",
+    "engine_kv_cache_usage": "",
+    "prompt_cache_reuse": "",
+}
+
+
+def series_title(key: SeriesKey) -> str:
+    """A legend text in words: whose series it is (a model, the service) and what of the chart's quantity."""
+    name, labels = key
+    by_key = dict(labels)
+    who = by_key.get("model") or ("ModelDeck service" if by_key.get("process") == "service" else "")
+    if who == "other":
+        who = "other programs"
+    what = _WHAT.get(name, name.replace("_", " ")).format(gpu=by_key.get("gpu", "?"))
+    return f"{who}: {what}" if who and what else who or what
+
+
+def series_model(key: SeriesKey) -> str | None:
+    """The model a series belongs to; None for the machine's and the service's own series."""
+    model = dict(key[1]).get("model")
+    return None if model in (None, "other") else model
 
 
 class SeriesBuffer:
@@ -105,6 +140,16 @@ class DashboardData:
         if buffer is None:
             buffer = self.buffers[key] = SeriesBuffer()
         return buffer
+
+    def latest(self, name: str, since: float) -> list[tuple[SeriesKey, float]]:
+        """The last value of each series called `name` whose last point is at or after `since`."""
+        found = []
+        for key, buffer in self.buffers.items():
+            if key[0] == name and len(buffer):
+                times, values = buffer.view()
+                if times[-1] >= since:
+                    found.append((key, float(values[-1])))
+        return found
 
     def models(self) -> set[str]:
         return {value for _, labels in self.buffers for key, value in labels if key == "model"}

@@ -1,5 +1,9 @@
-"""The live dashboard: throughput, TTFT, CPU, RAM, GPU memory by process, KV-cache use and prompt cache reuse,
-over a chosen window.
+"""The live dashboard: headline tiles, then throughput, TTFT, CPU, RAM, GPU memory by process, KV-cache use and
+prompt cache reuse, over a chosen window.
+
+Series are titled in words (`alpha: generated`), each model keeps one colour in every chart, the charts take
+the window's palette (no black plot in a light window), minute averages are drawn as steps, and a chart with
+nothing to draw in its window says so instead of showing an empty axis.
 
 Cheap by construction: samples only land in fixed buffers as they arrive; one QTimer (2 Hz, running only while
 the panel is visible and not paused) pushes changed buffers to curves created once, with `setData`,
@@ -11,14 +15,16 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pyqtgraph as pg
-from PySide6.QtCore import QPointF, Qt, QTimer, Signal, Slot
-from PySide6.QtGui import QHideEvent, QShowEvent
+from PySide6.QtCore import QEvent, QPointF, Qt, QTimer, Signal, Slot
+from PySide6.QtGui import QColor, QHideEvent, QPalette, QShowEvent
 from PySide6.QtWidgets import QComboBox, QFileDialog, QHBoxLayout, QLabel, QPushButton, QVBoxLayout, QWidget
 
 from app.api_types import SampleEvent, SeriesAnswer
-from app.gui.dashboard_data import DashboardData, SeriesKey, key_label
+from app.gui.dashboard_data import DashboardData, SeriesKey, series_model, series_title
+from app.gui.dashboard_tiles import DashboardTiles, tile_values
 from app.gui.service_connection import LatestCall, ServiceConnection
 
 REFRESH_MS = 500
@@ -27,6 +33,14 @@ RAW_WINDOW_S = 3600  # beyond this the service answers with minute averages, so 
 REFETCH_LONG_WINDOW_S = 60.0
 ALL_MODELS = "All models"
 GIB = 2.0**30
+EMPTY_TEXT = "No data in this window"
+# Colour-blind-safe (Okabe and Ito), one per model in the order models appear; machine-wide series take the
+# palette's text colour, the service a grey.
+MODEL_COLOURS = ("#0072b2", "#e69f00", "#009e73", "#cc79a7", "#56b4e9", "#d55e00", "#f0e442")
+SERVICE_COLOUR = "#8c8c8c"
+# The second series of a pair in one chart (prompt beside generation, p95 beside p50, capacity beside use).
+_DASHED = {"prompt_tokens_per_s", "ttft_p95_s", "system_cpu_percent", "system_memory_used_bytes"}
+_DOTTED = {"gpu_memory_total_bytes", "gpu_memory_used_bytes"}
 
 
 @dataclass(frozen=True)
@@ -70,6 +84,8 @@ class DashboardPanel(QWidget):
         self._history = LatestCall(connection) if connection is not None else None
         self._last_fetch = 0.0
         self._curves: dict[SeriesKey, pg.PlotDataItem] = {}
+        self._model_colours: dict[str, str] = {}
+        self._empty_labels: dict[str, pg.TextItem] = {}
         self._known_models: set[str] = set()
         self._shown_range = (0.0, 0.0)
         self._last_draw = 0.0
@@ -92,6 +108,7 @@ class DashboardPanel(QWidget):
         self.cursor_label = QLabel("Point at a chart to read its values.")
         self.cursor_label.setWordWrap(True)
         self.cursor_label.setAccessibleName("Values under the cursor")
+        self.tiles = DashboardTiles()
         self.plot_layout = pg.GraphicsLayoutWidget()
         self.plot_layout.setAccessibleName("Charts")
         self.plots: dict[str, pg.PlotItem] = {}
@@ -123,12 +140,16 @@ class DashboardPanel(QWidget):
         controls.addWidget(self.csv_button)
         layout = QVBoxLayout(self)
         layout.addLayout(controls)
+        layout.addWidget(self.tiles)
         layout.addWidget(self.plot_layout, 1)
         layout.addWidget(self.cursor_label)
         first: pg.PlotItem | None = None
         for chart in CHARTS:
             plot = pg.PlotItem(title=chart.title, axisItems={"bottom": pg.DateAxisItem(orientation="bottom")})
             plot.setLabel("left", chart.unit)
+            # Every chart counts from zero in its own unit: no "(x0.001)" prefix and no -150..+150 when idle.
+            plot.getAxis("left").enableAutoSIPrefix(False)
+            plot.vb.setLimits(yMin=0, minYRange=1e-9)
             plot.showGrid(x=False, y=False)
             plot.setMouseEnabled(x=False, y=False)
             plot.setMenuEnabled(False)
@@ -138,6 +159,10 @@ class DashboardPanel(QWidget):
             line = pg.InfiniteLine(angle=90, movable=False, pen=pg.mkPen("#888888", width=1))
             line.setVisible(False)
             plot.addItem(line, ignoreBounds=True)
+            empty = pg.TextItem(EMPTY_TEXT, anchor=(0.5, 0.5))
+            empty.setParentItem(plot.vb)  # in the view's pixels: centred whatever the data range
+            plot.vb.sigResized.connect(self._on_view_resized)
+            self._empty_labels[chart.key] = empty
             if first is None:
                 first = plot
             else:
@@ -146,6 +171,7 @@ class DashboardPanel(QWidget):
             self._cursor_lines[chart.key] = line
             if not chart.optional:
                 self._place(chart.key)
+        self._apply_palette()
 
     def _place(self, chart_key: str) -> None:
         keys = [chart.key for chart in CHARTS]
@@ -159,6 +185,72 @@ class DashboardPanel(QWidget):
 
     def chart_shown(self, chart_key: str) -> bool:
         return self.plots[chart_key].scene() is not None
+
+    # Theme ------------------------------------------------------------------------------------------------
+
+    def changeEvent(self, event: QEvent) -> None:
+        super().changeEvent(event)
+        if event.type() == QEvent.Type.PaletteChange:
+            self._apply_palette()
+
+    def _apply_palette(self) -> None:
+        """Charts in the window's colours: background of its text fields, axes and titles in its text colour."""
+        palette = self.palette()
+        background = palette.color(QPalette.ColorRole.Base)
+        foreground = palette.color(QPalette.ColorRole.Text)
+        self.plot_layout.setBackground(background)
+        for chart in CHARTS:
+            plot = self.plots[chart.key]
+            for side in ("left", "bottom"):
+                axis = plot.getAxis(side)
+                axis.setPen(foreground)
+                axis.setTextPen(foreground)
+            plot.setTitle(chart.title, color=foreground)
+            if plot.legend is not None:
+                plot.legend.setLabelTextColor(foreground)
+                for _sample, label in plot.legend.items:
+                    label.setText(label.text, color=foreground)
+            self._empty_labels[chart.key].setColor(foreground)
+        for key, curve in self._curves.items():
+            curve.setPen(self._pen(key))
+
+    def chart_colours(self) -> tuple[QColor, QColor]:
+        """The charts' background and text colour now."""
+        axis = self.plots[CHARTS[0].key].getAxis("left")
+        return QColor(self.plot_layout.backgroundBrush().color()), QColor(axis.textPen().color())
+
+    def _pen(self, key: SeriesKey) -> Any:
+        model = series_model(key)
+        if model is not None:
+            colour = QColor(self._model_colour(model))
+        elif dict(key[1]).get("process") == "service":
+            colour = QColor(SERVICE_COLOUR)
+        else:
+            colour = self.palette().color(QPalette.ColorRole.Text)
+        pen = pg.mkPen(colour, width=1.5)
+        if key[0] in _DASHED:
+            pen.setStyle(Qt.PenStyle.DashLine)
+        elif key[0] in _DOTTED:
+            pen.setStyle(Qt.PenStyle.DotLine)
+        return pen
+
+    def _model_colour(self, model: str) -> str:
+        colour = self._model_colours.get(model)
+        if colour is None:
+            colour = MODEL_COLOURS[len(self._model_colours) % len(MODEL_COLOURS)]
+            self._model_colours[model] = colour
+        return colour
+
+    def model_colour(self, model: str) -> str | None:
+        """The colour `model`'s series are drawn in, in every chart; None before its first series."""
+        return self._model_colours.get(model)
+
+    @Slot(object)
+    def _on_view_resized(self, view: pg.ViewBox) -> None:
+        for chart_key, plot in self.plots.items():
+            if plot.vb is view:
+                rect = view.boundingRect()
+                self._empty_labels[chart_key].setPos(rect.center())
 
     # Data in ---------------------------------------------------------------------------------------------
 
@@ -219,7 +311,11 @@ class DashboardPanel(QWidget):
                 continue
             curve = self._curves.get(key) or self._new_curve(key, chart)
             t, v = buffer.view()
-            curve.setData(t, v * chart.scale if chart.scale != 1.0 else v)
+            # Beyond an hour the service answers with minute averages, each stamped at its minute's start:
+            # a step holds each average over its minute instead of joining them with diagonals.
+            # (pyqtgraph's "right": y[i] is held from x[i] to x[i + 1].)
+            step = "right" if self.window_s > RAW_WINDOW_S else None
+            curve.setData(t, v * chart.scale if chart.scale != 1.0 else v, stepMode=step)
             buffer.changed = False
         end = self.data.latest_time or time.time()
         shown = (end - self.window_s, end)
@@ -230,17 +326,32 @@ class DashboardPanel(QWidget):
         if models != self._known_models:
             self._known_models = models
             self._update_model_combo()
+        self._show_empty_labels(shown[0])
+        self.tiles.show_values(tile_values(self.data, self.model_filter))
+
+    def _show_empty_labels(self, since: float) -> None:
+        has_data: set[str] = set()
+        for key, curve in self._curves.items():
+            if curve.isVisible():
+                times, _ = self.data.buffers[key].view()
+                if len(times) and times[-1] >= since:
+                    has_data.add(_CHART_OF_NAME[key[0]].key)
+        for chart_key, label in self._empty_labels.items():
+            label.setVisible(chart_key not in has_data)
+
+    def chart_says_empty(self, chart_key: str) -> bool:
+        """Whether the chart shows its no-data message."""
+        return bool(self._empty_labels[chart_key].isVisible())
 
     def _new_curve(self, key: SeriesKey, chart: ChartSpec) -> pg.PlotDataItem:
         if chart.optional and not self.chart_shown(chart.key):
             self._place(chart.key)
         plot = self.plots[chart.key]
-        index = sum(1 for other in self._curves if _CHART_OF_NAME[other[0]] is chart)
-        dashed = key[0].endswith(("_total_bytes", "p95_s"))  # limits and tails, drawn apart from the lines they bound
-        pen = pg.mkPen(pg.intColor(index, hues=6, maxValue=230), width=1.5)
-        if dashed:
-            pen.setStyle(Qt.PenStyle.DashLine)
-        curve = plot.plot(pen=pen, name=key_label(key))
+        curve = plot.plot(pen=self._pen(key), name=series_title(key))
+        if plot.legend is not None:
+            colour = self.palette().color(QPalette.ColorRole.Text)
+            for _sample, label in plot.legend.items[-1:]:
+                label.setText(label.text, color=colour)
         curve.setVisible(self._matches(key))
         self._curves[key] = curve
         return curve
@@ -259,6 +370,9 @@ class DashboardPanel(QWidget):
 
     def curve_count(self) -> int:
         return len(self._curves)
+
+    def curve(self, key: SeriesKey) -> pg.PlotDataItem:
+        return self._curves[key]
 
     def curve_data(self, key: SeriesKey) -> tuple[list[float], list[float]]:
         x, y = self._curves[key].getOriginalDataset()
@@ -280,6 +394,7 @@ class DashboardPanel(QWidget):
         self.model_filter = None if text in (ALL_MODELS, "") else text
         for key, curve in self._curves.items():
             curve.setVisible(self._matches(key))
+        self.refresh()
 
     @Slot(bool)
     def _on_pause_button_toggled(self, paused: bool) -> None:
@@ -307,7 +422,7 @@ class DashboardPanel(QWidget):
             if _CHART_OF_NAME.get(key[0]) is chart:
                 value = self.data.buffers[key].value_at(x)
                 if value is not None:
-                    parts.append(f"{key_label(key)}: {value * chart.scale:.4g} {chart.unit}")
+                    parts.append(f"{series_title(key)}: {value * chart.scale:.4g} {chart.unit}")
         text = "   ".join(parts)
         self.cursor_label.setText(text)
         return text

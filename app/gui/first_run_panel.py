@@ -7,7 +7,7 @@ from PySide6.QtGui import QFont
 from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QPushButton, QVBoxLayout, QWidget
 
 from app.api_types import LAUNCHABLE, ModelRecord, ModelState
-from app.gui.model_item_model import format_bytes
+from app.byte_size import format_bytes
 
 BUNDLED_SOURCE = "bundled"
 STATE_TEXT = {

@@ -25,9 +25,11 @@ from app.gui.first_run_panel import FirstRunPanel, bundled_record
 from app.gui.gui_state import GuiState
 from app.gui.hub_format import error_label, show_error
 from app.gui.model_item_model import SIZE_COLUMN, ModelItemModel
-from app.gui.model_list_panel import STATE_WORDS, ModelListPanel
+from app.gui.model_list_panel import ModelListPanel
+from app.gui.next_step_panel import NextStepPanel
 from app.gui.plan_text import hardware_rows, problems_html, rows_html
 from app.gui.service_connection import LatestCall, ServiceConnection
+from app.gui.state_words import STATE_WORDS
 
 NARROW_WIDTH = 900  # logical pixels: below this, the machine and the endpoint are stacked
 
@@ -37,8 +39,10 @@ def running_text(models: list[ModelRecord]) -> str:
     active = [m for m in models if m["state"] in HAS_ENGINE]
     if not active:
         return "No model is running. Select one below and press Launch."
-    words = ", ".join(f"{m['id']} ({STATE_WORDS[m['state']].lower()})" for m in active)
-    return f"Running: {words}."
+    by_word: dict[str, list[str]] = {}
+    for m in active:
+        by_word.setdefault(STATE_WORDS.get(str(m["state"]), str(m["state"])), []).append(str(m["id"]))
+    return " ".join(f"{word}: {', '.join(ids)}." for word, ids in by_word.items())
 
 
 class HomePage(QWidget):
@@ -47,6 +51,7 @@ class HomePage(QWidget):
     sig_start_requested = Signal(str)  # model id: the window launches it as any other launch
     sig_stop_requested = Signal(str)
     sig_snippets_requested = Signal()  # the user wants the code snippets (on the Run page)
+    sig_chat_requested = Signal(str)  # model id: the user wants to chat with it
 
     def __init__(
         self, connection: ServiceConnection, item_model: ModelItemModel, state: GuiState, parent: QWidget | None = None
@@ -66,6 +71,18 @@ class HomePage(QWidget):
         self.problems_label.setWordWrap(True)
         self.problems_label.setAccessibleName("GPU problems and advice")
         self.problems_label.hide()
+        # Notes say nothing is wrong (no NVIDIA driver on a machine without an NVIDIA GPU): one line, folded.
+        self.notes_button = QPushButton()
+        self.notes_button.setCheckable(True)
+        self.notes_button.setFlat(True)
+        self.notes_button.setAccessibleName("Show the notes about GPU support")
+        self.notes_button.hide()
+        self.notes_label = QLabel()
+        self.notes_label.setWordWrap(True)
+        self.notes_label.setAccessibleName("Notes about GPU support")
+        self.notes_label.hide()
+        self.next_step_panel = NextStepPanel()
+        self._endpoint_url: str | None = None
         self.hardware_error_label = error_label()
         self.detect_button = QPushButton("Detect again")
         self.detect_button.setAccessibleName("Detect the hardware again")
@@ -88,6 +105,8 @@ class HomePage(QWidget):
         machine_layout = QVBoxLayout(machine)
         machine_layout.addWidget(self.hardware_label)
         machine_layout.addWidget(self.problems_label)
+        machine_layout.addWidget(self.notes_button, 0, Qt.AlignmentFlag.AlignLeft)
+        machine_layout.addWidget(self.notes_label)
         machine_layout.addWidget(self.hardware_error_label)
         machine_layout.addStretch(1)
         machine_layout.addWidget(self.detect_button, 0, Qt.AlignmentFlag.AlignLeft)
@@ -109,6 +128,7 @@ class HomePage(QWidget):
         content = QWidget()
         content_layout = QVBoxLayout(content)
         content_layout.addWidget(self.first_run_panel)
+        content_layout.addWidget(self.next_step_panel)
         content_layout.addLayout(grid)
         content_layout.addWidget(models, 1)
         # At 200 % scaling or in a small window the page scrolls instead of squeezing its text.
@@ -123,6 +143,9 @@ class HomePage(QWidget):
         order = [
             self.first_run_panel.start_button,
             self.first_run_panel.dismiss_button,
+            self.next_step_panel.chat_button,
+            self.next_step_panel.copy_button,
+            self.notes_button,
             self.detect_button,
             self.endpoint_panel.url_edit,
             self.endpoint_panel.copy_url_button,
@@ -171,6 +194,8 @@ class HomePage(QWidget):
         self.model_list_panel.sig_stop_requested.connect(self.sig_stop_requested)
         self.detect_button.clicked.connect(self._on_detect_button_clicked)
         self.snippets_button.clicked.connect(self.sig_snippets_requested)
+        self.notes_button.toggled.connect(self._on_notes_button_toggled)
+        self.next_step_panel.sig_chat_requested.connect(self.sig_chat_requested)
 
     def settle(self, model_id: str) -> None:
         """A launch or stop asked from this page ended: the engine changed state."""
@@ -190,9 +215,23 @@ class HomePage(QWidget):
     def _on_hardware_loaded(self, profile: HardwareRecord) -> None:
         self.detect_button.setEnabled(True)
         self.hardware_label.setText(rows_html(hardware_rows(profile)))
-        problems = problems_html(profile)
+        self.show_gpu_problems(profile)
+
+    def show_gpu_problems(self, profile: HardwareRecord) -> None:
+        """Problems open, each with its advice; notes (nothing is wrong) folded behind one line."""
+        problems = problems_html(profile, "problem")
         self.problems_label.setText(problems)
         self.problems_label.setVisible(bool(problems))
+        notes = problems_html(profile, "note")
+        count = sum(1 for p in profile.get("gpu_problems", []) if p.get("severity") == "note")
+        self.notes_label.setText(notes)
+        self.notes_button.setText(f"{count} note{'s' * (count != 1)} on GPU support: nothing to fix")
+        self.notes_button.setVisible(bool(notes))
+        self.notes_label.setVisible(bool(notes) and self.notes_button.isChecked())
+
+    @Slot(bool)
+    def _on_notes_button_toggled(self, shown: bool) -> None:
+        self.notes_label.setVisible(shown)
 
     def _on_hardware_failed(self, message: str) -> None:
         self.detect_button.setEnabled(self._connection.is_connected)
@@ -218,12 +257,16 @@ class HomePage(QWidget):
     @Slot(object)
     def _on_connection_endpoint_received(self, info: EndpointRecord) -> None:
         self.endpoint_panel.set_endpoint(str(info["url"]), info.get("api_key"), str(info.get("key_note") or ""))
+        self._endpoint_url = str(info["url"])
+        self._refresh()
 
     @Slot()
     def _refresh(self) -> None:
         models = [r for r in (self._item_model.record(i) for i in self._item_model.model_ids()) if r is not None]
         self.running_label.setText(running_text(models) if models else "Waiting for the service's model list.")
-        if any(m["state"] == ModelState.READY for m in models):
+        ready = next((str(m["id"]) for m in models if m["state"] == ModelState.READY), None)
+        self.next_step_panel.show_ready(ready if self._connection.is_connected else None, self._endpoint_url)
+        if ready is not None:
             self._state.mark_launched()  # from here, from the Run page, the tray or another client alike
         self.first_run_panel.set_bundled(bundled_record(models), self._connection.is_connected)
         # Shown until some model has been ready once; while the offer's own launch is under way it stays, so the

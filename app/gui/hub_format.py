@@ -5,17 +5,14 @@ from __future__ import annotations
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QAbstractItemView, QHeaderView, QLabel, QTableWidget, QTableWidgetItem
 
+from app.byte_size import format_bytes
+
 ERROR_STYLE = "color: #c0392b;"
 
 
 def size_text(size: int | None) -> str:
-    """Bytes as people read them: 98.4 MB, 4.37 GB; unknown as a dash."""
-    if size is None:
-        return "\N{EM DASH}"
-    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
-        if size >= scale:
-            return f"{size / scale:.2f} {unit}" if unit == "GB" else f"{size / scale:.1f} {unit}"
-    return f"{size} bytes"
+    """Bytes as people read them, in the IEC units of every other page: 93.8 MiB, 4.1 GiB; unknown as a dash."""
+    return format_bytes(size)
 
 
 def rate_text(rate_bps: float | None) -> str:

@@ -1,5 +1,5 @@
-"""A Hub model's page: license and gated status, its GGUF variants with sizes, the one suggested for the machine
-the service runs on, and a Download button."""
+"""A Hub model's page: license and gated status, its GGUF variants with sizes and a badge each for how it would run
+on the machine the service runs on (the service's planner decides), the one suggested, and a Download button."""
 
 from __future__ import annotations
 
@@ -7,15 +7,27 @@ import functools
 from html import escape
 
 from PySide6.QtCore import Qt, Signal, Slot
-from PySide6.QtGui import QFont
-from PySide6.QtWidgets import QHBoxLayout, QLabel, QPushButton, QVBoxLayout, QWidget
+from PySide6.QtGui import QColor, QFont
+from PySide6.QtWidgets import QHBoxLayout, QLabel, QPushButton, QTableWidgetItem, QVBoxLayout, QWidget
 
 from app.api_types import DownloadRecord, HubModelPage
 from app.client import ControlClient
 from app.gui.hub_format import cell, error_label, selected_key, show_error, size_text, table
 from app.gui.service_connection import LatestCall, ServiceConnection
 
-COLUMNS = ("Variant", "Size", "Files")
+COLUMNS = ("Variant", "Size", "Files", "On this machine")
+FIT_COLUMN = 3
+FIT_WORDS = {
+    "gpu": ("Fits on the GPU", "#1e8449", "All its layers on the GPU: the fastest way to run it."),
+    "partial": (
+        "Partly offloaded",
+        "#b9770e",
+        "Some layers on the GPU, the rest on the CPU: slower than all on it.",
+    ),
+    "cpu": ("CPU only", "", "It runs on the CPU, from RAM."),
+    "too_big": ("Too big", "#c0392b", "It does not fit in this machine's free memory with a safety margin."),
+}
+UNKNOWN_FIT = ("Unknown", "", "Its size is unknown or its files are incomplete: the planner cannot cost it.")
 RECOMMENDED_MARK = "  \N{BLACK STAR} recommended"
 
 
@@ -98,6 +110,7 @@ class HubModelPanel(QWidget):
                 cell(variant["name"] + mark, variant["name"]),
                 cell(size_text(variant["size"]), align_right=True),
                 cell(str(len(variant["files"])), align_right=True),
+                _fit_cell(variant["fit"]),
             ]
             for column, item in enumerate(items):
                 if mark:
@@ -139,6 +152,20 @@ class HubModelPanel(QWidget):
     def _on_download_failed(self, message: str) -> None:
         self._on_variants_selection_changed()
         show_error(self.error_label, f"The download did not start: {message}")
+
+
+def fit_words(fit: str | None) -> str:
+    """The badge text of a variant's fit as the service planned it ("gpu", "partial", "cpu", "too_big")."""
+    return FIT_WORDS.get(fit or "", UNKNOWN_FIT)[0]
+
+
+def _fit_cell(fit: str | None) -> QTableWidgetItem:
+    words, colour, tip = FIT_WORDS.get(fit or "", UNKNOWN_FIT)
+    item = cell(words)
+    item.setToolTip(tip)
+    if colour:
+        item.setForeground(QColor(colour))
+    return item
 
 
 def _hub_model(client: ControlClient, repo_id: str) -> HubModelPage:

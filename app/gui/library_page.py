@@ -12,6 +12,7 @@ from PySide6.QtWidgets import QFileDialog, QHBoxLayout, QLabel, QMessageBox, QPu
 
 from app.api_types import (
     ACTIVE,
+    LAUNCHABLE,
     DeletedRecord,
     EngineEvent,
     ImportedRecord,
@@ -23,6 +24,7 @@ from app.api_types import (
 from app.client import ControlClient
 from app.gui.hub_format import cell, error_label, row_key, selected_key, show_error, size_text, table
 from app.gui.service_connection import LatestCall, ServiceConnection
+from app.gui.state_words import state_word
 
 COLUMNS = ("Model", "Source", "Size on disk", "State", "File")
 SOURCE_WORDS = {"bundled": "Bundled", "hub": "Hugging Face Hub", "local": "Imported"}
@@ -50,6 +52,11 @@ class LibraryPage(QWidget):
         self.disk_label.setWordWrap(True)
         self.verify_button = QPushButton("Verify")
         self.verify_button.setAccessibleName("Verify the selected model's files")
+        # Load and Eject: start and stop the selected model's engine, as Launch and Stop do on Home and Run.
+        self.load_button = QPushButton("Load")
+        self.load_button.setAccessibleName("Load the selected model into an engine")
+        self.eject_button = QPushButton("Eject")
+        self.eject_button.setAccessibleName("Eject the selected model from memory")
         self.delete_button = QPushButton("Delete\N{HORIZONTAL ELLIPSIS}")
         self.delete_button.setAccessibleName("Delete the selected model")
         self.import_button = QPushButton("Import GGUF\N{HORIZONTAL ELLIPSIS}")
@@ -62,6 +69,8 @@ class LibraryPage(QWidget):
         self._update_buttons()
         self.models_table.itemSelectionChanged.connect(self._update_buttons)
         self.verify_button.clicked.connect(self._on_verify_button_clicked)
+        self.load_button.clicked.connect(self._on_load_button_clicked)
+        self.eject_button.clicked.connect(self._on_eject_button_clicked)
         self.delete_button.clicked.connect(self._on_delete_button_clicked)
         self.import_button.clicked.connect(self._on_import_button_clicked)
         connection.sig_models_received.connect(self._on_connection_models_received)
@@ -71,7 +80,7 @@ class LibraryPage(QWidget):
         layout = QVBoxLayout(self)
         layout.addWidget(self.models_table, 1)
         row = QHBoxLayout()
-        for button in (self.verify_button, self.delete_button, self.import_button):
+        for button in (self.load_button, self.eject_button, self.verify_button, self.delete_button, self.import_button):
             row.addWidget(button)
         row.addStretch(1)
         layout.addLayout(row)
@@ -121,7 +130,7 @@ class LibraryPage(QWidget):
                 name,
                 cell(SOURCE_WORDS.get(entry["source"], entry["source"])),
                 cell(size_text(entry["size_on_disk"]), align_right=True),
-                cell(str(entry.get("state", "")).capitalize()),
+                cell(state_word(entry.get("state"))),
                 cell(entry["path"]),
             ]
             for column, item in enumerate(items):
@@ -138,7 +147,26 @@ class LibraryPage(QWidget):
         self.verify_button.setEnabled(entry is not None)
         self.delete_button.setEnabled(entry is not None and bool(entry["deletable"]))
         running = entry is not None and entry.get("state") in ACTIVE
-        self.delete_button.setToolTip("Stop the model before deleting it." if running else "")
+        self.delete_button.setToolTip("Eject the model before deleting it." if running else "")
+        state = entry.get("state") if entry is not None else None
+        self.load_button.setEnabled(state in LAUNCHABLE)
+        self.eject_button.setEnabled(state in ACTIVE)
+
+    @Slot()
+    def _on_load_button_clicked(self) -> None:
+        model_id = selected_key(self.models_table)
+        if model_id is not None:
+            self.load_button.setEnabled(False)  # the engine's events enable the buttons again
+            self._report(f"Loading {model_id}\N{HORIZONTAL ELLIPSIS}")
+            self._connection.call(functools.partial(_load, model_id=model_id), lambda _r: None, self._show_failure)
+
+    @Slot()
+    def _on_eject_button_clicked(self) -> None:
+        model_id = selected_key(self.models_table)
+        if model_id is not None:
+            self.eject_button.setEnabled(False)
+            self._report(f"Ejecting {model_id}\N{HORIZONTAL ELLIPSIS}")
+            self._connection.call(functools.partial(_eject, model_id=model_id), lambda _r: None, self._show_failure)
 
     @Slot()
     def _on_verify_button_clicked(self) -> None:
@@ -220,6 +248,14 @@ class LibraryPage(QWidget):
         self.result_label.setText("")
         show_error(self.error_label, message)
         self._update_buttons()
+
+
+def _load(client: ControlClient, model_id: str) -> ModelRecord:
+    return client.start_model(model_id)
+
+
+def _eject(client: ControlClient, model_id: str) -> ModelRecord:
+    return client.stop_model(model_id)
 
 
 def _verify(client: ControlClient, model_id: str) -> VerdictRecord:

@@ -183,6 +183,8 @@ class MainWindow(QMainWindow):
         self.home_page.sig_start_requested.connect(self._on_model_list_launch_requested)
         self.home_page.sig_stop_requested.connect(self._on_model_list_stop_requested)
         self.home_page.sig_snippets_requested.connect(self._on_home_page_snippets_requested)
+        self.home_page.sig_chat_requested.connect(self._on_home_page_chat_requested)
+        self.home_page.next_step_panel.sig_text_copied.connect(self._on_endpoint_text_copied)
         connection.sig_engine_changed.connect(self.notifier.on_engine_changed)
         self.snippets_panel.sig_text_copied.connect(self._on_endpoint_text_copied)
         self.tray.sig_start_requested.connect(self._on_model_list_launch_requested)
@@ -342,6 +344,10 @@ class MainWindow(QMainWindow):
         else:
             dialog.restart()
         dialog.show()
+
+    @Slot(str)
+    def _on_home_page_chat_requested(self, _model_id: str) -> None:
+        self.tabs.setCurrentWidget(self.chat_page)
 
     @Slot()
     def _on_home_page_snippets_requested(self) -> None:

@@ -10,7 +10,7 @@ from PySide6.QtCore import QRectF, QSize
 from PySide6.QtGui import QColor, QPainter, QPaintEvent, QPen
 from PySide6.QtWidgets import QLabel, QSizePolicy, QVBoxLayout, QWidget
 
-from app.gui.model_item_model import format_bytes
+from app.byte_size import format_bytes
 
 # (label, memory part, colour). Every other part (compute buffers, workspace, the runtime) is overhead to a user
 # and is summed into the last segment, so a part the memory model adds later is never left off the bar.

@@ -8,6 +8,8 @@ from PySide6.QtCore import QAbstractTableModel, QModelIndex, QObject, QPersisten
 from PySide6.QtGui import QColor
 
 from app.api_types import EngineEvent, MemoryCheckRecord, ModelRecord, ModelState, StartupRecord
+from app.byte_size import format_bytes
+from app.gui.state_words import state_word
 
 Index = QModelIndex | QPersistentModelIndex
 
@@ -19,18 +21,6 @@ MODEL_ID_ROLE = Qt.ItemDataRole.UserRole + 1
 # was published would otherwise roll the state back until the next poll.
 _EVENT_FIELDS = ("state", "message")
 _FAILED_COLOUR = QColor("#c0392b")
-
-
-def format_bytes(value: int | None) -> str:
-    """A size for people: '93.8 MiB'; an unknown size is a dash."""
-    if value is None:
-        return "\N{EM DASH}"
-    size, unit = float(value), "B"
-    for bigger in ("KiB", "MiB", "GiB", "TiB"):
-        if size < 1024:
-            break
-        size, unit = size / 1024, bigger
-    return f"{size:.0f} B" if unit == "B" else f"{size:.1f} {unit}"
 
 
 def memory_check_text(memory: MemoryCheckRecord | None) -> str | None:
@@ -99,7 +89,7 @@ class ModelItemModel(QAbstractTableModel):
         if column == MODEL_COLUMN:
             return str(record["id"])
         if column == STATE_COLUMN:
-            return str(record["state"])
+            return state_word(str(record["state"]))
         if column == SIZE_COLUMN:
             return format_bytes(record.get("size_bytes"))
         memory = record.get("memory")

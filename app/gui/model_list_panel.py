@@ -16,15 +16,7 @@ from PySide6.QtWidgets import (
 
 from app.api_types import ACTIVE, LAUNCHABLE, ModelState
 from app.gui.model_item_model import MODEL_COLUMN, MODEL_ID_ROLE, ModelItemModel
-
-STATE_WORDS = {
-    ModelState.STOPPED: "Stopped",
-    ModelState.STARTING: "Starting",
-    ModelState.READY: "Ready",
-    ModelState.STOPPING: "Stopping",
-    ModelState.RESTARTING: "Restarting",
-    ModelState.FAILED: "Failed",
-}
+from app.gui.state_words import STATE_WORDS
 
 
 class ModelListPanel(QWidget):

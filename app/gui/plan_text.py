@@ -9,7 +9,7 @@ from html import escape
 from typing import Any
 
 from app.api_types import CPURecord, EngineFitRecord, GPURecord, HardwareRecord, OptionRecord
-from app.gui.model_item_model import format_bytes
+from app.byte_size import format_bytes
 
 TIER_WORDS = {
     "gpu": "all on the GPU",
@@ -65,10 +65,12 @@ def rows_html(rows: list[tuple[str, str]]) -> str:
     return f"<table>{cells}</table>"
 
 
-def problems_html(profile: HardwareRecord) -> str:
-    """GPU problems and notes, each with its advice; empty when there are none."""
+def problems_html(profile: HardwareRecord, severity: str | None = None) -> str:
+    """GPU problems and notes, each with its advice (only those of `severity` if given); empty when none."""
     items = []
     for problem in profile.get("gpu_problems", []):
+        if severity is not None and problem.get("severity", "problem") != severity:
+            continue
         kind = "Note" if problem.get("severity") == "note" else "Problem"
         colour = "#555555" if kind == "Note" else "#c0392b"
         items.append(

@@ -33,6 +33,7 @@ from app.api_types import (
 )
 from app.client import ControlClient
 from app.gui.hub_format import error_label, show_error
+from app.gui.measured_speed import MeasuredSpeed, measured_speed, speed_words
 from app.gui.memory_bar import MemoryBarPanel, memory_bars
 from app.gui.plan_text import (
     ENGINE_COLUMN_TIPS,
@@ -89,10 +90,12 @@ class RecommendationPage(QWizardPage):
 
     def __init__(self, connection: ServiceConnection, choices: WizardChoices, parent: QWidget | None = None) -> None:
         super().__init__(parent)
-        self.setTitle("Recommendation")
+        self.setTitle("How to run it")
         self._choices = choices
         self._recommend_call = LatestCall(connection)
         self._launch_call = LatestCall(connection)
+        self._speed_call = LatestCall(connection)
+        self._measured: MeasuredSpeed | None = None
         self._best: OptionRecord | None = None
         self._launching: str | None = None  # model id of a launch not yet ready or failed
         self._seen_starting = False
@@ -142,13 +145,15 @@ class RecommendationPage(QWizardPage):
         connection.sig_engine_changed.connect(self._on_connection_engine_changed)
 
     def _build_layout(self) -> None:
-        # The page scrolls rather than squeezing its texts in a small wizard (or at 200 %).
+        # The page scrolls rather than squeezing its texts in a small wizard (or at 200 %); Launch stays below
+        # the scrolled part, always in view.
         content = QWidget()
         scroll = QScrollArea()
         scroll.setWidgetResizable(True)
         scroll.setFrameShape(QFrame.Shape.NoFrame)
         scroll.setWidget(content)
-        QVBoxLayout(self).addWidget(scroll)
+        page_layout = QVBoxLayout(self)
+        page_layout.addWidget(scroll, 1)
         layout = QVBoxLayout(content)
         layout.addWidget(self.headline_label)
         layout.addWidget(self.plan_label)
@@ -164,8 +169,8 @@ class RecommendationPage(QWizardPage):
         launch_row = QHBoxLayout()
         launch_row.addWidget(self.launch_button)
         launch_row.addWidget(self.launch_status_label, 1)
-        layout.addLayout(launch_row)
-        layout.addWidget(self.error_label)
+        page_layout.addLayout(launch_row)
+        page_layout.addWidget(self.error_label)
 
     @property
     def best(self) -> OptionRecord | None:
@@ -174,6 +179,7 @@ class RecommendationPage(QWizardPage):
     def cancel(self) -> None:
         self._recommend_call.cancel()
         self._launch_call.cancel()
+        self._speed_call.cancel()
         self._launching = None
 
     # Recommendation ----------------------------------------------------------------------------------
@@ -181,7 +187,7 @@ class RecommendationPage(QWizardPage):
     def initializePage(self) -> None:
         model = self._choices.model
         assert model is not None, "the model page does not let the wizard go on without a model"
-        self._best, self._launching = None, None
+        self._best, self._launching, self._measured = None, None, None
         self._launch_call.cancel()
         use = USE_WORDS.get(self._choices.use, self._choices.use)
         self.setSubTitle(f"How to run {escape(model['name'])} for {use}.")
@@ -210,7 +216,11 @@ class RecommendationPage(QWizardPage):
             self.headline_label.setText("<b>Nothing fits in this machine's free memory.</b>")
             return
         self.headline_label.setText(f"<b>{escape(headline(best))}</b>")
-        self.plan_label.setText(rows_html(plan_rows(best)))
+        self._show_plan()
+        model_id = self._choices.model["id"] if self._choices.model else ""
+        self._speed_call.run(
+            functools.partial(measured_speed, model_id=model_id), self._on_speed_measured, lambda _message: None
+        )  # without a measurement the estimate stands, and says it is one
         self.reasons_label.setText("<b>Why</b>" + reasons_html([str(r) for r in best.get("reasons", [])]))
         unified = bool(self._choices.hardware and self._choices.hardware["unified_memory"])
         bars = memory_bars(best["memory"], result.get("budgets", {}), unified)
@@ -221,6 +231,22 @@ class RecommendationPage(QWizardPage):
         for widget in (self.plan_label, self.reasons_label):
             widget.show()
         self._offer_launch(best)
+
+    def _show_plan(self) -> None:
+        best = self._best
+        if best is None:
+            return
+        speed = speed_words(best.get("decode_tokens_per_s"), self._measured)
+        rows = [(label, speed if label == "Speed" else text) for label, text in plan_rows(best)]
+        self.plan_label.setText(rows_html(rows))
+
+    def _on_speed_measured(self, measured: MeasuredSpeed | None) -> None:
+        self._measured = measured
+        self._show_plan()
+
+    @property
+    def measured(self) -> MeasuredSpeed | None:
+        return self._measured
 
     def _offer_launch(self, best: OptionRecord) -> None:
         model = self._choices.model

@@ -1,4 +1,7 @@
-"""Ready-to-paste client code for the selected model, and a "Test it" button that streams a short answer."""
+"""Ready-to-paste client code for the selected model, and a "Test it" button that streams a short answer.
+
+The code reads the key from $MODELDECK_API_KEY and says first how to set it; the key itself goes into the code
+only when the user ticks "Include my API key" (code gets pasted into chats and repositories)."""
 
 from __future__ import annotations
 
@@ -8,7 +11,16 @@ import time
 
 from PySide6.QtCore import Signal, Slot
 from PySide6.QtGui import QGuiApplication
-from PySide6.QtWidgets import QHBoxLayout, QLabel, QPlainTextEdit, QPushButton, QTabWidget, QVBoxLayout, QWidget
+from PySide6.QtWidgets import (
+    QCheckBox,
+    QHBoxLayout,
+    QLabel,
+    QPlainTextEdit,
+    QPushButton,
+    QTabWidget,
+    QVBoxLayout,
+    QWidget,
+)
 
 from app.api_types import EndpointRecord, TlsRecord
 from app.client import stream_chat
@@ -76,6 +88,31 @@ def _tls_snippets(url: str, model_id: str, cert_path: str, fingerprint: str) -> 
     }
 
 
+def with_key(code: dict[str, str], key: str | None, include: bool) -> dict[str, str]:
+    """The snippets with how to set the key on top: the shell line to run first, or (`include`) the key itself
+    set where each language reads it. An endpoint without a key (`key` None) needs neither."""
+    if not key:
+        return code
+    where = "the key is under Home > Endpoint"
+    if include:
+        private = "your key: keep this code private"
+        shell = f"export {KEY_VARIABLE}={shlex.quote(key)}"
+        python = f"os.environ[{json.dumps(KEY_VARIABLE)}] = {json.dumps(key)}  # {private}"
+        js = f"process.env.{KEY_VARIABLE} = {json.dumps(key)}; // {private}"
+    else:
+        first = f"export {KEY_VARIABLE}='<your key>'"
+        shell = f"# First set the key ({where}): {first}"
+        python = f"# First, in the shell ({where}): {first}"
+        js = f"// First, in the shell ({where}): {first}"
+    out = dict(code)
+    out["curl"] = f"{shell}\n{code['curl']}"
+    python_code = code["Python"]
+    out["Python"] = python_code.replace("import os\n", f"import os\n\n{python}\n", 1) if include else (
+        f"{python}\n{python_code}")  # fmt: skip
+    out["JavaScript"] = f"{js}\n{code['JavaScript']}"
+    return out
+
+
 class SnippetsPanel(QWidget):
     """Code for the selected model, one tab per language with a Copy button, and a live test of the endpoint."""
 
@@ -98,6 +135,9 @@ class SnippetsPanel(QWidget):
             edit.setAccessibleName(f"{language} snippet")
             self.code_edits[language] = edit
             self.code_tabs.addTab(edit, language)
+        self.include_key_check = QCheckBox("Include my API key")
+        self.include_key_check.setAccessibleName("Include the API key in the code")
+        self.include_key_check.setToolTip("Puts the key itself in the code; otherwise it says how to set it.")
         self.copy_button = QPushButton("Copy snippet")
         self.copy_button.setAccessibleName("Copy the shown snippet")
         self.test_button = QPushButton("Test it")
@@ -108,6 +148,7 @@ class SnippetsPanel(QWidget):
         self.stats_label = QLabel()
         self.stats_label.setAccessibleName("Speed of the test answer")
         buttons = QHBoxLayout()
+        buttons.addWidget(self.include_key_check)
         buttons.addWidget(self.copy_button)
         buttons.addWidget(self.test_button)
         buttons.addWidget(self.stats_label, 1)
@@ -117,6 +158,7 @@ class SnippetsPanel(QWidget):
         layout.addLayout(buttons)
         layout.addWidget(self.answer_label)
         self.copy_button.clicked.connect(self._on_copy_button_clicked)
+        self.include_key_check.toggled.connect(self._refresh)
         self.test_button.clicked.connect(self._on_test_button_clicked)
         self._refresh()
 
@@ -138,12 +180,15 @@ class SnippetsPanel(QWidget):
         self._thread.stream.cancel()
         return self._thread.wait(timeout_ms)
 
+    @Slot()
     def _refresh(self) -> None:
         ready = self._endpoint is not None and bool(self._model_id)
         if self._endpoint is not None and self._model_id:
             endpoint = self._endpoint
-            for language, code in snippets(str(endpoint["url"]), self._model_id, endpoint.get("tls")).items():
-                self.code_edits[language].setPlainText(code)
+            code = snippets(str(endpoint["url"]), self._model_id, endpoint.get("tls"))
+            key = endpoint.get("api_key")
+            for language, text in with_key(code, key, self.include_key_check.isChecked()).items():
+                self.code_edits[language].setPlainText(text)
         self.copy_button.setEnabled(ready)
         self.test_button.setEnabled(ready and self._thread is None)
 

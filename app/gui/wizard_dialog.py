@@ -7,7 +7,7 @@ thread and never imports the planner: the service plans, the wizard shows.
 from __future__ import annotations
 
 from PySide6.QtCore import Qt, Signal, Slot
-from PySide6.QtWidgets import QWidget, QWizard
+from PySide6.QtWidgets import QPushButton, QWidget, QWizard
 
 from app.gui.recommendation_page import RecommendationPage
 from app.gui.service_connection import ServiceConnection
@@ -46,10 +46,23 @@ class SetupWizardDialog(QWizard):
         self.use_page = UsePage(self.choices)
         self.model_page = ModelPage(connection, self.choices)
         self.recommendation_page = RecommendationPage(connection, self.choices)
-        for page in (self.hardware_page, self.use_page, self.model_page, self.recommendation_page):
+        pages = (self.hardware_page, self.use_page, self.model_page, self.recommendation_page)
+        for number, page in enumerate(pages, start=1):
+            page.setTitle(f"Step {number} of {len(pages)}: {page.title()}")
             self.addPage(page)
         self.recommendation_page.sig_model_launched.connect(self.sig_model_launched)
         self.finished.connect(self._on_self_finished)
+        self.currentIdChanged.connect(self._on_self_current_id_changed)
+
+    @Slot(int)
+    def _on_self_current_id_changed(self, _page_id: int) -> None:
+        # On the last step Enter launches: the wizard's own default button there (Done) launches nothing.
+        last = self.currentPage() is self.recommendation_page
+        self.setOption(QWizard.WizardOption.NoDefaultButton, last)
+        finish = self.button(QWizard.WizardButton.FinishButton)
+        if last and isinstance(finish, QPushButton):
+            finish.setDefault(False)
+        self.recommendation_page.launch_button.setDefault(last)
 
     @Slot(int)
     def _on_self_finished(self, _result: int) -> None:

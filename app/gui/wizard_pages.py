@@ -21,9 +21,9 @@ from PySide6.QtWidgets import (
 )
 
 from app.api_types import HardwareRecord, ModelRecord, ModelState
+from app.byte_size import format_bytes
 from app.client import ControlClient
 from app.gui.hub_format import error_label, show_error
-from app.gui.model_item_model import format_bytes
 from app.gui.plan_text import hardware_rows, problems_html, rows_html
 from app.gui.service_connection import LatestCall, ServiceConnection
 

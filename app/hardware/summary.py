@@ -4,15 +4,15 @@ from __future__ import annotations
 
 import textwrap
 
+from app.byte_size import format_bytes
 from app.hardware.profile import CPUInfo, GPUInfo, GPUProblem, HardwareProfile
 
-GIB = 2**30
 LABEL_WIDTH = 9
 WRAP_WIDTH = 100  # problems and advice are sentences: wrapped for a terminal
 
 
 def _gib(size: int) -> str:
-    return f"{size / GIB:.1f} GiB"
+    return format_bytes(size)
 
 
 def _cpu_line(cpu: CPUInfo) -> str:

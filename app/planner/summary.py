@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
+from app.byte_size import format_bytes
 from app.planner.engine_choice import fit_line
 from app.planner.recommend import Option, Recommendation
 
-MIB = 2**20
-
 
 def _size(size: int) -> str:
-    return f"{size / 2**30:.1f} GiB" if size >= 2**30 else f"{size / MIB:.0f} MiB"
+    return format_bytes(size)
 
 
 def _memory(option: Option) -> str:

@@ -35,6 +35,7 @@ def test_no_keyring_falls_back_to_a_private_file(paths: AppPaths) -> None:
     first = load_api_key(paths)  # the test session's keyring backend is keyring.backends.fail
     assert first.source == "file"
     assert "no OS keyring is available" in first.note and str(paths.api_key_file) in first.note
+    assert "keyring.backends" not in first.note and "password store" in first.note  # plain words, no class name
     assert stat.S_IMODE(paths.api_key_file.stat().st_mode) == 0o600
     assert load_api_key(paths).value == first.value
     assert len(first.value) > 30

@@ -95,3 +95,31 @@ def test_series_rejects_bad_windows(service: RunningService) -> None:
     for window in (0, 10**9):
         with pytest.raises(ControlError, match="window"):
             service.client.series(window)
+
+
+def test_generation_rate_is_booked_per_chunk_while_a_stream_flows(service: RunningService) -> None:
+    """A long stream reads as a plateau: most of its tokens are booked in ticks before its last chunk, not all
+    at once after it ended."""
+    client = service.openai_client()
+    # SmolLM2's end tokens (0 and 2) are barred, so that the stream lasts its max_tokens.
+    stream = client.completions.create(model=BUNDLED_ID, prompt="1, 2, 3, 4, 5, 6,", max_tokens=240, temperature=0,
+                                       logit_bias={"0": -100, "2": -100}, stream=True,
+                                       stream_options={"include_usage": True})  # fmt: skip
+    arrivals: list[float] = []
+    completion = 0
+    for chunk in stream:
+        if chunk.choices and chunk.choices[0].text:
+            arrivals.append(time.time())
+        if chunk.usage is not None:
+            completion = chunk.usage.completion_tokens
+    assert completion > 100 and arrivals[-1] - arrivals[0] > 2.5, "the stream was too short to show a plateau"
+    wait_for_total(service, "generation_tokens_total", completion)
+    rates = series_of(service, "generation_tokens_per_s")[0]
+    times, values = rates["t"], rates["v"]
+    # Each rate point books the tokens of the interval before it.
+    booked_before_end = sum(
+        v * (t1 - t0) for t0, t1, v in zip(times, times[1:], values[1:], strict=False) if t1 < arrivals[-1] - 1.0
+    )
+    assert booked_before_end > 0.4 * completion, (booked_before_end, completion, rates)
+    during = [v for t, v in zip(times, values, strict=True) if arrivals[0] + 1.0 < t < arrivals[-1] - 1.0]
+    assert during and min(during) > 0, f"a gap inside the stream: {during}"

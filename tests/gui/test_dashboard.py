@@ -15,8 +15,9 @@ from PySide6.QtWidgets import QApplication
 from pytestqt.qtbot import QtBot
 
 from app.gui.dashboard_data import series_key
-from app.gui.dashboard_panel import DashboardPanel
+from app.gui.dashboard_panel import RAW_WINDOW_S, DashboardPanel
 from app.gui.main_window import MainWindow
+from app.gui.theme import apply_theme
 
 T0 = 1_760_000_000.0
 TEN_MINUTES = 600
@@ -90,7 +91,7 @@ def test_cursor_filter_pause_and_exports(qtbot: QtBot, tmp_path: Path) -> None:
     panel = shown_panel(qtbot)
     feed(panel, range(120), repaint_every=30)
     text = panel.show_values_at(T0 + 60.2, "throughput")
-    assert "generation_tokens_per_s model=alpha: " in text and "model=beta" in text
+    assert "alpha: generated: " in text and "beta: generated" in text
     assert f"{40 + 10 * math.sin(60 / 30):.4g} tokens/s" in text
 
     panel.model_combo.setCurrentText("beta")
@@ -138,7 +139,7 @@ def test_prompt_cache_reuse_chart_appears_with_its_first_series_in_percent(qtbot
     assert panel.chart_shown("cache")
     x, y = panel.curve_data(series_key("prompt_cache_reuse", {"model": "alpha"}))
     assert x == [T0 + 1, T0 + 2, T0 + 3] and y == pytest.approx([0.0, 50.0, 92.0])  # a 0-1 share in percent
-    assert "prompt_cache_reuse model=alpha: 92 %" in panel.show_values_at(T0 + 3, "cache")
+    assert "alpha: 92 %" in panel.show_values_at(T0 + 3, "cache")
     assert panel.plots["cache"].titleLabel.text == "Prompt cache reuse"
 
 
@@ -149,3 +150,93 @@ def test_dashboard_in_the_main_window_shows_live_samples(qtbot: QtBot, main_wind
     key = series_key("system_cpu_percent", {})
     qtbot.waitUntil(lambda: panel.curve_count() > 0 and key in panel.visible_keys(), timeout=15_000)
     qtbot.waitUntil(lambda: len(panel.curve_data(key)[0]) >= 2, timeout=15_000)
+
+
+def legend_texts(panel: DashboardPanel, chart_key: str) -> list[str]:
+    return [label.text for _, label in panel.plots[chart_key].legend.items]
+
+
+def test_series_titled_in_words_with_units_of_their_axis_and_one_colour_per_model(qtbot: QtBot) -> None:
+    panel = shown_panel(qtbot)
+    feed(panel, range(5))
+    assert legend_texts(panel, "throughput") == ["alpha: generated", "beta: generated"]
+    assert set(legend_texts(panel, "ttft")) == {"alpha: median", "beta: median"}
+    assert "whole machine" in legend_texts(panel, "cpu")
+    every = [text for key in panel.plots for text in legend_texts(panel, key)]
+    assert not [text for text in every if "_" in text or "=" in text], every  # no raw series names
+    # TTFT arrives in seconds and is drawn on the axis it names: milliseconds.
+    assert panel.plots["ttft"].getAxis("left").labelText == "ms"
+    assert panel.curve_data(series_key("ttft_p50_s", {"model": "alpha"}))[1][0] == pytest.approx(50.0)
+    assert panel.plots["throughput"].getAxis("left").labelText == "tokens/s"
+    # One colour per model in every chart; the two models apart.
+    names = ("generation_tokens_per_s", "ttft_p50_s", "process_cpu_percent", "process_rss_bytes")
+    alpha = {panel.curve(series_key(name, {"model": "alpha"})).opts["pen"].color().name() for name in names}
+    beta = panel.curve(series_key("generation_tokens_per_s", {"model": "beta"})).opts["pen"].color().name()
+    assert alpha == {panel.model_colour("alpha")} and beta == panel.model_colour("beta") != panel.model_colour("alpha")
+
+
+def test_tiles_show_the_latest_numbers_and_a_gpu_tile_only_with_a_gpu(qtbot: QtBot) -> None:
+    panel = shown_panel(qtbot)
+    panel.add_sample({"t": T0, "points": [["system_memory_used_bytes", {}, 6 * 2**30],
+                                          ["system_memory_total_bytes", {}, 16 * 2**30]]})  # fmt: skip
+    panel.refresh()
+    assert panel.tiles.tiles["gpu_memory"].isHidden()
+    assert panel.tiles.text_of("tokens_per_s") == "\N{EM DASH}"  # no model has served yet: no number made up
+    feed(panel, range(1, 4))
+    wave = math.sin(3 / 30)
+    assert panel.tiles.text_of("tokens_per_s") == f"{60 + 20 * wave:.1f} tokens/s"  # both models together
+    assert panel.tiles.text_of("ttft_p50") == f"{(0.05 + 0.01 * wave) * 1000:.0f} ms"
+    assert panel.tiles.text_of("ram") == "8.0 GiB of 16.0 GiB"
+    assert not panel.tiles.tiles["gpu_memory"].isHidden() and panel.tiles.text_of("gpu_memory") == "20.0 GiB"
+    panel.model_combo.setCurrentText("beta")
+    assert panel.tiles.text_of("tokens_per_s") == f"{20 + 10 * wave:.1f} tokens/s"
+
+
+def test_an_empty_chart_says_so_and_an_idle_one_counts_from_zero(qtbot: QtBot) -> None:
+    panel = shown_panel(qtbot)
+    panel.refresh()
+    assert all(panel.chart_says_empty(key) for key in ("throughput", "ttft", "cpu", "ram"))
+    for second in range(30):  # a model loaded and idle: zero tokens/s
+        panel.add_sample({"t": T0 + second, "points": [["generation_tokens_per_s", {"model": "alpha"}, 0.0],
+                                                       ["system_cpu_percent", {}, 3.0]]})  # fmt: skip
+        panel.refresh()
+    assert not panel.chart_says_empty("throughput") and not panel.chart_says_empty("cpu")
+    assert panel.chart_says_empty("ttft")  # no request yet: no TTFT
+    QApplication.processEvents()
+    (low, high) = panel.plots["throughput"].viewRange()[1]
+    assert low >= 0 and high > 0, (low, high)
+    assert panel.plots["throughput"].getAxis("left").autoSIPrefixScale == 1.0  # no "(x0.001)" on the axis
+
+
+def test_minute_averages_are_drawn_as_steps_beyond_an_hour(qtbot: QtBot) -> None:
+    panel = shown_panel(qtbot)
+    key = series_key("generation_tokens_per_s", {"model": "alpha"})
+    minutes = [T0 + 60 * i for i in range(5)]
+    panel.load_history({"series": [{"name": key[0], "labels": {"model": "alpha"}, "t": minutes, "v": [1, 5, 2, 8, 3]}]})
+    panel.refresh()
+    assert panel.curve(key).opts["stepMode"] is None  # 10 minutes: one point a second, joined
+    panel.window_combo.setCurrentIndex(3)
+    assert panel.window_s > RAW_WINDOW_S
+    panel.load_history({"series": [{"name": key[0], "labels": {"model": "alpha"}, "t": minutes, "v": [1, 5, 2, 8, 3]}]})
+    panel.refresh()
+    curve = panel.curve(key)
+    assert curve.opts["stepMode"] is not None
+    # Drawn as steps: each average held flat over its minute, rising at the next minute's start.
+    path = curve.curve.getPath()
+    drawn = [(path.elementAt(i).x, path.elementAt(i).y) for i in range(min(4, path.elementCount()))]
+    assert drawn == [(minutes[0], 1), (minutes[1], 1), (minutes[1], 5), (minutes[2], 5)], drawn
+
+
+@pytest.mark.parametrize("theme", ["light", "dark"])
+def test_charts_follow_the_window_theme(qtbot: QtBot, theme: str) -> None:
+    app = QApplication.instance()
+    assert isinstance(app, QApplication)
+    panel = shown_panel(qtbot)
+    try:
+        apply_theme(app, theme)
+        QApplication.processEvents()
+        background, text = panel.chart_colours()
+        assert (background.lightness() > 128) == (theme == "light"), background.name()
+        assert abs(background.lightness() - text.lightness()) > 100  # text readable on it
+    finally:
+        apply_theme(app, "system")

@@ -13,8 +13,11 @@ from pytestqt.qtbot import QtBot
 
 from app.gui.first_run_panel import FirstRunPanel
 from app.gui.gui_state import GuiState
+from app.gui.home_page import HomePage
 from app.gui.main_window import MainWindow
+from app.gui.model_item_model import ModelItemModel
 from app.gui.notifications import Severity, download_notification, engine_notification
+from app.gui.service_connection import ServiceConnection
 from app.hub.library import BUNDLED_ID
 from app.paths import AppPaths
 from tests.gui.block_meter import BlockMeter
@@ -47,9 +50,11 @@ def test_home_is_reached_in_reading_order_with_the_tab_key(qtbot: QtBot, main_wi
     main_window.activateWindow()
     qtbot.waitUntil(lambda: QApplication.activeWindow() is main_window)
     offer.start_button.setFocus()
+    notes = [home.notes_button] if home.notes_button.isVisible() else []  # folded notes, on a machine with some
     expected = [
         offer.start_button,
         offer.dismiss_button,
+        *notes,
         home.detect_button,
         endpoint.url_edit,
         endpoint.copy_url_button,
@@ -92,7 +97,18 @@ def test_first_run_launch_from_home_then_stop(qtbot: QtBot, main_window: MainWin
     assert meter.ticks > 10
     assert meter.longest_ms < LONGEST_BLOCK_BOUND_MS
 
-    assert f"Running: {BUNDLED_ID} (ready)." == home.running_label.text()
+    assert f"Running: {BUNDLED_ID}." == home.running_label.text()
+    # The next step: chat with it, or copy the endpoint for another client.
+    step = home.next_step_panel
+    qtbot.waitUntil(step.isVisible)
+    assert f"{BUNDLED_ID} is ready" in step.message_label.text()
+    url = home.endpoint_panel.url_edit.text()
+    assert url in step.message_label.text()
+    qtbot.mouseClick(step.copy_button, Qt.MouseButton.LeftButton)
+    assert QApplication.clipboard().text() == url
+    qtbot.mouseClick(step.chat_button, Qt.MouseButton.LeftButton)
+    assert window.tabs.currentWidget() is window.chat_page
+    window.tabs.setCurrentWidget(home)
     assert not home.first_run_shown  # once a model has run, Home is the everyday view
     assert window.gui_state.ever_launched
     assert GuiState(paths).ever_launched  # and it stays so for the next window
@@ -105,6 +121,7 @@ def test_first_run_launch_from_home_then_stop(qtbot: QtBot, main_window: MainWin
     qtbot.waitUntil(lambda: "No model is running" in home.running_label.text())
     qtbot.waitUntil(panel.launch_button.isEnabled)
     assert not home.first_run_shown
+    assert not home.next_step_panel.isVisible()  # nothing is ready: no next step offered
     assert window.notifier.shown == []  # a start and a stop the user asked for are not news
 
 
@@ -181,3 +198,21 @@ def test_not_now_hides_the_offer_for_this_window_only(qtbot: QtBot, main_window:
     qtbot.mouseClick(home.first_run_panel.dismiss_button, Qt.MouseButton.LeftButton)
     assert not home.first_run_shown
     assert not GuiState(paths).ever_launched  # no model ran: the next window offers it again
+
+
+def test_gpu_notes_are_folded_and_problems_are_not(qtbot: QtBot, paths: AppPaths) -> None:
+    """A note (nothing is wrong: no NVIDIA driver and no NVIDIA GPU) is one folded line; a problem stays open."""
+    home = HomePage(ServiceConnection(paths), ModelItemModel(), GuiState(paths))
+    qtbot.addWidget(home)
+    home.show()
+    note = {"backend": "NVIDIA", "problem": "No NVIDIA driver.", "advice": "Nothing to do without a GPU.",
+            "severity": "note"}  # fmt: skip
+    problem = {"backend": "Metal", "problem": "Metal is off.", "advice": "Turn it on.", "severity": "problem"}
+    home.show_gpu_problems({"gpu_problems": [note]})
+    assert home.notes_button.isVisible() and "1 note" in home.notes_button.text()
+    assert not home.notes_label.isVisible() and not home.problems_label.isVisible()
+    qtbot.mouseClick(home.notes_button, Qt.MouseButton.LeftButton)
+    assert home.notes_label.isVisible() and "No NVIDIA driver." in home.notes_label.text()
+    home.show_gpu_problems({"gpu_problems": [note, problem]})
+    assert home.problems_label.isVisible() and "Metal is off." in home.problems_label.text()
+    assert "NVIDIA" not in home.problems_label.text()

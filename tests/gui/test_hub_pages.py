@@ -14,8 +14,11 @@ from PySide6.QtWidgets import QMessageBox, QWidget
 from pytestqt.qtbot import QtBot
 
 from app.gui.hub_format import eta_text, rate_text, row_key, size_text
+from app.gui.hub_model_panel import FIT_COLUMN, HubModelPanel, fit_words
 from app.gui.main_window import MainWindow
+from app.gui.service_connection import ServiceConnection
 from app.hub.library import BUNDLED_ID
+from app.paths import AppPaths
 from tests.app.test_hub_safetensors import WANTED, model_files
 from tests.gui.block_meter import BlockMeter
 from tests.hub_server import FakeHub, HubRepo, running_hub
@@ -68,6 +71,9 @@ def test_search_open_download_then_delete_from_the_library(qtbot: QtBot, window:
     assert variant is not None and variant.text().startswith("Q4_1") and "recommended" in variant.text()
     assert variant.font().bold() and panel.variants_table.selectionModel().isRowSelected(0)
     assert panel.basis_label.text().startswith("Recommended by a plan for this machine: engine llama.cpp")
+    # Its fit badge, from the service's planner for this machine (no GPU here: on the CPU).
+    fit = panel.variants_table.item(0, FIT_COLUMN)
+    assert fit is not None and fit.text() == ("CPU only" if not has_nvidia_gpu() else "Fits on the GPU")
     _screenshot(window, tmp_path / "discover-model-page.png")
 
     with BlockMeter() as meter:
@@ -150,8 +156,9 @@ def test_a_gated_model_page_says_how_to_get_access(qtbot: QtBot, window: MainWin
 
 
 def test_numbers_read_as_words() -> None:
-    assert size_text(98_362_432) == "98.4 MB" and size_text(4_370_000_000) == "4.37 GB" and size_text(None) == "—"
-    assert rate_text(2_500_000.0) == "2.5 MB/s" and rate_text(None) == "—"
+    # The same IEC units as the Models page and the memory figures (app.byte_size), not decimal MB here.
+    assert size_text(98_362_432) == "93.8 MiB" and size_text(4_370_000_000) == "4.1 GiB" and size_text(None) == "—"
+    assert rate_text(2_500_000.0) == "2.4 MiB/s" and rate_text(None) == "—"
     assert eta_text(42) == "42 s" and eta_text(125) == "2 min 05 s" and eta_text(3 * 3600 + 60) == "3 h 01 min"
 
 
@@ -227,3 +234,25 @@ def test_a_download_being_verified_says_so(window: MainWindow) -> None:
     downloads.show_record(record | {"id": "dl-10", "phase": "download"})
     item = downloads.table_widget.item(1, 6)
     assert item is not None and item.text() == "Downloading"
+
+
+def has_nvidia_gpu() -> bool:
+    return Path("/dev/nvidiactl").exists()
+
+
+def test_every_variant_gets_its_fit_badge(qtbot: QtBot, paths: AppPaths) -> None:
+    """A page as the service answers it on the recorded H200 (fits from tests/app/test_recommend_variant.py):
+    each variant's badge in words, and unknown where the planner could not cost it."""
+    panel = HubModelPanel(ServiceConnection(paths))
+    qtbot.addWidget(panel)
+    fits = {"Q4_K_M": "gpu", "Q8_0": "partial", "F16": "cpu", "F32": "too_big", "Q2_K": None}
+    page = {
+        "id": "org/m", "gated": False, "license": "mit", "page_url": "https://hub/org/m", "recommended": "Q4_K_M",
+        "recommendation_basis": "plan for this machine", "variants": [
+            {"name": name, "size": 2**30, "files": [f"m-{name}.gguf"], "fit": fit} for name, fit in fits.items()
+        ],
+    }  # fmt: skip
+    panel._on_page_received(page)
+    badges = [panel.variants_table.item(row, FIT_COLUMN).text() for row in range(panel.variants_table.rowCount())]
+    assert badges == ["Fits on the GPU", "Partly offloaded", "CPU only", "Too big", "Unknown"]
+    assert badges == [fit_words(fit) for fit in fits.values()]

@@ -43,12 +43,16 @@ def test_launch_stop_and_close_the_bundled_model(
 
     qtbot.mouseClick(panel.launch_button, Qt.MouseButton.LeftButton)
     qtbot.waitUntil(lambda: models.state_of(BUNDLED_ID) == "ready", timeout=READY_TIMEOUT_MS)
-    assert "Ready" in panel.state_label.text()
+    assert "Running" in panel.state_label.text()
     qtbot.waitUntil(panel.stop_button.isEnabled)
     assert not panel.launch_button.isEnabled()
-    # The engine's own output (llama.cpp loading the file, then its HTTP server) reaches the log panel.
-    qtbot.waitUntil(lambda: "llama_model_loader" in window.log_panel.plain_text())
+    # The engine's own output (llama.cpp loading the file, then its HTTP server) reaches the log panel; the
+    # loader's debug lines behind the level filter, shown when asked for.
     qtbot.waitUntil(lambda: "Uvicorn running on" in window.log_panel.plain_text())
+    assert "llama_model_loader" not in window.log_panel.plain_text() and window.log_panel.hidden_count() > 10
+    window.log_panel.set_minimum_level("debug")
+    qtbot.waitUntil(lambda: "llama_model_loader" in window.log_panel.plain_text())
+    window.log_panel.set_minimum_level("info")
 
     # The URL shown is the service's, and it serves the model with the key shown.
     url = f"http://127.0.0.1:{endpoint_port}/v1"

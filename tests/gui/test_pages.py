@@ -38,6 +38,7 @@ from pytestqt.qtbot import QtBot
 from app.gui.main_window import MainWindow
 from app.hub.library import BUNDLED_ID
 from tests.conftest import REPO
+from tests.gui.test_setup_wizard import launch_in_view
 
 ANSWER_TIMEOUT_MS = 60_000
 SCALE_ENV = "QT_SCALE_FACTOR"
@@ -193,6 +194,9 @@ def test_every_page_screenshot_names_and_room(qtbot: QtBot, main_window: MainWin
     qtbot.waitUntil(lambda: wizard.size() == wizard.minimumSize())
     qtbot.wait(200)
     shots.take(wizard, "wizard-4-smallest")
+    # At the smallest size, and at 200 % in the subprocess run: Launch in view without scrolling, and default.
+    launch_button = wizard.recommendation_page.launch_button
+    assert launch_in_view(wizard, launch_button) and launch_button.isDefault()
     wizard.reject()
 
     # Everything fits a 1920x1080 screen at 200 % scaling, which is 960x540 logical pixels (offscreen reports a

@@ -6,8 +6,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import psutil
-from PySide6.QtCore import Qt
-from PySide6.QtWidgets import QWidget, QWizard
+from openai import OpenAI
+from PySide6.QtCore import QPoint, QRect, QSize, Qt
+from PySide6.QtWidgets import QPushButton, QScrollArea, QWidget, QWizard
 from pytestqt.qtbot import QtBot
 
 from app.client import default_port
@@ -18,6 +19,7 @@ from app.gui.wizard_dialog import SetupWizardDialog
 from app.gui.wizard_pages import MODEL_ID_ROLE
 from app.hub.library import BUNDLED_ID
 from app.paths import AppPaths
+from tests.gui.conftest import API_KEY
 
 ANSWER_TIMEOUT_MS = 30_000
 READY_TIMEOUT_MS = 90_000
@@ -34,6 +36,16 @@ def _next(qtbot: QtBot, wizard: QWizard) -> None:
     qtbot.mouseClick(button, Qt.MouseButton.LeftButton)
 
 
+def launch_in_view(wizard: QWizard, button: QPushButton) -> bool:
+    """The button is shown inside the wizard's frame, and not in a part that scrolls."""
+    parent = button.parentWidget()
+    while parent is not None and parent is not wizard:
+        if isinstance(parent, QScrollArea):
+            return False
+        parent = parent.parentWidget()
+    return button.isVisible() and wizard.rect().contains(QRect(button.mapTo(wizard, QPoint(0, 0)), button.size()))
+
+
 def test_the_wizard_walks_through_to_a_launched_model(qtbot: QtBot, main_window: MainWindow, tmp_path: Path) -> None:
     window = main_window
     qtbot.waitUntil(window.setup_action.isEnabled)
@@ -45,6 +57,8 @@ def test_the_wizard_walks_through_to_a_launched_model(qtbot: QtBot, main_window:
     # Step 1: this machine, as the service sees it.
     hardware = wizard.hardware_page
     assert wizard.currentPage() is hardware
+    titles = [wizard.page(page_id).title() for page_id in wizard.pageIds()]
+    assert [title.split(":")[0] for title in titles] == [f"Step {n} of 4" for n in range(1, 5)]
     qtbot.waitUntil(hardware.isComplete, timeout=ANSWER_TIMEOUT_MS)
     profile = wizard.choices.hardware
     assert profile is not None
@@ -104,10 +118,17 @@ def test_the_wizard_walks_through_to_a_launched_model(qtbot: QtBot, main_window:
     assert "needs a safetensors model (this one is gguf)" in engines["vLLM"]
     assert engines["llama.cpp (llama-cpp-python)"].startswith("installed")
     assert page.launch_button.isEnabled()
+    # Launch is the default button (Done, which launches nothing, is not) and in view without scrolling, in a
+    # roomy wizard and in the smallest one; the 200 % run of tests/gui/test_pages.py checks it scaled.
+    assert page.launch_button.isDefault() and not wizard.button(QWizard.WizardButton.FinishButton).isDefault()
+    for size in (QSize(1100, 720), wizard.minimumSize()):
+        wizard.resize(size)
+        qtbot.waitUntil(lambda size=size: wizard.size() == size)
+        assert launch_in_view(wizard, page.launch_button), size
     _screenshot(wizard, tmp_path / "wizard-4-recommendation.png")
 
-    # Launch: the model starts with exactly the recommended parameters and reaches ready.
-    qtbot.mouseClick(page.launch_button, Qt.MouseButton.LeftButton)
+    # Launch with Enter: the model starts with exactly the recommended parameters and reaches ready.
+    qtbot.keyClick(page, Qt.Key.Key_Return)
     qtbot.waitUntil(lambda: page.launch_status_label.text().startswith("Ready"), timeout=READY_TIMEOUT_MS)
     assert not page.error_label.isVisible()
     assert window.item_model.state_of(BUNDLED_ID) == "ready"
@@ -145,13 +166,24 @@ def test_without_a_service_the_wizard_says_so_in_words(qtbot: QtBot, paths: AppP
     wizard.reject()
 
 
-def test_launch_restarts_a_model_running_with_other_settings(qtbot: QtBot, main_window: MainWindow) -> None:
+def test_launch_restarts_a_model_running_with_other_settings(
+    qtbot: QtBot, main_window: MainWindow, endpoint_port: int
+) -> None:
     window, models = main_window, main_window.item_model
     qtbot.waitUntil(lambda: models.state_of(BUNDLED_ID) == "stopped", timeout=ANSWER_TIMEOUT_MS)
     window.connection.start_model(BUNDLED_ID)  # the default plan, as the Launch button of the list starts it
     qtbot.waitUntil(lambda: models.state_of(BUNDLED_ID) == "ready", timeout=READY_TIMEOUT_MS)
     qtbot.waitUntil(lambda: ((models.record(BUNDLED_ID) or {}).get("plan") or {}).get("context") == 4096)
     first_pid = (models.record(BUNDLED_ID) or {})["pid"]
+    # Three streamed answers measured here (decode speed is measured on streams): the wizard's speed is
+    # theirs, and says so.
+    client = OpenAI(base_url=f"http://127.0.0.1:{endpoint_port}/v1", api_key=API_KEY, max_retries=0)
+    for n in range(3):
+        stream = client.chat.completions.create(
+            model=BUNDLED_ID, messages=[{"role": "user", "content": f"Count to {n + 9}."}], max_tokens=16,
+            logit_bias={"0": -100, "2": -100}, stream=True,
+        )  # fmt: skip
+        assert sum(1 for chunk in stream if chunk.choices and chunk.choices[0].delta.content) > 2
 
     window.setup_action.trigger()
     wizard = window.setup_dialog
@@ -164,6 +196,8 @@ def test_launch_restarts_a_model_running_with_other_settings(qtbot: QtBot, main_
     best = page.best
     assert best is not None and best["context"] != 4096
     assert "running with other settings: Launch restarts it" in page.launch_status_label.text()
+    qtbot.waitUntil(lambda: page.measured is not None, timeout=ANSWER_TIMEOUT_MS)
+    assert "measured here (the median of 3 earlier requests of this model)" in page.plan_label.text()
 
     qtbot.mouseClick(page.launch_button, Qt.MouseButton.LeftButton)
     qtbot.waitUntil(lambda: page.launch_status_label.text().startswith("Ready"), timeout=READY_TIMEOUT_MS)

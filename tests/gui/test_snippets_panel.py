@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import os
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 from PySide6.QtCore import Qt
@@ -9,6 +13,7 @@ from PySide6.QtGui import QGuiApplication
 from pytestqt.qtbot import QtBot
 
 from app.gui.main_window import MainWindow
+from app.gui.snippets_panel import KEY_VARIABLE
 from app.hub.library import BUNDLED_ID
 
 READY_TIMEOUT_MS = 60_000
@@ -37,4 +42,27 @@ def test_snippets_name_the_url_and_model_and_test_it_streams_an_answer(
     qtbot.waitUntil(lambda: not snippets.is_testing, timeout=ANSWER_TIMEOUT_MS)
     assert snippets.answer_label.text().strip()
     assert "TTFT" in snippets.stats_label.text() and "tokens/s" in snippets.stats_label.text()
+
+    # Each snippet says first how to set the key, without showing it; on an explicit tick it carries the key,
+    # and the copied code then runs as it is.
+    key = window.endpoint_panel.key_edit.text()
+    assert key and all(f"export {KEY_VARIABLE}=" in e.toPlainText() for e in snippets.code_edits.values())
+    assert not any(key in e.toPlainText() for e in snippets.code_edits.values())
+    window.tabs.setCurrentWidget(window.run_page)
+    qtbot.waitUntil(snippets.include_key_check.isVisible)
+    qtbot.mouseClick(snippets.include_key_check, Qt.MouseButton.LeftButton)
+    assert all(key in e.toPlainText() for e in snippets.code_edits.values())
+    snippets.code_tabs.setCurrentIndex(1)
+    qtbot.mouseClick(snippets.copy_button, Qt.MouseButton.LeftButton)
+    env = {k: v for k, v in os.environ.items() if k != KEY_VARIABLE}
+    ran = subprocess.run([sys.executable, "-c", QGuiApplication.clipboard().text()], env=env, capture_output=True,
+                         text=True, timeout=ANSWER_TIMEOUT_MS / 1000)  # fmt: skip
+    assert ran.returncode == 0 and ran.stdout.strip(), ran.stderr[-2000:]
+    snippets.code_tabs.setCurrentIndex(0)
+    qtbot.mouseClick(snippets.copy_button, Qt.MouseButton.LeftButton)
+    assert QGuiApplication.clipboard().text().startswith(f"export {KEY_VARIABLE}=")
+    if shutil.which("curl") and shutil.which("bash"):  # the Python snippet above ran in any case
+        curl = subprocess.run(["bash", "-c", QGuiApplication.clipboard().text()], env=env, capture_output=True,
+                              text=True, timeout=ANSWER_TIMEOUT_MS / 1000)  # fmt: skip
+        assert curl.returncode == 0 and '"choices"' in curl.stdout, curl.stdout[-2000:] + curl.stderr[-2000:]
     window.grab().save(str(tmp_path / "run_page_snippets.png"))

@@ -153,7 +153,7 @@ class HubRoutes:
             "files": [{"path": f.path, "size": f.size, "sha256": f.sha256} for f in details.files],
             "variants": [{
                 "name": v.name, "quant": v.quant, "size": v.size, "complete": v.complete,
-                "files": [f.path for f in v.files],
+                "files": [f.path for f in v.files], "fit": pick.fits.get(v.name),
             } for v in all_variants(details)],
             "recommended": pick.variant, "recommendation_basis": pick.basis,
             "recommendation": {"source": pick.source, "plan": pick.plan},

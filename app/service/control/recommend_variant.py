@@ -7,7 +7,7 @@ scaled by its file size. When no header can be read, the suggestion is by size a
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from app.hardware.profile import HardwareProfile
@@ -29,6 +29,9 @@ class VariantPick:
     basis: str
     source: str = "size"
     plan: dict[str, Any] | None = None
+    # How each variant would run here: "gpu" (all on the GPU), "partial" (layers offloaded to the CPU), "cpu"
+    # or "too_big"; a variant left out (unknown size, incomplete) is unknown.
+    fits: dict[str, str] = field(default_factory=dict)
 
 
 def free_memory(hardware: HardwareProfile) -> tuple[int, str]:
@@ -43,10 +46,45 @@ def recommend_variant(variants: list[Variant], hardware: HardwareProfile) -> Var
     """The size-based pick: the fallback when no header could be read."""
     free, where = free_memory(hardware)
     basis = BASIS.format(where=where, free=free / 1e9)
+    fits = fits_by_size(variants, hardware)
     fitting = [v for v in variants if v.complete and v.size is not None and v.size * MARGIN <= free]
     if not fitting:
-        return VariantPick(None, f"no variant fits: {basis}" if variants else "no GGUF variants to choose from")
-    return VariantPick(max(fitting, key=lambda v: v.size or 0).name, basis)
+        return VariantPick(
+            None, f"no variant fits: {basis}" if variants else "no GGUF variants to choose from", fits=fits
+        )
+    return VariantPick(max(fitting, key=lambda v: v.size or 0).name, basis, fits=fits)
+
+
+def fits_by_size(variants: list[Variant], hardware: HardwareProfile) -> dict[str, str]:
+    """Where each variant's file would fit with the same 20 % margin: the GPUs' free memory, the GPUs and RAM
+    together (layers offloaded), RAM alone, or nowhere. Unknown sizes are left out."""
+    gpu_free = [gpu.memory_free for gpu in hardware.gpus]
+    on_gpu = 0
+    if gpu_free and not hardware.unified_memory and all(free is not None for free in gpu_free):
+        on_gpu = sum(free for free in gpu_free if free is not None)
+    fits = {}
+    for variant in variants:
+        if not variant.complete or variant.size is None:
+            continue
+        need = variant.size * MARGIN
+        if on_gpu and need <= on_gpu:
+            fits[variant.name] = "gpu"
+        elif on_gpu and need <= on_gpu + hardware.ram_available:
+            fits[variant.name] = "partial"
+        elif need <= hardware.ram_available:
+            fits[variant.name] = "cpu"
+        else:
+            fits[variant.name] = "too_big"
+    return fits
+
+
+def fits_from_plan(recommendation: Recommendation) -> dict[str, str]:
+    """Where the planner would run each variant: its best option's tier, or "too_big" when no option fits."""
+    ranked = ([recommendation.best] if recommendation.best else []) + list(recommendation.alternatives)
+    fits: dict[str, str] = {}
+    for option in ranked:  # ranked with the options that fit first: a variant's first option is its best
+        fits.setdefault(option.variant, option.tier if option.fits else "too_big")
+    return fits
 
 
 def header_file(variants: list[Variant]) -> RepoFile | None:
@@ -83,7 +121,7 @@ def pick_from_plan(recommendation: Recommendation) -> VariantPick:
     best = recommendation.best
     if best is None:
         problems = "; ".join(recommendation.problems) or "nothing fits"
-        return VariantPick(None, f"plan for this machine: {problems}", "planner")
+        return VariantPick(None, f"plan for this machine: {problems}", "planner", fits=fits_from_plan(recommendation))
     plan = {
         "engine": best.engine,
         "tier": best.tier,
@@ -98,4 +136,4 @@ def pick_from_plan(recommendation: Recommendation) -> VariantPick:
         f"plan for this machine: {'; '.join(best.reasons[:2])}; about {memory} at {best.context} tokens of "
         f"context, at most {best.max_context}"
     )
-    return VariantPick(best.variant, basis, "planner", plan)
+    return VariantPick(best.variant, basis, "planner", plan, fits_from_plan(recommendation))

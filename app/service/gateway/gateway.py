@@ -441,7 +441,7 @@ class Gateway:
         """Pass the engine's events on as they arrive, measuring them on the way. With a server that can write
         to the client directly, they are passed on in the engine connection's callback (`_relay`), and this
         loop only sees the end of the stream, its errors, and a last event that needs a usage event added."""
-        meter = outcome.meter = StreamMeter(time.monotonic(), path)
+        meter = outcome.meter = StreamMeter(time.monotonic(), path, self._log.stream_counter(checked.model))
         keep = outcome.text.answer.append if outcome.text is not None else None
         if direct is not None:
             upstream.divert(_relay(direct, meter, keep, outcome, add_usage))
@@ -591,4 +591,5 @@ def _record(path: str, checked: CheckedRequest, outcome: _Outcome, started_at: f
         error=outcome.error,
         prompt_cached_tokens=cached,
         slot=outcome.slot,
+        streamed_tokens=meter.streamed_tokens if meter else 0,
     )

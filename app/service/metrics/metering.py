@@ -11,7 +11,7 @@ import itertools
 import json
 import re
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -48,14 +48,20 @@ class RequestRecord:
     error: str | None
     prompt_cached_tokens: int | None = None  # prompt tokens the engine took from its cache, if it says
     slot: int | None = None  # the engine slot the gateway chose (app.service.gateway.slot_router)
+    streamed_tokens: int = 0  # content events already booked while the stream flowed (StreamMeter.on_tokens)
 
 
 class StreamMeter:
     """Watches one streamed response: content events, their times, and usage if the engine sends it."""
 
-    def __init__(self, started: float, route: str | None = None) -> None:
-        """`route`: the path streamed, whose events carry their content under one key; None: either key."""
+    def __init__(
+        self, started: float, route: str | None = None, on_tokens: Callable[[int], None] | None = None
+    ) -> None:
+        """`route`: the path streamed, whose events carry their content under one key; None: either key.
+        `on_tokens`: called with each chunk's count of content events, so that rates are booked as a stream
+        flows (a long stream then reads as a plateau, not as a spike at its end)."""
         self.started = started
+        self.on_tokens = on_tokens
         self.token_times: list[float] = []
         self.usage: dict[str, Any] | None = None
         self.timings: dict[str, Any] | None = None
@@ -76,7 +82,11 @@ class StreamMeter:
             complete, self._carry = data[: end + 2], data[end + 2 :]
         if self.first_event is None and complete.startswith(b"data: {"):
             self._read_first(complete)
-        self.token_times.extend([now] * len(self._content.findall(complete)))
+        found = len(self._content.findall(complete))
+        if found:
+            self.token_times.extend([now] * found)
+            if self.on_tokens is not None:
+                self.on_tokens(found)
         if _USAGE.search(complete):
             self._read_usage(complete)
 
@@ -99,6 +109,11 @@ class StreamMeter:
                     self.usage = usage
                 if isinstance(timings, dict):
                     self.timings = timings
+
+    @property
+    def streamed_tokens(self) -> int:
+        """Content events reported to `on_tokens` so far (none without it)."""
+        return len(self.token_times) if self.on_tokens is not None else 0
 
     @property
     def ttft_s(self) -> float | None:

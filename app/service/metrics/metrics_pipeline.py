@@ -61,6 +61,7 @@ class MetricsPipeline:
         self._has_gpus = False
         self._task: asyncio.Task[None] | None = None
         request_log.add_listener(self._gateway.on_record)
+        request_log.add_stream_listener(self._gateway.on_streamed)
 
     async def start(self) -> None:
         if self._task is not None:

@@ -9,6 +9,7 @@ API, which carry measurements."""
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import queue
 import sqlite3
@@ -47,6 +48,7 @@ class RequestLog:
         self._pending: queue.SimpleQueue[_Entry] = queue.SimpleQueue()
         self._closing = threading.Event()
         self._listeners: list[Callable[[RequestRecord], None]] = []
+        self._stream_listeners: list[Callable[[str, int], None]] = []
         database.parent.mkdir(parents=True, exist_ok=True)
         self._writer = threading.Thread(target=self._write, args=(database,), name="request-log", daemon=True)
         self._writer.start()
@@ -54,6 +56,23 @@ class RequestLog:
     def add_listener(self, listener: Callable[[RequestRecord], None]) -> None:
         """Call `listener` with every record as it is added (on the event loop; it must be quick)."""
         self._listeners.append(listener)
+
+    def add_stream_listener(self, listener: Callable[[str, int], None]) -> None:
+        """Call `listener(model, count)` with each forwarded chunk's count of content events, as a stream flows
+        (on the event loop, for every chunk: it must be quicker still than a record listener)."""
+        self._stream_listeners.append(listener)
+
+    def stream_counter(self, model: str) -> Callable[[int], None] | None:
+        """What a stream's meter calls with each chunk's count of content events; None when nobody listens."""
+        listeners = list(self._stream_listeners)
+        if len(listeners) == 1:
+            return functools.partial(listeners[0], model)
+
+        def count(found: int) -> None:
+            for listener in listeners:
+                listener(model, found)
+
+        return count if listeners else None
 
     def add(self, record: RequestRecord, text: RequestText | None = None) -> None:
         """Keep `record`; `text` (only when the user keeps request text) goes to SQLite with it."""

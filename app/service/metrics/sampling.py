@@ -60,12 +60,20 @@ class GatewaySampler:
         """RequestLog listener: runs on the event loop for every finished request, so it only adds."""
         counts = self._counts.setdefault(record.model, _ModelCounts())
         counts.prompt_total += record.prompt_tokens or 0
-        counts.completion_total += record.completion_tokens or 0
+        # What a stream's meter booked as it flowed is there already; usage may count a few tokens more.
+        counts.completion_total += max(0, (record.completion_tokens or 0) - record.streamed_tokens)
         counts.requests_since_tick += 1
         if record.ttft_s is not None or record.itl_p50_s is not None:
             self._latencies.append((time.monotonic(), record.model, record.ttft_s, record.itl_p50_s))
         if record.prompt_cached_tokens is not None and record.prompt_tokens:
             self._caching.append((time.monotonic(), record.model, record.prompt_cached_tokens, record.prompt_tokens))
+
+    def on_streamed(self, model: str, count: int) -> None:
+        """RequestLog stream listener: a chunk's content events, booked now so a long stream reads as a plateau."""
+        counts = self._counts.get(model)
+        if counts is None:
+            counts = self._counts[model] = _ModelCounts()
+        counts.completion_total += count
 
     def sample(self, elapsed_s: float) -> list[Point]:
         points: list[Point] = []
