@@ -10,8 +10,8 @@ import time
 
 import aiohttp
 
-from app.service.engines import EngineManager, RemoteEndpoint
-from app.service.remotes import read_bounded
+from app.service.engines import EngineManager
+from app.service.remotes import RemoteEndpoint, read_bounded
 from app.service.series import Point
 from engines.metrics import METRICS_CONFIGS, MetricsConfig, MetricTranslator
 
