@@ -18,7 +18,8 @@ from app.paths import AppPaths
 from app.service.engines import LifecyclePolicy
 from engines.base import Capabilities
 from engines.states import EngineState
-from tests.support.synthetic import Core, SyntheticEngineAdapter, running_core, synthetic_spec, wait_until
+from tests.support.synthetic import Core, SyntheticEngineAdapter, running_core, synthetic_spec
+from tests.support.waiting import wait_until
 
 ONE_AT_A_TIME = Capabilities(max_concurrency=1, stream_usage=True)
 MESSAGES: list[Any] = [{"role": "user", "content": "Hi"}]

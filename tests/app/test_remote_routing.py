@@ -14,7 +14,8 @@ import aiohttp
 from app.paths import AppPaths
 from app.service.remotes import RemoteRegistry
 from engines.base import Capabilities
-from tests.support.synthetic import SYNTHETIC_MODEL, SyntheticEngineAdapter, running_core, synthetic_server, wait_until
+from tests.support.synthetic import SYNTHETIC_MODEL, SyntheticEngineAdapter, running_core, synthetic_server
+from tests.support.waiting import wait_until
 
 MESSAGES = [{"role": "user", "content": "Hi"}]
 ENGINES = {"synthetic": SyntheticEngineAdapter(Capabilities(max_concurrency=1, stream_usage=True))}

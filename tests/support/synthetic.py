@@ -14,8 +14,7 @@ import contextlib
 import json
 import socket
 import sys
-import time
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -140,12 +139,3 @@ async def synthetic_server(token_delay_ms: float = 0.0) -> AsyncIterator[str]:
     finally:
         server.close()
         await server.wait_closed()
-
-
-async def wait_until(condition: Callable[[], bool], what: str, timeout_s: float = 30.0) -> None:
-    """Poll `condition` on the loop until it holds (the states it reads announce no event); fail naming `what`
-    after `timeout_s`."""
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        assert time.monotonic() < deadline, f"not within {timeout_s} s: {what}"
-        await asyncio.sleep(0.01)
