@@ -220,10 +220,10 @@ class Gateway:
                 "invalid_request_error", "model_not_found", "model",
             )  # fmt: skip
             return
+        route = self._manager.route(checked.model)  # the one question to the manager, unless its engine must start
         if has_features(payload):  # said in the serving engine's words, or refused naming one that would serve it
-            engine = self._manager.engine(checked.model)
             try:
-                if adapt(engine.name, engine.capabilities, path, payload):
+                if adapt(route.engine_name, route.capabilities, path, payload):
                     body = json.dumps(payload).encode()
             except InvalidRequest as exc:
                 await send_error(send, 400, str(exc), "invalid_request_error", param=exc.param)
@@ -240,7 +240,7 @@ class Gateway:
         assert handler is not None
         watcher = asyncio.create_task(_cancel_when_gone(receive, handler, outcome))
         try:
-            await self._serve(request)
+            await self._serve(request, route)
         except asyncio.CancelledError:
             if not outcome.gone:
                 raise  # the service is stopping
@@ -253,8 +253,8 @@ class Gateway:
         self._log.add(_record(path, checked, outcome, started_at, time.monotonic() - started), outcome.text)
         self._manager.request_finished(checked.model)
 
-    async def _serve(self, request: _Request) -> None:
-        route, outcome = self._manager.route(request.checked.model), request.outcome
+    async def _serve(self, request: _Request, route: Route) -> None:
+        outcome = request.outcome
         try:
             outcome.queued_s = await route.queue.acquire()
         except QueueFull as full:
