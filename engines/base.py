@@ -7,7 +7,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
+
+if TYPE_CHECKING:
+    from engines.vllm_log import VLLMStartup
 
 
 @dataclass(frozen=True)
@@ -123,4 +126,13 @@ class EmbeddingModeEngine(Protocol):
 
     def embedding_command(self, plan: LaunchPlan, port: int, api_key: str) -> EngineCommand:
         """The command that serves /v1/embeddings for `plan`'s model on 127.0.0.1:`port`, pooled as OpenAI's."""
+        ...
+
+
+@runtime_checkable
+class StartupLogEngine(Protocol):
+    """An engine whose start-up log says what it reserved (KV cache memory, requests it can serve at once)."""
+
+    def read_startup_line(self, before: VLLMStartup, line: str) -> VLLMStartup:
+        """What is known of the start-up after one more log line: `before` itself when the line says nothing new."""
         ...

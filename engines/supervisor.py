@@ -28,7 +28,7 @@ from engines.processes import (
     write_private_file,
     write_record,
 )
-from engines.states import ACTIVE_STATES, EngineEvent, EngineState
+from engines.states import ACTIVE_STATES, EngineEvent, EngineState, check_transition
 
 DIAGNOSIS_LINES = 200  # the end of a load log: llama.cpp prints the failing allocation a few lines from the end
 
@@ -88,8 +88,8 @@ class EngineSupervisor:
         self._gpu_memory_probe = gpu_memory_probe
         self.gpu_release: GPURelease | None = None  # how the last stop's wait for GPU memory ended
         self.log = EngineLog(log_path)
-        self.state = EngineState.STOPPED
-        self.message = ""
+        self._state = EngineState.STOPPED  # changed only by _set_state, as engines.states.TRANSITIONS allows
+        self._message = ""
         self.diagnosis: Diagnosis | None = None  # why the last exit happened, when it could be told
         self.port: int | None = None
         self.restarts = 0
@@ -104,6 +104,15 @@ class EngineSupervisor:
         self._ready_path = "/"
         self._ready_headers: dict[str, str] = {}
         self._pump: asyncio.Task[None] | None = None
+
+    @property
+    def state(self) -> EngineState:
+        return self._state
+
+    @property
+    def message(self) -> str:
+        """What the current state is about: why it failed or stopped, where a restart stands."""
+        return self._message
 
     @property
     def pid(self) -> int | None:
@@ -124,8 +133,9 @@ class EngineSupervisor:
         await self._settled.wait()
         return self.state
 
-    async def stop(self) -> None:
-        """Stop the engine and every process it started, and close its log file. Safe to call twice."""
+    async def stop(self, reason: str = "stopped") -> None:
+        """Stop the engine and every process it started, and close its log file. Safe to call twice.
+        `reason` is the message of the stopped state (why it was stopped, when not by the user)."""
         if self._lifecycle is None and self._process is None:
             self.log.close()
             return
@@ -147,7 +157,7 @@ class EngineSupervisor:
         self._settled.set()
         self.log.close()
         if self.state == EngineState.STOPPING:
-            self._set_state(EngineState.STOPPED, "stopped")
+            self._set_state(EngineState.STOPPED, reason)
 
     async def wait_exited(self, timeout_s: float) -> bool:
         """Wait up to `timeout_s` for the engine process to exit, as when it refuses connections while still
@@ -297,7 +307,9 @@ class EngineSupervisor:
         self._settled.set()
 
     def _set_state(self, state: EngineState, message: str) -> None:
-        previous, self.state, self.message = self.state, state, message
+        """The only place the state changes, and only as the table allows (IllegalTransition)."""
+        check_transition(self._state, state)
+        previous, self._state, self._message = self._state, state, message
         if self._on_event is not None:
             self._on_event(EngineEvent(self.model_id, state, previous, message, self.pid, self.port))
 

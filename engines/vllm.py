@@ -7,6 +7,7 @@ import subprocess
 from pathlib import Path
 
 from engines.base import GPU_SERVER_QUIET_START_S, Capabilities, EngineCommand, Installation, LaunchPlan
+from engines.vllm_log import VLLMStartup, parse_line
 
 
 class VLLMEngine:
@@ -24,6 +25,10 @@ class VLLMEngine:
         if self.executable is not None:
             return str(self.executable) if self.executable.is_file() else None
         return shutil.which("vllm")
+
+    def read_startup_line(self, before: VLLMStartup, line: str) -> VLLMStartup:
+        """vLLM's start-up log: its KV cache memory and the requests it can serve at once (engines.vllm_log)."""
+        return parse_line(before, line)
 
     def detect(self) -> Installation:
         executable = self._executable()

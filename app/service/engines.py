@@ -29,12 +29,14 @@ from app.service.launch.companions import EmbeddingCompanions, EmbeddingRoute, c
 from app.service.launch.folder_models import FolderLaunch, FolderRefused, overrides_refusal, plan_folder, record_startup
 from app.service.launch.memory_check import MemoryCheck
 from app.service.launch.overrides import BadOverrides, PlanOverrides, plan_summary
-from engines.base import Capabilities, EmbeddingModeEngine, Engine, LaunchPlan, OffloadingEngine
+from app.service.launch.route import Route
+from app.service.remotes import RemoteEndpoint, RemoteModel, RemoteTable
+from engines.base import Capabilities, EmbeddingModeEngine, Engine, LaunchPlan, OffloadingEngine, StartupLogEngine
 from engines.gguf import GGUFError, GGUFInfo, read_gguf_info
 from engines.registry import ENGINES
 from engines.states import ACTIVE_STATES, EngineEvent, EngineState
 from engines.supervisor import CommandFactory, EngineSupervisor, EventSink, LogSink, SupervisorPolicy
-from engines.vllm_log import VLLMStartup, parse_line
+from engines.vllm_log import VLLMStartup
 
 
 def _rss(pid: int) -> int | None:
@@ -73,16 +75,6 @@ class LifecyclePolicy:
 
 
 @dataclass(frozen=True)
-class RemoteEndpoint:
-    """An OpenAI-compatible server elsewhere whose models are served as `name/<model>` (app.service.remotes)."""
-
-    name: str
-    url: str  # base URL, without /v1
-    api_key: str | None
-    models: tuple[str, ...]  # their ids at the remote
-
-
-@dataclass(frozen=True)
 class _Prepared:
     """A checked start: the plan, its engine and predicted peak memory, with the GGUF header or the vLLM launch."""
 
@@ -93,8 +85,35 @@ class _Prepared:
     folder: FolderLaunch | None = None
 
 
+@dataclass
+class ModelRecord:
+    """What the manager knows of one model it serves from here: its supervisor, its current plan and what was
+    checked for it, its queue and when it was last used. Created on first use; remote models have none."""
+
+    engine_name: str | None = None  # the engine of its current plan, when it was started (else the library's)
+    supervisor: EngineSupervisor | None = None
+    preflight_error: str | None = None  # why its file or plan was refused at the last start
+    info: GGUFInfo | None = None
+    plan: LaunchPlan | None = None
+    footprint: int | None = None  # predicted peak memory of its current plan
+    queue: EngineQueue | None = None
+    last_used: float = 0.0  # time.monotonic() of its last request or start
+    start_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    startup: VLLMStartup | None = None  # what its engine said while starting (StartupLogEngine)
+    folder: FolderLaunch | None = None  # the vLLM launch of a folder model
+    calibrated: bool = False  # its current folder launch was recorded for calibration
+
+    @property
+    def active(self) -> bool:
+        return self.supervisor is not None and self.supervisor.state in ACTIVE_STATES
+
+    @property
+    def idle(self) -> bool:
+        return self.queue is None or (self.queue.running == 0 and self.queue.waiting == 0)
+
+
 class EngineManager:
-    """Owns every engine supervisor of the service, by model id."""
+    """Owns every engine supervisor of the service, one record per model id."""
 
     def __init__(
         self,
@@ -113,101 +132,113 @@ class EngineManager:
         self.lifecycle = lifecycle or LifecyclePolicy()
         # Every engine by name, installed or not (app.installs.available); each model's spec names its default.
         self.engines: Mapping[str, Engine] = engines if engines is not None else ENGINES
-        self._engine_names: dict[str, str] = {}  # model id -> the engine of its current plan, when not its default
-        self._supervisors: dict[str, EngineSupervisor] = {}
-        self._preflight_errors: dict[str, str] = {}  # model id -> why its file was refused
-        self._infos: dict[str, GGUFInfo] = {}
-        self._plans: dict[str, LaunchPlan] = {}
-        self._footprints: dict[str, int] = {}  # model id -> predicted peak memory of its current plan
-        self._queues: dict[str, EngineQueue] = {}
-        self._last_used: dict[str, float] = {}
-        self._start_locks: dict[str, asyncio.Lock] = {}
-        self._startups: dict[str, VLLMStartup] = {}  # model id -> what its vLLM said while starting
+        self._records: dict[str, ModelRecord] = {}
         self._calibration = CalibrationStore(paths.calibration_db)
         self.memory_check = MemoryCheck(self._calibration)
         # This machine's profile for planning folder models (blocking: called on a worker thread).
         self._hardware = hardware or (lambda: detect_hardware(paths.models_dir))
-        self._folders: dict[str, FolderLaunch] = {}  # model id -> the vLLM launch of its folder
-        self._calibrated: set[str] = set()  # folder models whose current launch was recorded for calibration
         # Engines accept only this key; it never leaves the service.
         self.internal_key = secrets.token_urlsafe(32)
         self.companions = EmbeddingCompanions(self._engine_supervisor, self.internal_key, bus.publish)
         self._companion_stops: set[asyncio.Task[None]] = set()
-        self.remotes: dict[str, RemoteEndpoint] = {}
-        self._remote_models: dict[str, tuple[str, str]] = {}  # model id -> (remote name, its id at the remote)
+        self.remotes = RemoteTable()
+
+    def _record(self, model_id: str) -> ModelRecord:
+        record = self._records.get(model_id)
+        if record is None:
+            record = self._records[model_id] = ModelRecord()
+        return record
 
     def add_remote(self, remote: RemoteEndpoint, specs: dict[str, ModelSpec]) -> None:
         """Serve a remote's models (replacing what it listed before)."""
         self.remove_remote(remote.name)
-        self.remotes[remote.name] = remote
-        for (model_id, spec), upstream in zip(specs.items(), remote.models, strict=True):
-            self.models[model_id] = spec
-            self._remote_models[model_id] = (remote.name, upstream)
+        self.remotes.add(remote, tuple(specs))
+        self.models.update(specs)
 
     def remove_remote(self, name: str) -> None:
-        self.remotes.pop(name, None)
-        for model_id in [m for m, (remote, _) in self._remote_models.items() if remote == name]:
-            del self._remote_models[model_id]
+        for model_id in self.remotes.remove(name):
             self.models.pop(model_id, None)
 
-    def remote_of(self, model_id: str) -> tuple[RemoteEndpoint, str] | None:
+    def remote_of(self, model_id: str) -> RemoteModel | None:
         """The remote serving `model_id` and the model's id there, or None for a model served here."""
-        found = self._remote_models.get(model_id)
-        return (self.remotes[found[0]], found[1]) if found else None
+        return self.remotes.model(model_id)
 
     def upstream_bearer(self, model_id: str) -> str:
         """The key the gateway sends upstream: a remote's own (possibly none), none to an --upstream server (it runs
         outside ModelDeck, and the internal key must not leave the service), else the engines' internal key."""
         remote = self.remote_of(model_id)
         if remote is not None:
-            return remote[0].api_key or ""
+            return remote.endpoint.api_key or ""
         spec = self.models.get(model_id)
         return "" if spec is not None and spec.url is not None else self.internal_key
 
+    def route(self, model_id: str) -> Route:
+        """Where a request for the model goes now, its URL None until its engine is ready; notes the model as used
+        (for the idle TTL and least-recently-used eviction). Raises KeyError for an unknown model."""
+        spec, remote = self.models[model_id], self.remotes.model(model_id)
+        engine, queue = self.engine(model_id), self.queue(model_id)
+        self.touch(model_id)
+        return Route(
+            model=model_id,
+            upstream_model=remote.upstream_id if remote else model_id,
+            url=self.base_url(model_id),
+            bearer=self.upstream_bearer(model_id),
+            queue=queue,
+            engine_name=self.engine_name(model_id),
+            capabilities=engine.capabilities,
+            chat_template=self.chat_template(model_id),
+            remote=remote.endpoint.name if remote else None,
+            external=spec.url is not None,
+            slot_count=queue.capacity if engine.capabilities.slot_ids and remote is None else 0,
+        )
+
     def supervisor(self, model_id: str) -> EngineSupervisor | None:
-        return self._supervisors.get(model_id)
+        record = self._records.get(model_id)
+        return record.supervisor if record else None
 
     def engine_name(self, model_id: str) -> str:
         """The engine that serves the model: the one its last start chose, else the library's."""
-        return self._engine_names.get(model_id, self.models[model_id].engine)
+        record = self._records.get(model_id)
+        if record is not None and record.engine_name is not None:
+            return record.engine_name
+        return self.models[model_id].engine
 
     def engine(self, model_id: str) -> Engine:
         return self.engines[self.engine_name(model_id)]
 
     def _capacity(self, model_id: str) -> int:
-        capabilities = self.engine(model_id).capabilities
-        folder = self._folders.get(model_id)
-        if folder is not None:
-            return min(capabilities.max_concurrency, folder.capacity(self._startups.get(model_id)))
-        plan = self._plans.get(model_id)
+        capabilities, record = self.engine(model_id).capabilities, self._record(model_id)
+        if record.folder is not None:
+            return min(capabilities.max_concurrency, record.folder.capacity(record.startup))
         if capabilities.parallel_from_plan:
-            return max(1, min(plan.parallel if plan else 1, capabilities.max_concurrency))
+            return max(1, min(record.plan.parallel if record.plan else 1, capabilities.max_concurrency))
         return capabilities.max_concurrency
 
     def queue(self, model_id: str) -> EngineQueue:
-        queue = self._queues.get(model_id)
-        if queue is None:
-            queue = self._queues[model_id] = EngineQueue(self._capacity(model_id), self.lifecycle.max_waiting)
-        return queue
+        record = self._record(model_id)
+        if record.queue is None:
+            record.queue = EngineQueue(self._capacity(model_id), self.lifecycle.max_waiting)
+        return record.queue
 
     def queue_depths(self) -> dict[str, tuple[int, int]]:
-        return {model_id: (queue.running, queue.waiting) for model_id, queue in self._queues.items()}
+        return {model_id: (r.queue.running, r.queue.waiting) for model_id, r in self._records.items() if r.queue}
 
     def context_length(self, model_id: str) -> int | None:
         """The context max_tokens is bounded by; None for a remote, which judges its own requests."""
-        if model_id in self._remote_models:
+        if self.remotes.model(model_id) is not None:
             return None
-        plan = self._plans.get(model_id)
+        record = self._records.get(model_id)
+        plan = record.plan if record else None
         return plan.context_length if plan else DEFAULT_CONTEXT  # the default plan never uses more
 
     def chat_template(self, model_id: str) -> str | None:
-        info = self._infos.get(model_id)
-        template = info.metadata.get("tokenizer.chat_template") if info else None
+        record = self._records.get(model_id)
+        template = record.info.metadata.get("tokenizer.chat_template") if record and record.info else None
         return template if isinstance(template, str) else None
 
     def touch(self, model_id: str) -> None:
         """Note that the model was just used (for the idle TTL and least-recently-used eviction)."""
-        self._last_used[model_id] = time.monotonic()
+        self._record(model_id).last_used = time.monotonic()
 
     def state(self, model_id: str) -> EngineState:
         return self._state_and_message(model_id)[0]
@@ -217,14 +248,14 @@ class EngineManager:
         spec = self.models[model_id]
         if spec.url is not None:
             return spec.url
-        supervisor = self._supervisors.get(model_id)
+        supervisor = self.supervisor(model_id)
         return supervisor.base_url if supervisor and supervisor.state == EngineState.READY else None
 
     async def embedding_target(self, model_id: str, url: str) -> EmbeddingRoute:
         """Where /v1/embeddings for the model goes, once its engine is ready at `url`: there, unless that engine
         embeds only in a process of its own (app.service.launch.companions), which is then started on demand."""
-        engine, spec = self.engine(model_id), self.models[model_id]
-        plan, info = self._plans.get(model_id), self._infos.get(model_id)
+        engine, spec, record = self.engine(model_id), self.models[model_id], self._record(model_id)
+        plan, info = record.plan, record.info
         if not isinstance(engine, EmbeddingModeEngine) or plan is None or info is None or spec.url is not None:
             return EmbeddingRoute(url)
         if self.state(model_id) != EngineState.READY:  # stopped while the request waited: nothing to start beside
@@ -239,17 +270,23 @@ class EngineManager:
     async def engine_refused(self, model_id: str) -> bool:
         """The model's engine refused a connection: True if its process turns out to have exited (its
         supervisor then restarts it, and start() waits for that); False for an external server."""
-        supervisor = self._supervisors.get(model_id)
+        supervisor = self.supervisor(model_id)
         return supervisor is not None and await supervisor.wait_exited(timeout_s=2.0)
 
     def _state_and_message(self, model_id: str) -> tuple[EngineState, str]:
         url = self.models[model_id].url
         if url is not None:
             remote = self.remote_of(model_id)
-            return EngineState.READY, f"remote {remote[0].name} at {url}" if remote else f"external server at {url}"
-        if model_id in self._preflight_errors:
-            return EngineState.FAILED, self._preflight_errors[model_id]
-        supervisor = self._supervisors.get(model_id)
+            return (
+                EngineState.READY,
+                f"remote {remote.endpoint.name} at {url}" if remote else f"external server at {url}",
+            )
+        record = self._records.get(model_id)
+        if record is None:
+            return EngineState.STOPPED, ""
+        if record.preflight_error is not None:
+            return EngineState.FAILED, record.preflight_error
+        supervisor = record.supervisor
         return (supervisor.state, supervisor.message) if supervisor else (EngineState.STOPPED, "")
 
     async def check_start(self, model_id: str, overrides: PlanOverrides | None) -> None:
@@ -278,10 +315,10 @@ class EngineManager:
         self._check_running_plan(model_id, overrides)
 
     def _check_running_plan(self, model_id: str, overrides: PlanOverrides) -> None:
-        supervisor, plan = self._supervisors.get(model_id), self._plans.get(model_id)
-        if supervisor is None or supervisor.state not in ACTIVE_STATES or plan is None:
+        record = self._record(model_id)
+        plan, info = record.plan, record.info
+        if not record.active or plan is None:
             return
-        info = self._infos.get(model_id)
         other_engine = overrides.engine is not None and overrides.engine != self.engine_name(model_id)
         if other_engine or overrides.apply(plan, info.context_length if info else None) != plan:
             running = ", ".join(f"{name} {value}" for name, value in plan_summary(plan).items())
@@ -299,9 +336,10 @@ class EngineManager:
         if spec.url is not None:
             return EngineState.READY
         self.touch(model_id)
-        async with self._start_locks.setdefault(model_id, asyncio.Lock()):
-            supervisor = self._supervisors.get(model_id)
-            if supervisor is None or supervisor.state not in ACTIVE_STATES:
+        record = self._record(model_id)
+        async with record.start_lock:
+            supervisor = record.supervisor
+            if supervisor is None or not record.active:
                 supervisor = await self._new_supervisor(spec, supervisor, overrides)
                 if supervisor is None:
                     return EngineState.FAILED
@@ -317,29 +355,25 @@ class EngineManager:
         prepared = await (self._prepare_folder if spec.path.is_dir() else self._prepare_gguf)(spec, overrides)
         if prepared is None:
             return None
-        self._footprints[model_id] = prepared.footprint
+        record = self._record(model_id)
+        record.footprint = prepared.footprint
         if not await self._make_room(spec):
             return None
-        plan = prepared.plan
-        self._plans[model_id], self._engine_names[model_id] = plan, prepared.engine_name
+        plan = record.plan = prepared.plan
+        record.engine_name = prepared.engine_name
         if prepared.info is not None:
-            self._infos[model_id] = prepared.info
-        if prepared.folder is not None:
-            self._folders[model_id] = prepared.folder
-        else:
-            self._folders.pop(model_id, None)
-        self._startups.pop(model_id, None)
-        self._calibrated.discard(model_id)
+            record.info = prepared.info
+        record.folder, record.startup, record.calibrated = prepared.folder, None, False
         engine = self.engine(model_id)
-        if model_id in self._queues:
-            self._queues[model_id].set_capacity(self._capacity(model_id))
+        if record.queue is not None:
+            record.queue.set_capacity(self._capacity(model_id))
         if old is not None:
             await old.stop()  # a failed one: reaps what is left and closes its log
         supervisor = self._engine_supervisor(
             model_id, lambda port: engine.build_command(plan, port, self.internal_key), self._on_engine_event,
             self._on_engine_log, _policy_for(self._policy, engine.capabilities),
         )  # fmt: skip
-        self._supervisors[model_id] = supervisor
+        record.supervisor = supervisor
         return supervisor
 
     def _engine_supervisor(
@@ -370,7 +404,7 @@ class EngineManager:
         except GGUFError as exc:
             self._refuse(model_id, str(exc))
             return None
-        self._preflight_errors.pop(model_id, None)
+        self._record(model_id).preflight_error = None
         if overrides is not None and overrides.engine:
             engine_name = overrides.engine
         else:
@@ -419,20 +453,16 @@ class EngineManager:
         except FolderRefused as exc:
             self._refuse(spec.id, str(exc))
             return None
-        self._preflight_errors.pop(spec.id, None)
+        self._record(spec.id).preflight_error = None
         return _Prepared(folder.plan, spec.engine, folder.footprint, folder=folder)
 
     def _refuse(self, model_id: str, message: str) -> None:
         previous = self.state(model_id)
-        self._preflight_errors[model_id] = message
+        self._record(model_id).preflight_error = message
         self._on_engine_event(EngineEvent(model_id, EngineState.FAILED, previous, message))
 
     def _loaded(self, excluding: str) -> list[str]:
-        return [m for m, s in self._supervisors.items() if m != excluding and s.state in ACTIVE_STATES]
-
-    def _is_idle(self, model_id: str) -> bool:
-        queue = self._queues.get(model_id)
-        return queue is None or (queue.running == 0 and queue.waiting == 0)
+        return [m for m, record in self._records.items() if m != excluding and record.active]
 
     def _footprint(
         self, spec: ModelSpec, info: GGUFInfo, plan: LaunchPlan, engine_name: str, embedding_process: bool = False
@@ -454,7 +484,7 @@ class EngineManager:
 
     async def _make_room(self, spec: ModelSpec) -> bool:
         """Stop least recently used idle engines until `spec` fits under the memory cap (predicted peaks)."""
-        problem = await self._free_memory(spec.id, self._footprints[spec.id])
+        problem = await self._free_memory(spec.id, self._record(spec.id).footprint or spec.size_bytes)
         if problem is not None:
             self._refuse(spec.id, problem)
         return problem is None
@@ -468,7 +498,7 @@ class EngineManager:
         if need > cap:
             return f"{what or model_id} needs about {need >> 20} MiB, more than the cap of {cap >> 20} MiB"
         while sum(self._loaded_bytes(m) for m in self._loaded(model_id)) + need > cap:
-            idle = sorted((m for m in self._loaded(model_id) if self._is_idle(m)), key=self._last_used_at)
+            idle = sorted((m for m in self._loaded(model_id) if self._records[m].idle), key=self._last_used_at)
             if not idle:
                 return f"{what or model_id} does not fit under the memory cap next to engines in use"
             await self._stop_for(idle[0], f"stopped to make room for {model_id}")
@@ -476,17 +506,18 @@ class EngineManager:
 
     def _loaded_bytes(self, model_id: str) -> int:
         """The predicted peak memory of the model's engine, and of its embedding companion if one runs."""
-        engine = self._footprints.get(model_id, self.models[model_id].size_bytes)
+        record = self._records.get(model_id)
+        engine = record.footprint if record and record.footprint is not None else self.models[model_id].size_bytes
         return engine + self.companions.footprint(model_id)
 
     def _last_used_at(self, model_id: str) -> float:
-        return self._last_used.get(model_id, 0.0)
+        record = self._records.get(model_id)
+        return record.last_used if record else 0.0
 
     async def _stop_for(self, model_id: str, reason: str) -> None:
-        supervisor = self._supervisors[model_id]
-        await asyncio.gather(supervisor.stop(), self.companions.stop(model_id))
-        supervisor.message = reason
-        self._on_engine_event(EngineEvent(model_id, EngineState.STOPPED, EngineState.STOPPED, reason))
+        supervisor = self._records[model_id].supervisor
+        assert supervisor is not None, "only loaded engines are stopped for a reason"
+        await asyncio.gather(supervisor.stop(reason), self.companions.stop(model_id))
 
     async def stop_idle_engines(self) -> None:
         """Stop ready engines unused for longer than their idle TTL, until cancelled."""
@@ -498,31 +529,33 @@ class EngineManager:
             now = time.monotonic()
             for model_id in self._loaded(excluding=""):
                 ttl, idle_for = self.lifecycle.ttl_for(model_id), now - self._last_used_at(model_id)
-                idle = self._supervisors[model_id].state == EngineState.READY and self._is_idle(model_id)
+                record = self._records[model_id]
+                idle = record.supervisor is not None and record.supervisor.state == EngineState.READY and record.idle
                 if ttl is not None and idle and idle_for > ttl:
                     await self._stop_for(model_id, f"stopped after {idle_for:.0f} s idle (TTL {ttl:g} s)")
 
     async def stop(self, model_id: str) -> None:
         if model_id not in self.models:
             raise UnknownModel(model_id)
-        self._preflight_errors.pop(model_id, None)
-        supervisor = self._supervisors.get(model_id)
-        if supervisor is not None:
-            await asyncio.gather(supervisor.stop(), self.companions.stop(model_id))
+        record = self._records.get(model_id)
+        if record is None:
+            return
+        record.preflight_error = None
+        if record.supervisor is not None:
+            await asyncio.gather(record.supervisor.stop(), self.companions.stop(model_id))
 
     async def stop_all(self) -> None:
-        await asyncio.gather(*(supervisor.stop() for supervisor in self._supervisors.values()),
-                             self.companions.stop_all())  # fmt: skip
+        supervisors = [record.supervisor for record in self._records.values() if record.supervisor is not None]
+        await asyncio.gather(*(supervisor.stop() for supervisor in supervisors), self.companions.stop_all())
 
     def describe(self, model_id: str) -> dict[str, Any]:
         """The model and its engine's state, as the control API and /v1/models report it."""
         spec = self.models.get(model_id)
         if spec is None:
             raise UnknownModel(model_id)
-        supervisor = self._supervisors.get(model_id)
+        record = self._records.get(model_id) or ModelRecord()
+        supervisor, queue, folder, startup = record.supervisor, record.queue, record.folder, record.startup
         state, message = self._state_and_message(model_id)
-        queue = self._queues.get(model_id)
-        folder = self._folders.get(model_id)
         return {
             "id": spec.id,
             "name": spec.name,
@@ -541,12 +574,10 @@ class EngineManager:
             "waiting_requests": queue.waiting if queue else 0,
             "memory": self.memory_check.describe(model_id),
             # What a launch can override; a folder model's vLLM plan takes no overrides: see "vllm".
-            "plan": plan_summary(plan) if (plan := self._plans.get(model_id)) and folder is None else None,
+            "plan": plan_summary(record.plan) if record.plan and folder is None else None,
             "launch": asdict(supervisor.launch) if supervisor and supervisor.launch else None,  # secrets redacted
             "idle_ttl_s": None if spec.url is not None else self.lifecycle.ttl_for(model_id),
-            "startup": {**startup.to_dict(), "summary": startup.summary()}
-            if (startup := self._startups.get(model_id))
-            else None,
+            "startup": {**startup.to_dict(), "summary": startup.summary()} if startup else None,
             "vllm": folder.describe(startup) if folder else None,
             "max_concurrent_requests": queue.capacity if queue else None,  # what the gateway lets through at once
             "embedding_companion": self.companions.describe(model_id),
@@ -555,14 +586,17 @@ class EngineManager:
     def logs(self, model_id: str, count: int | None = None) -> list[str]:
         if model_id not in self.models:
             raise UnknownModel(model_id)
-        supervisor = self._supervisors.get(model_id)
+        supervisor = self.supervisor(model_id)
         return supervisor.log.tail(count) if supervisor else []
 
     def request_finished(self, model_id: str) -> None:
+        """A request for the model was answered (or given up): it was used until now."""
+        self.touch(model_id)
         self.memory_check.request_finished(model_id)
 
     def _on_engine_event(self, event: EngineEvent) -> None:
-        info, plan = self._infos.get(event.model_id), self._plans.get(event.model_id)
+        record = self._records.get(event.model_id)
+        info, plan = (record.info, record.plan) if record else (None, None)
         if event.state == EngineState.READY and event.pid and info and plan:
             engine = self.engine_name(event.model_id)
             self.memory_check.engine_ready(event.model_id, engine, facts_from_gguf(info), plan, event.pid)
@@ -575,29 +609,28 @@ class EngineManager:
         self._bus.publish({"type": "engine", **asdict(event)})
 
     def _on_engine_log(self, model_id: str, line: str) -> None:
-        if self.models[model_id].engine == "vllm":
-            before = self._startups.get(model_id, VLLMStartup())
-            after = parse_line(before, line)
+        engine = self.engine(model_id)
+        if isinstance(engine, StartupLogEngine):
+            record = self._record(model_id)
+            before = record.startup or VLLMStartup()
+            after = engine.read_startup_line(before, line)
             if after is not before:
-                self._startups[model_id] = after
+                record.startup = after
                 self._bus.publish({"type": "startup", "model_id": model_id, **after.to_dict()})
-                if model_id in self._queues and model_id in self._folders:
-                    self._queues[model_id].set_capacity(self._capacity(model_id))
+                if record.queue is not None and record.folder is not None:
+                    record.queue.set_capacity(self._capacity(model_id))
                 self._record_folder_startup(model_id)
         self._bus.publish({"type": "log", "model_id": model_id, "line": line})
 
     def _record_folder_startup(self, model_id: str) -> None:
         """Once per launch of a folder model, when it is ready and its log has said its KV cache memory (in either
         order: the log is read while readiness is probed), its start-up goes to calibration."""
-        folder, startup, supervisor = (
-            self._folders.get(model_id),
-            self._startups.get(model_id),
-            self.supervisor(model_id),
-        )
+        record = self._record(model_id)
+        folder, startup, supervisor = record.folder, record.startup, record.supervisor
         if folder is None or startup is None or supervisor is None or supervisor.state != EngineState.READY:
             return
-        if model_id not in self._calibrated and record_startup(self._calibration, model_id, folder, startup):
-            self._calibrated.add(model_id)
+        if not record.calibrated and record_startup(self._calibration, model_id, folder, startup):
+            record.calibrated = True
 
 
 def _policy_for(policy: SupervisorPolicy | None, capabilities: Capabilities) -> SupervisorPolicy:
@@ -609,4 +642,4 @@ def _policy_for(policy: SupervisorPolicy | None, capabilities: Capabilities) -> 
     return policy
 
 
-__all__ = ["EngineManager", "LifecyclePolicy", "PlanConflict", "RemoteEndpoint", "UnknownModel"]
+__all__ = ["EngineManager", "LifecyclePolicy", "ModelRecord", "PlanConflict", "UnknownModel"]

@@ -16,7 +16,7 @@ import os
 import re
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 import aiohttp
@@ -26,8 +26,10 @@ import keyring.errors
 from app.hub.library import ModelSpec
 from app.keys import insecure_keyring_reason
 from app.paths import AppPaths, write_private
-from app.service.engines import EngineManager, RemoteEndpoint
 from app.service.http.json_body import load_json
+
+if TYPE_CHECKING:
+    from app.service.engines import EngineManager
 
 log = logging.getLogger("modeldeck.remotes")
 
@@ -38,6 +40,53 @@ MAX_LIST_BYTES = 4 * 1024 * 1024  # a remote's /v1/models answer
 MAX_REMOTE_MODELS = 1000
 REFRESH_S = 30.0
 KEY_ENV_PREFIX = "MODELDECK_REMOTE_KEY_"
+
+
+@dataclass(frozen=True)
+class RemoteEndpoint:
+    """An OpenAI-compatible server elsewhere whose models are served as `name/<model>`."""
+
+    name: str
+    url: str  # base URL, without /v1
+    api_key: str | None
+    models: tuple[str, ...]  # their ids at the remote
+
+
+@dataclass(frozen=True)
+class RemoteModel:
+    """One model served by a remote: the remote, and the model's id there (`MODEL` of `NAME/MODEL`)."""
+
+    endpoint: RemoteEndpoint
+    upstream_id: str
+
+
+class RemoteTable:
+    """The remotes the service serves now, and which of them serves each model id (in-memory lookups)."""
+
+    def __init__(self) -> None:
+        self._remotes: dict[str, RemoteEndpoint] = {}
+        self._models: dict[str, RemoteModel] = {}
+
+    def add(self, remote: RemoteEndpoint, model_ids: tuple[str, ...]) -> None:
+        """Serve `remote`'s models as `model_ids` (in the order of `remote.models`), replacing what it had."""
+        self.remove(remote.name)
+        self._remotes[remote.name] = remote
+        for model_id, upstream in zip(model_ids, remote.models, strict=True):
+            self._models[model_id] = RemoteModel(remote, upstream)
+
+    def remove(self, name: str) -> list[str]:
+        """Stop serving the remote `name`; the model ids it served."""
+        self._remotes.pop(name, None)
+        gone = [model_id for model_id, found in self._models.items() if found.endpoint.name == name]
+        for model_id in gone:
+            del self._models[model_id]
+        return gone
+
+    def model(self, model_id: str) -> RemoteModel | None:
+        return self._models.get(model_id)
+
+    def values(self) -> list[RemoteEndpoint]:
+        return list(self._remotes.values())
 
 
 class RemoteError(ValueError):

@@ -1,18 +1,14 @@
-"""Fixtures for the Hub tests: a local stand-in for the Hub (tests/hub_server.py) and what it serves."""
+"""Fixtures for the Hub tests: a local stand-in for the Hub (tests/support/hub_server.py) and what it serves."""
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import huggingface_hub.utils._detect_agent
 import pytest
 
-from tests.hub_server import FakeHub, HubRepo, running_hub
-
-SLICE_BYTES = 3_000_000
+from tests.support.hub_server import SLICE_BYTES, FakeHub, running_hub
 
 
 @pytest.fixture(scope="session")
@@ -43,13 +39,3 @@ def hub(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[FakeHub]:
 @pytest.fixture
 def cache_dir(tmp_path: Path) -> Path:
     return tmp_path / "hf-cache"
-
-
-def sha256(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
-
-
-def add_repo(hub: FakeHub, repo_id: str, files: dict[str, bytes], **info: Any) -> HubRepo:
-    repo = HubRepo(repo_id, files, **info)
-    hub.repos[repo_id] = repo
-    return repo

@@ -7,6 +7,7 @@ import asyncio
 import pytest
 
 from app.service.launch.admission import EngineQueue, QueueFull
+from tests.support.waiting import wait_until
 
 
 async def test_requests_run_one_at_a_time_in_arrival_order() -> None:
@@ -42,8 +43,7 @@ async def test_full_queue_refuses_with_retry_after() -> None:
 
     holder = asyncio.create_task(hold())
     waiter = asyncio.create_task(hold())
-    await asyncio.sleep(0.01)
-    assert (queue.running, queue.waiting) == (1, 1)
+    await wait_until(lambda: (queue.running, queue.waiting) == (1, 1), "one holding, one waiting")
     with pytest.raises(QueueFull) as full:
         async with queue.slot():
             pass
@@ -64,8 +64,7 @@ async def test_cancelled_waiter_leaves_the_line_and_running_one_frees_its_slot()
     running = asyncio.create_task(long_request())
     await started.wait()
     waiting = asyncio.create_task(long_request())
-    await asyncio.sleep(0.01)
-    assert queue.waiting == 1
+    await wait_until(lambda: queue.waiting == 1, "the second request waits")
     waiting.cancel()
     await asyncio.gather(waiting, return_exceptions=True)
     assert queue.waiting == 0

@@ -14,7 +14,7 @@ from app.hub.library import ModelSpec, bundled_model, external_model
 from app.paths import AppPaths
 from app.planner.plans import NoVariants
 from app.service.control.advisor import Advisor
-from tests.conftest import REPO
+from tests.support.service import REPO
 
 FIXTURES = REPO / "tests" / "fixtures" / "hardware"
 

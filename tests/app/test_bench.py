@@ -11,7 +11,7 @@ import pytest
 
 from app.hub.library import BUNDLED_ID
 from app.paths import AppPaths
-from tests.conftest import REPO, RunningService
+from tests.support.service import REPO, RunningService
 
 OUTPUT_TOKENS = 16
 SANE_S = 300.0

@@ -15,7 +15,7 @@ import pytest
 from app.client import ControlClient, ControlError
 from app.hub.library import BUNDLED_ID
 from app.paths import AppPaths
-from tests.conftest import RunningService, start_service_process, stop_service_process
+from tests.support.service import RunningService, start_service_process, stop_service_process, wait_for
 
 RUN_TIMEOUT_S = 600.0  # a busy 2-core machine decodes the bundled model at 0.5-2 tokens/s
 OUTPUT_TOKENS = 8
@@ -36,12 +36,14 @@ class EventRecorder:
 
     def __init__(self, client: ControlClient) -> None:
         self.runs: list[dict[str, Any]] = []
+        self.subscribed = threading.Event()  # set on the snapshot, which the service sends once it has subscribed
         self._stream = client.events()
         self._thread = threading.Thread(target=self._read, daemon=True)
         self._thread.start()
 
     def _read(self) -> None:
         for event in self._stream:
+            self.subscribed.set()
             if event.get("type") == "bench":
                 self.runs.append(event["run"])
 
@@ -53,7 +55,7 @@ class EventRecorder:
 @pytest.fixture
 def events(service: RunningService) -> Iterator[EventRecorder]:
     recorder = EventRecorder(service.client)
-    time.sleep(0.3)  # the stream is open before the run starts
+    assert recorder.subscribed.wait(30), "the event stream did not open"  # before the run starts
     yield recorder
     recorder.close()
 
@@ -100,7 +102,7 @@ def test_a_sweep_through_the_api_saves_a_complete_card(
     assert listed[0]["best_output_tokens_per_s"] == max(level["output_tokens_per_s"] for level in card["results"])
 
     # Progress came live: requests of each level counted up, then every level, then the card.
-    time.sleep(0.5)
+    wait_for(lambda: events.runs and events.runs[-1]["state"] == "completed", 30, "the completed run's event")
     states = events.runs
     assert states[0]["state"] == "running" and states[-1]["state"] == "completed"
     assert any(s["phase"] == "warmup" for s in states)

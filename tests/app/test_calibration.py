@@ -13,7 +13,7 @@ from app.planner.defaults import DEFAULT_CONTEXT
 from app.planner.facts import facts_from_gguf
 from app.planner.memory import llama_cpp_memory
 from engines.gguf import read_gguf_info
-from tests.conftest import RunningService
+from tests.support.service import RunningService
 
 MIB = 2**20
 

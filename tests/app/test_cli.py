@@ -7,7 +7,7 @@ import subprocess
 import sys
 
 from app.hub.library import BUNDLED_ID
-from tests.conftest import REPO, RunningService, free_port
+from tests.support.service import REPO, RunningService, free_port
 
 
 def modeldeck(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:

@@ -11,7 +11,7 @@ from pathlib import Path
 from app import __version__
 from app.installs.available import LLAMA_SERVER_ENV
 from tests.app.test_llama_server_build import tiny_sdist
-from tests.conftest import REPO
+from tests.support.service import REPO
 
 
 def modeldeck(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:

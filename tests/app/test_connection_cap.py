@@ -16,7 +16,7 @@ import pytest
 
 from app.paths import AppPaths
 from app.service.http.connection_cap import RESERVED_FDS, ConnectionCaps, NoRoom, connection_caps, make_room
-from tests.conftest import RunningService, start_service_process, stop_service_process
+from tests.support.service import RunningService, start_service_process, stop_service_process
 
 SOFT, HARD = 128, 200  # the service raises the soft limit to the hard one; caps come from the hard one
 GATEWAY_CAP = 20

@@ -16,7 +16,7 @@ from app.hub.library import BUNDLED_ID
 from app.installs.available import LLAMA_SERVER_ENV
 from app.paths import AppPaths
 from tests.app.test_llama_server_service import model_state
-from tests.conftest import start_service_process, stop_service_process, wait_for
+from tests.support.service import start_service_process, stop_service_process, wait_for
 
 STREAMS = 2
 

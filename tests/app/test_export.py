@@ -39,7 +39,7 @@ from app.planner.plans import with_command
 from app.planner.recommend import recommend
 from engines.vllm import VLLMEngine
 from tests.engines.cli_schema import check_command, load_schema
-from tests.hub_server import HubRepo, running_hub
+from tests.support.hub_server import HubRepo, running_hub
 
 GIB = 2**30
 HELM_SCHEMA = Path(__file__).parent.parent / "fixtures" / "helm" / "production-stack-values.schema.json"
@@ -397,7 +397,7 @@ def test_served_name_and_options_pass_through(paths: AppPaths, tmp_path: Path) -
     assert replace(deployment, image_tag="nightly").image == "vllm/vllm-openai:nightly"
 
 
-# -- a Hub repository (the local Hub stand-in, tests/hub_server.py) ------------------------------------------------
+# -- a Hub repository (the local Hub stand-in, tests/support/hub_server.py) ----------------------------------------
 
 
 def hub_repo(repo_id: str, config: dict[str, Any], counts: dict[str, int]) -> HubRepo:

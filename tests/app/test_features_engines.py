@@ -13,7 +13,7 @@ import pytest
 from app.hub.library import BUNDLED_ID
 from app.installs.available import LLAMA_SERVER_ENV
 from app.paths import AppPaths
-from tests.conftest import RunningService, start_service_process, stop_service_process
+from tests.support.service import RunningService, start_service_process, stop_service_process
 
 PERSON = {
     "type": "object",

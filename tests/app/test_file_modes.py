@@ -14,7 +14,7 @@ import pytest
 
 from app.hub.library import BUNDLED_ID
 from app.paths import AppPaths
-from tests.conftest import start_service_process, stop_service_process, wait_for
+from tests.support.service import start_service_process, stop_service_process, wait_for
 
 
 @pytest.fixture

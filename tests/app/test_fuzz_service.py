@@ -26,7 +26,7 @@ from hypothesis.configuration import set_hypothesis_home_dir
 
 from app.hub.library import BUNDLED_ID
 from app.paths import AppPaths
-from tests.conftest import RunningService, free_port, start_service_process, stop_service_process
+from tests.support.service import RunningService, free_port, start_service_process, stop_service_process
 
 # Hypothesis keeps caches in ./.hypothesis, which pytest (with this project's norecursedirs) then refuses to
 # collect past: they go to the temporary directory instead, and no example database is kept.

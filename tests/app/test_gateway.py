@@ -23,7 +23,7 @@ from app.planner.defaults import DEFAULT_CONTEXT, default_plan
 from app.planner.facts import facts_from_gguf
 from app.planner.memory import llama_cpp_memory
 from engines.gguf import read_gguf_info
-from tests.conftest import RunningService, start_service_process, stop_service_process
+from tests.support.service import RunningService, start_service_process, stop_service_process, wait_for
 
 MESSAGES = [{"role": "user", "content": "Write a short poem about the sea."}]
 SECRET_MESSAGES = [{"role": "user", "content": "Tell me about the quartz-zebra-1729 lighthouse."}]
@@ -205,10 +205,17 @@ def test_eight_clients_on_a_one_at_a_time_engine_all_complete_in_order(service: 
                 finish = chunk.choices[0].finish_reason or finish
         finished[index] = finish
 
+    def arrived() -> int:
+        """Requests the gateway has taken in: answered (asked first, so that a request answered between the two
+        questions is counted in neither, never twice), running or waiting in the engine's queue."""
+        answered = len(service.client.requests(100))
+        model = next(m for m in service.client.models() if m["id"] == BUNDLED_ID)
+        return answered + model["running_requests"] + model["waiting_requests"]
+
     threads = [threading.Thread(target=stream, args=(i,)) for i in range(8)]
-    for thread in threads:
+    for index, thread in enumerate(threads):
         thread.start()
-        time.sleep(0.15)  # a known arrival order
+        wait_for(lambda n=index: arrived() > n, 60, f"request {index} in the queue")  # a known arrival order
     for thread in threads:
         thread.join(timeout=180)
     assert sorted(finished) == list(range(8))

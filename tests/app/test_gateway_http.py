@@ -13,7 +13,7 @@ import pytest
 
 from app.paths import AppPaths
 from tests.app.test_http_server import Answer, read_all, read_answer
-from tests.conftest import RunningService, start_service_process, stop_service_process
+from tests.support.service import RunningService, start_service_process, stop_service_process
 
 KEY = "test-key"
 

@@ -35,7 +35,7 @@ from app.hardware.nvidia_doctor import (
 from app.hardware.profile import GPUProblem, HardwareProfile
 from app.hardware.summary import format_profile
 from app.hardware.sysctl import parse_sysctl
-from tests.conftest import REPO
+from tests.support.service import REPO
 
 FIXTURES = REPO / "tests" / "fixtures" / "hardware"
 GB = 1e9

@@ -7,7 +7,7 @@ import subprocess
 import sys
 import textwrap
 
-from tests.conftest import REPO
+from tests.support.service import REPO
 
 _CHECK = textwrap.dedent(
     """

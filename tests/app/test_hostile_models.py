@@ -15,8 +15,8 @@ import pytest
 from app.paths import AppPaths
 from app.planner.facts import ImplausibleConfig, facts_from_hf_config
 from app.planner.plans import NoVariants, safetensors_variant
-from tests.conftest import REPO, start_service_process, stop_service_process
 from tests.engines.gguf_builder import U32, gguf_bytes, llama_metadata
+from tests.support.service import REPO, start_service_process, stop_service_process
 
 CONFIG = {
     "architectures": ["LlamaForCausalLM"], "num_hidden_layers": 2, "num_attention_heads": 4,

@@ -15,7 +15,7 @@ import pytest
 
 from app.hub.library import BUNDLED_ID
 from app.paths import AppPaths
-from tests.conftest import REPO, RunningService, free_port, start_service_process, stop_service_process
+from tests.support.service import REPO, RunningService, free_port, start_service_process, stop_service_process
 
 DEEP = b"[" * 100_000 + b"]" * 100_000  # json.loads raises RecursionError on it
 NESTED_65 = b'{"model": "m", "prompt": "x", "user": ' + b"[" * 65 + b"]" * 65 + b"}"

@@ -19,6 +19,7 @@ import pytest
 
 from app.service.http.asgi import DIRECT_BODY, BodyTooLarge, ClientGone, Message, Receive, Scope, Send, read_body
 from app.service.http.http_server import HttpLimits, HttpServer
+from tests.support.service import wait_for
 
 LIMITS = HttpLimits(
     max_url_bytes=256, max_header_bytes=1024, max_headers=12, max_body_bytes=1000, header_timeout_s=0.5,
@@ -387,7 +388,7 @@ def test_direct_body_writes_are_framed(server: Running) -> None:
 def test_a_client_that_does_not_read_pauses_the_writer(server: Running) -> None:
     with connect(server) as sock:
         sock.sendall(get("/flood"))
-        time.sleep(0.5)
+        wait_for(lambda: server.seen.pauses == 1, 30, "the writer to pause")
         assert server.seen.pauses == 1 and server.seen.resumes == 0
         buffer = bytearray()
         answer = read_answer(sock, buffer)

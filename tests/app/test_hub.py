@@ -19,9 +19,8 @@ from app.hub.pulled import load_pulled
 from app.hub.task import Progress, Stopped, TaskState
 from app.hub.variants import RepoFile, gguf_variants, quant_of
 from app.paths import AppPaths
-from tests.app.conftest import SLICE_BYTES, add_repo, sha256
-from tests.conftest import free_port
-from tests.hub_server import FakeHub
+from tests.support.hub_server import SLICE_BYTES, FakeHub, add_repo, sha256
+from tests.support.service import free_port
 
 FAST = RetryPolicy(attempts=4, first_wait_s=0.01)
 MB = 1 << 20

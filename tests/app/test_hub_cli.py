@@ -14,9 +14,8 @@ import pytest
 from app.hub.cache import RepoCache
 from app.hub.pulled import load_pulled
 from app.paths import AppPaths
-from tests.app.conftest import add_repo, sha256
-from tests.conftest import REPO, free_port, start_service_process, stop_service_process
-from tests.hub_server import FakeHub, wait_for
+from tests.support.hub_server import FakeHub, add_repo, sha256, wait_for
+from tests.support.service import REPO, free_port, start_service_process, stop_service_process
 
 REPO_ID = "org/smol-GGUF"
 FILE = "smol-Q4_1.gguf"

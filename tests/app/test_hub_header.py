@@ -16,8 +16,7 @@ from app.planner.facts import facts_from_gguf
 from app.planner.plans import plan_model
 from app.service.control.recommend_variant import header_file, pick_from_plan, plan_variants
 from engines.gguf import GGUFError, read_gguf_prefix
-from tests.app.conftest import SLICE_BYTES, add_repo
-from tests.hub_server import FakeHub
+from tests.support.hub_server import SLICE_BYTES, FakeHub, add_repo
 
 REPO_ID = "org/smol-GGUF"
 FILE = "smol-Q4_1.gguf"

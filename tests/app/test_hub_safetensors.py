@@ -1,5 +1,5 @@
 """Safetensors pulls for vLLM: shards, config and tokenizer in the Hugging Face cache layout, each file verified,
-the folder registered as a vLLM model. The Hub is the local stand-in (tests/hub_server.py)."""
+the folder registered as a vLLM model. The Hub is the local stand-in (tests/support/hub_server.py)."""
 
 from __future__ import annotations
 
@@ -19,8 +19,7 @@ from app.hub.task import Progress, TaskState
 from app.hub.variants import SAFETENSORS, RepoFile, safetensors_variant
 from app.paths import AppPaths
 from app.service.control.library_ops import delete_files, verify
-from tests.app.conftest import add_repo, sha256
-from tests.hub_server import FakeHub, git_blob_sha1
+from tests.support.hub_server import FakeHub, add_repo, git_blob_sha1, sha256
 
 REPO_ID = "org/tiny-llama"
 FAST = RetryPolicy(attempts=4, first_wait_s=0.01)

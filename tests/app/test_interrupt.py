@@ -21,11 +21,10 @@ import psutil
 from app.hub.cache import RepoCache
 from app.hub.library import BUNDLED_ID
 from app.paths import AppPaths
-from tests.app.conftest import add_repo, sha256
 from tests.app.test_hub_cli import env_for
 from tests.app.test_llama_server_build import tiny_project
-from tests.conftest import REPO, start_service_process, stop_service_process, wait_for
-from tests.hub_server import FakeHub
+from tests.support.hub_server import FakeHub, add_repo, sha256
+from tests.support.service import REPO, start_service_process, stop_service_process, wait_for
 
 BOUND_S = 5.0
 

@@ -12,7 +12,7 @@ from keyring.backend import KeyringBackend
 
 from app.keys import load_api_key
 from app.paths import AppPaths
-from tests.memory_keyring import MemoryKeyring
+from tests.support.memory_keyring import MemoryKeyring
 
 
 @pytest.fixture

@@ -15,8 +15,7 @@ from app.hub.pulled import PulledModel, load_pulled
 from app.hub.task import TaskState
 from app.paths import AppPaths
 from app.service.control.library_ops import LibraryError, delete_files
-from tests.app.conftest import add_repo, sha256
-from tests.hub_server import FakeHub
+from tests.support.hub_server import FakeHub, add_repo, sha256
 
 
 def pull_file(hub: FakeHub, paths: AppPaths, cache_dir: Path, name: str) -> PulledModel:

@@ -17,7 +17,7 @@ from app.hub.library import BUNDLED_ID
 from app.installs.available import LLAMA_SERVER_ENV
 from app.paths import AppPaths
 from app.planner.defaults import DEFAULT_SLOTS
-from tests.conftest import RunningService, start_service_process, stop_service_process, wait_for
+from tests.support.service import RunningService, start_service_process, stop_service_process, wait_for
 
 PARALLEL = 4
 

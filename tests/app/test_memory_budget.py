@@ -15,7 +15,7 @@ from app.hardware.profile import HardwareProfile
 from app.hub.library import BUNDLED_ID
 from app.paths import AppPaths
 from app.service.launch.memory_budget import GIB, default_budget
-from tests.conftest import REPO, start_service_process, stop_service_process
+from tests.support.service import REPO, start_service_process, stop_service_process
 
 PROFILES = Path(__file__).resolve().parent.parent / "fixtures" / "hardware"
 

@@ -9,7 +9,7 @@ import pytest
 
 from app.client import ControlError
 from app.hub.library import BUNDLED_ID
-from tests.conftest import RunningService
+from tests.support.service import RunningService
 
 
 def series_of(service: RunningService, name: str, window: int = 120) -> list[dict[str, Any]]:

@@ -1,5 +1,5 @@
 """Pulls into a models folder the user chose (plain files, not the Hugging Face cache), and the library scanning it.
-The Hub is the local stand-in (tests/hub_server.py); every file is real."""
+The Hub is the local stand-in (tests/support/hub_server.py); every file is real."""
 
 from __future__ import annotations
 
@@ -17,10 +17,9 @@ from app.hub.stores import PARTIAL_DIR
 from app.hub.task import TaskState
 from app.paths import AppPaths
 from app.service.control.library_ops import verify
-from tests.app.conftest import SLICE_BYTES, add_repo
 from tests.app.test_hub_safetensors import WANTED, model_files
-from tests.conftest import start_service_process, stop_service_process
-from tests.hub_server import FakeHub
+from tests.support.hub_server import SLICE_BYTES, FakeHub, add_repo
+from tests.support.service import start_service_process, stop_service_process
 
 
 def pull_into(hub: FakeHub, spec: str, paths: AppPaths, models_dir: Path, cache_dir: Path) -> PulledModel:

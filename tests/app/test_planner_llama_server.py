@@ -18,7 +18,7 @@ from app.planner.recommend import recommend
 from engines.llama_server import LlamaServerEngine
 from engines.registry import ENGINES
 from tests.app.test_planner import FIXTURES, bundled_variants, machine
-from tests.conftest import REPO
+from tests.support.service import REPO
 
 
 def test_several_users_get_llama_server_with_a_slot_each(bundled_gguf: Path) -> None:

@@ -16,7 +16,7 @@ from app.hub.library import BUNDLED_ID
 from app.paths import AppPaths
 from app.planner.calibration import CalibrationStore, Measurement
 from app.planner.plans import gguf_variant
-from tests.conftest import RunningService, start_service_process, stop_service_process
+from tests.support.service import RunningService, start_service_process, stop_service_process
 
 MIB = 1 << 20
 

@@ -28,7 +28,7 @@ import pytest
 from app.client import ControlError
 from app.hub.library import BUNDLED_ID
 from app.paths import AppPaths
-from tests.conftest import REPO, free_port, start_service_process, stop_service_process
+from tests.support.service import REPO, free_port, start_service_process, stop_service_process
 
 METRICS = Path(__file__).parent.parent / "fixtures" / "metrics" / "vllm_metrics.txt"
 REMOTE_KEY = "sk-remote-test"

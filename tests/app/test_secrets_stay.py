@@ -17,7 +17,7 @@ import pytest
 
 from app.hub.library import BUNDLED_ID
 from app.paths import AppPaths
-from tests.conftest import start_service_process, stop_service_process
+from tests.support.service import start_service_process, stop_service_process
 
 SECRETS = {"HF_TOKEN": "hf_do_not_leak", "MODELDECK_REMOTE_KEY_GPUBOX": "sk-remote-do-not-leak"}
 

@@ -18,7 +18,7 @@ import pytest
 
 from app.hub.library import BUNDLED_ID
 from app.paths import AppPaths
-from tests.conftest import REPO, RunningService, free_port, start_service_process, stop_service_process
+from tests.support.service import REPO, RunningService, free_port, start_service_process, stop_service_process
 
 
 def test_chat_streamed_chat_and_completions(service: RunningService) -> None:

@@ -22,8 +22,8 @@ from app.hub.library import BUNDLED_ID
 from app.paths import AppPaths
 from app.service.http.lan import allowed_hosts, lan_addresses
 from app.settings import Settings, SettingsError, load_settings, save_settings, settings_file, with_models_dir
-from tests.conftest import REPO, RunningService, free_port, start_service_process, stop_service_process
-from tests.memory_keyring import BACKEND_NAME
+from tests.support.memory_keyring import BACKEND_NAME
+from tests.support.service import REPO, RunningService, free_port, start_service_process, stop_service_process
 
 # File --------------------------------------------------------------------------------------------------------
 

@@ -17,7 +17,7 @@ import pytest
 from app.hub.library import BUNDLED_ID
 from app.installs.available import LLAMA_SERVER_ENV
 from app.paths import AppPaths
-from tests.conftest import REPO, RunningService, start_service_process, stop_service_process, wait_for
+from tests.support.service import REPO, RunningService, start_service_process, stop_service_process, wait_for
 
 PARALLEL = 4
 CONVERSATIONS = 3

@@ -27,7 +27,7 @@ from app.gui.snippets_panel import snippets
 from app.hub.library import BUNDLED_ID
 from app.paths import AppPaths
 from app.service.http.tls import own_certificate
-from tests.conftest import REPO, RunningService, free_port, start_service_process, stop_service_process
+from tests.support.service import REPO, RunningService, free_port, start_service_process, stop_service_process
 
 
 def _port(service: RunningService) -> int:

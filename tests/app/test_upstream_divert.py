@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 
 from app.service.gateway.upstream import Endpoint, UpstreamPool
+from tests.support.waiting import wait_until
 
 PIECES = 200
 
@@ -52,7 +53,8 @@ def test_pieces_kept_before_diverting_are_relayed_and_reading_resumes() -> None:
         try:
             endpoint = Endpoint.post(f"http://127.0.0.1:{port}/v1/completions", "")
             response = await pool.post(endpoint, b"{}")
-            await asyncio.sleep(0.2)  # every piece arrives and waits: more than enough to pause the connection
+            # The burst arrives and waits, more pieces than are kept before the connection is paused.
+            await wait_until(lambda: response._connection.paused, "the unread burst pauses the connection")
             response.divert(relay)
             rest = await asyncio.wait_for(response.read(), 5)  # hangs if the paused connection is not resumed
             response.release()

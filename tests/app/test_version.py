@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from app import __version__, version
-from tests.conftest import REPO
+from tests.support.service import REPO
 
 
 def test_version_from_a_checkout_names_the_head_commit() -> None:

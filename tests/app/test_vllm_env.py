@@ -1,5 +1,5 @@
 """The managed vLLM environment, driven for real: `python -m venv`, `pip install` and `vllm --version` run as they
-would for the user, but pip installs a tiny wheel named `vllm` built here (tests/app/fake_wheel.py) from a local
+would for the user, but pip installs a tiny wheel named `vllm` built here (tests/support/fake_wheel.py) from a local
 folder with `--no-index`, instead of vLLM's 2 GB CUDA wheel and its torch, which neither fit nor run on this
 CPU-only machine. Creation, progress, verification, cancel and failures are all real."""
 
@@ -26,7 +26,7 @@ from app.installs.vllm_env import (
 )
 from app.paths import AppPaths
 from engines.base import LaunchPlan
-from tests.app.fake_wheel import build_wheel
+from tests.support.fake_wheel import build_wheel
 
 OFFLINE_ENV = {"PIP_CONFIG_FILE": os.devnull, "PIP_DISABLE_PIP_VERSION_CHECK": "1"}
 

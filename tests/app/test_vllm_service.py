@@ -3,10 +3,10 @@ managed vLLM environment installed with pip from a local wheel, the service star
 `openai` client streaming a chat that starts the engine just in time.
 
 Two things cannot exist here and are stood in for, as small as they can be:
-- the GPU: the service's NVML answers for the recorded H200 profile (tests/app/recorded_nvml.py, loaded into the
-  service process by tests/app/nvml_site/sitecustomize.py); everything above NVML runs for real;
-- vLLM itself (CUDA and torch): the wheel is the tiny `vllm` of tests/app/fake_wheel.py whose `vllm serve` is the
-  stand-in server of tests/app/vllm_standin.py. It checks its command line against vLLM 0.34.0's real schema,
+- the GPU: the service's NVML answers for the recorded H200 profile (tests/support/recorded_nvml.py, loaded into the
+  service process by tests/support/nvml_site/sitecustomize.py); everything above NVML runs for real;
+- vLLM itself (CUDA and torch): the wheel is the tiny `vllm` of tests/support/fake_wheel.py whose `vllm serve` is the
+  stand-in server of tests/support/vllm_standin.py. It checks its command line against vLLM 0.34.0's real schema,
   prints vLLM's start-up lines, answers /health 503 then 200, demands the key on /v1, serves vLLM's /metrics names
   and stops on SIGTERM; its answers are fixed words and its KV cache figures a small computation of its own.
 The refusals (no GPU, no vLLM) are checked on the manager with recorded profiles and a vLLM that is or is not there.
@@ -41,15 +41,15 @@ from app.service.launch.overrides import BadOverrides, PlanOverrides
 from engines.registry import ENGINES
 from engines.states import EngineState
 from engines.vllm import VLLMEngine
-from tests.app.fake_wheel import build_vllm_standin
-from tests.app.recorded_nvml import PROFILE_ENV
 from tests.app.test_cli import modeldeck
 from tests.app.test_vllm_env import OFFLINE_ENV
-from tests.conftest import REPO, RunningService, start_service_process, stop_service_process
+from tests.support.fake_wheel import build_vllm_standin
+from tests.support.recorded_nvml import PROFILE_ENV
+from tests.support.service import REPO, RunningService, start_service_process, stop_service_process
 
 PROFILES = REPO / "tests" / "fixtures" / "hardware"
 H200 = PROFILES / "h200.json"
-NVML_SITE = Path(__file__).resolve().parent / "nvml_site"
+NVML_SITE = Path(__file__).resolve().parent.parent / "support" / "nvml_site"
 MODEL_ID = "tiny-llama"
 ANSWER = "Hello from the vLLM stand-in."
 

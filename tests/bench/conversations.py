@@ -36,7 +36,7 @@ from app.hub.library import BUNDLED_ID
 from app.installs.available import LLAMA_SERVER_ENV
 from app.paths import app_paths
 from engines.llama_server import installed_builds
-from tests.conftest import RunningService, start_service_process, stop_service_process, test_engines_dir
+from tests.support.service import RunningService, start_service_process, stop_service_process, test_engines_dir
 
 _TEXT = (
     "the river carried small stones past the old mill while farmers counted their harvest and children ran along "

@@ -31,7 +31,7 @@ from app.installs.available import LLAMA_SERVER_ENV
 from app.paths import app_paths
 from engines.llama_server import installed_builds
 from tests.bench.engine_defaults import concurrent_throughput, load, new_prompt, stream
-from tests.conftest import start_service_process, stop_service_process, test_engines_dir
+from tests.support.service import start_service_process, stop_service_process, test_engines_dir
 
 ENGINES = ("llama-cpp-python", "llama-server")
 

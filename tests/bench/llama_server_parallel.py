@@ -29,7 +29,7 @@ from engines.base import Engine, LaunchPlan
 from engines.llama_cpp import LlamaCppPythonEngine
 from engines.llama_server import LlamaServerEngine, installed_builds
 from engines.processes import free_loopback_port
-from tests.conftest import test_engines_dir
+from tests.support.service import test_engines_dir
 
 KEY = "bench-key"
 

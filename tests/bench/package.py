@@ -35,7 +35,7 @@ sys.path.insert(0, str(REPO))
 from app import __version__  # noqa: E402
 from app.hub.library import BUNDLED_ID, bundled_model  # noqa: E402
 from engines.llama_server import installed_builds  # noqa: E402
-from tests.conftest import free_port  # noqa: E402
+from tests.support.service import free_port  # noqa: E402
 
 PROMPT = "Write a long story about a lighthouse keeper and the sea, in many short paragraphs."
 

@@ -30,7 +30,7 @@ from app.hub.library import BUNDLED_ID
 from app.installs.available import LLAMA_SERVER_ENV
 from app.paths import HOME_ENV, app_paths
 from engines.llama_server import installed_builds
-from tests.conftest import REPO, start_service_process, stop_service_process, test_engines_dir
+from tests.support.service import REPO, start_service_process, stop_service_process, test_engines_dir
 
 ENGINES = ("llama-cpp-python", "llama-server")
 MODES = ("unique", "identical")

@@ -24,6 +24,7 @@ from engines.processes import (
     stop_process_tree,
     write_record,
 )
+from tests.support.service import wait_for
 
 FAULT_ENGINE = Path(__file__).with_name("fault_engine.py")
 
@@ -71,9 +72,8 @@ def test_engine_dies_with_its_parent_even_on_sigkill(tmp_path: Path) -> None:
     parent = subprocess.Popen([sys.executable, "-c", parent_script], stdout=subprocess.PIPE, text=True)
     assert parent.stdout is not None
     engine = psutil.Process(int(parent.stdout.readline()))
-    time.sleep(0.5)  # the wrapper has exec'd the engine by now
+    wait_for(lambda: "fault_engine.py" in " ".join(engine.cmdline()), 30, "the wrapper to exec the engine")
     assert engine.is_running()
-    assert "fault_engine.py" in " ".join(engine.cmdline())
     parent.kill()
     parent.wait()
     parent.stdout.close()

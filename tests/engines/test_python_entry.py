@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from engines import python_entry
-from tests.conftest import REPO
+from tests.support.service import REPO
 
 FROZEN_LIKE = """
 import sys

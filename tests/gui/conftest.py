@@ -16,7 +16,7 @@ from app.gui.main_window import MainWindow
 from app.gui.quit_dialogs import QuitChoice
 from app.gui.service_connection import Phase, ServiceConnection
 from app.paths import AppPaths
-from tests.conftest import free_port
+from tests.support.service import free_port
 
 API_KEY = "gui-test-key"
 CONNECT_TIMEOUT_MS = 40_000

@@ -12,8 +12,8 @@ from app.client import default_port
 from app.gui.main_window import MainWindow
 from app.gui.service_connection import ServiceConnection
 from app.paths import AppPaths
-from tests.conftest import REPO, RunningService
 from tests.gui.conftest import CLOSE_TIMEOUT_MS, CONNECT_TIMEOUT_MS
+from tests.support.service import REPO, RunningService
 
 ANSWER_TIMEOUT_MS = 120_000  # the service asks each engine for its version (a Python import or two)
 

@@ -21,7 +21,7 @@ from app.hub.library import BUNDLED_ID
 from app.paths import AppPaths
 from tests.app.test_hub_safetensors import WANTED, model_files
 from tests.gui.block_meter import BlockMeter
-from tests.hub_server import FakeHub, HubRepo, running_hub
+from tests.support.hub_server import FakeHub, HubRepo, running_hub
 
 REPO_ID = "org/smol-GGUF"
 FILE = "smol-Q4_1.gguf"

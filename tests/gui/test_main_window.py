@@ -17,8 +17,8 @@ from app.gui.model_item_model import MEMORY_COLUMN, STATE_COLUMN
 from app.gui.service_connection import ServiceConnection
 from app.hub.library import BUNDLED_ID
 from app.paths import AppPaths
-from tests.conftest import RunningService
 from tests.gui.conftest import API_KEY, CLOSE_TIMEOUT_MS, CONNECT_TIMEOUT_MS
+from tests.support.service import RunningService
 
 READY_TIMEOUT_MS = 60_000
 STOP_TIMEOUT_MS = 30_000

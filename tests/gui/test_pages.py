@@ -37,8 +37,8 @@ from pytestqt.qtbot import QtBot
 
 from app.gui.main_window import MainWindow
 from app.hub.library import BUNDLED_ID
-from tests.conftest import REPO
 from tests.gui.test_setup_wizard import launch_in_view
+from tests.support.service import REPO
 
 ANSWER_TIMEOUT_MS = 60_000
 SCALE_ENV = "QT_SCALE_FACTOR"

@@ -23,9 +23,9 @@ from app.gui.theme import THEMES, apply_theme, is_dark
 from app.hub.library import BUNDLED_ID
 from app.paths import AppPaths
 from app.settings import Settings, load_settings, save_settings
-from tests.conftest import free_port, start_service_process, stop_service_process
 from tests.gui.conftest import API_KEY, CLOSE_TIMEOUT_MS, CONNECT_TIMEOUT_MS, QuitAnswers
-from tests.memory_keyring import BACKEND_NAME
+from tests.support.memory_keyring import BACKEND_NAME
+from tests.support.service import free_port, start_service_process, stop_service_process
 
 RESTART_TIMEOUT_MS = 60_000
 READY_TIMEOUT_MS = 60_000

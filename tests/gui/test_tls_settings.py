@@ -15,8 +15,8 @@ from app.gui.service_connection import Phase, ServiceConnection
 from app.gui.settings_page import SettingsPage
 from app.hub.library import BUNDLED_ID
 from app.paths import AppPaths
-from tests.conftest import start_service_process, stop_service_process
 from tests.gui.conftest import API_KEY, CLOSE_TIMEOUT_MS, CONNECT_TIMEOUT_MS
+from tests.support.service import start_service_process, stop_service_process
 
 READY_TIMEOUT_MS = 60_000
 ANSWER_TIMEOUT_MS = 60_000

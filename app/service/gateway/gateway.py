@@ -20,6 +20,7 @@ from typing import Any
 
 from app.service.engines import EngineManager
 from app.service.gateway.features import adapt, has_features
+from app.service.gateway.model_names import ModelRename
 from app.service.gateway.prompt_tokens import count_tokens, prompt_text
 from app.service.gateway.slot_router import SlotChoice, SlotRouter, prompt_parts
 from app.service.gateway.templates import TemplateRenderer
@@ -46,6 +47,7 @@ from app.service.http.asgi import (
 )
 from app.service.http.json_body import load_json
 from app.service.launch.admission import QueueFull
+from app.service.launch.route import Route
 from app.service.metrics.metering import (
     RequestRecord,
     StreamMeter,
@@ -92,6 +94,27 @@ class _Outcome:
     serving: bool = True  # until the handler is done with the request
     gone: bool = False  # the client disconnected while it was served
     text: RequestText | None = None  # only when the user keeps request text
+
+
+@dataclass
+class _Request:
+    """One request to the gateway as it is served: what the client sent, where the answer goes, what happened."""
+
+    path: str
+    body: bytes  # as it goes upstream (rewritten for a slot, a remote's model id or an encoding)
+    payload: dict[str, Any]
+    checked: CheckedRequest
+    send: Send
+    direct: DirectBody | None  # the server's direct path to the client, when it has one
+    outcome: _Outcome
+
+
+@dataclass(frozen=True)
+class _StreamPlan:
+    """What a stream needs besides passing bytes on."""
+
+    add_usage: bool  # the client asked for usage and the upstream will not send it
+    rename: ModelRename | None  # the upstream names the model otherwise
 
 
 class Gateway:
@@ -163,7 +186,7 @@ class Gateway:
         for model_id in self._manager.models:
             described = self._manager.describe(model_id)
             remote = self._manager.remote_of(model_id)
-            owner = remote[0].name if remote else "modeldeck"
+            owner = remote.endpoint.name if remote else "modeldeck"
             data.append({"id": model_id, "object": "model", "created": 0, "owned_by": owner,
                          "state": described["state"]})  # fmt: skip
         return {"object": "list", "data": data}
@@ -197,10 +220,10 @@ class Gateway:
                 "invalid_request_error", "model_not_found", "model",
             )  # fmt: skip
             return
+        route = self._manager.route(checked.model)  # the one question to the manager, unless its engine must start
         if has_features(payload):  # said in the serving engine's words, or refused naming one that would serve it
-            engine = self._manager.engine(checked.model)
             try:
-                if adapt(engine.name, engine.capabilities, path, payload):
+                if adapt(route.engine_name, route.capabilities, path, payload):
                     body = json.dumps(payload).encode()
             except InvalidRequest as exc:
                 await send_error(send, 400, str(exc), "invalid_request_error", param=exc.param)
@@ -208,6 +231,8 @@ class Gateway:
         outcome = _Outcome()
         if self._config.log_request_text:
             outcome.text = RequestText(path, payload.get(PROMPT_FIELDS[path]), checked.stream)
+        direct: DirectBody | None = scope.get("extensions", {}).get(DIRECT_BODY)
+        request = _Request(path, body, payload, checked, send, direct, outcome)
         started_at, started = time.time(), time.monotonic()
         # Serve in this task while one more watches for the client to go away and then cancels this one, so
         # that a queued or running request is cancelled upstream.
@@ -215,8 +240,7 @@ class Gateway:
         assert handler is not None
         watcher = asyncio.create_task(_cancel_when_gone(receive, handler, outcome))
         try:
-            direct: DirectBody | None = scope.get("extensions", {}).get(DIRECT_BODY)
-            await self._serve(path, body, payload, checked, send, direct, outcome)
+            await self._serve(request, route)
         except asyncio.CancelledError:
             if not outcome.gone:
                 raise  # the service is stopping
@@ -229,79 +253,70 @@ class Gateway:
         self._log.add(_record(path, checked, outcome, started_at, time.monotonic() - started), outcome.text)
         self._manager.request_finished(checked.model)
 
-    async def _serve(
-        self,
-        path: str,
-        body: bytes,
-        payload: dict[str, Any],
-        checked: CheckedRequest,
-        send: Send,
-        direct: DirectBody | None,
-        outcome: _Outcome,
-    ) -> None:
-        model = checked.model
-        queue = self._manager.queue(model)
+    async def _serve(self, request: _Request, route: Route) -> None:
+        outcome = request.outcome
         try:
-            outcome.queued_s = await queue.acquire()
+            outcome.queued_s = await route.queue.acquire()
         except QueueFull as full:
             outcome.status, outcome.error = 429, "queue full"
-            message = f"Too many requests waiting for `{model}`; retry in {full.retry_after_s} s."
+            message = f"Too many requests waiting for `{route.model}`; retry in {full.retry_after_s} s."
             error = json.dumps(openai_error(message, "rate_limit_error", "queue_full")).encode()
             headers = [(b"content-type", b"application/json"), (b"retry-after", str(full.retry_after_s).encode())]
-            await send({"type": "http.response.start", "status": 429, "headers": headers})
-            await send({"type": "http.response.body", "body": error})
+            await request.send({"type": "http.response.start", "status": 429, "headers": headers})
+            await request.send({"type": "http.response.body", "body": error})
             return
         acquired = time.monotonic()
         try:
-            self._manager.touch(model)
-            base_url = await self._engine_url(model, send, outcome)
-            if base_url is not None and path == "/v1/embeddings":
-                route = await self._manager.embedding_target(model, base_url)  # llama-server embeds elsewhere
-                if (base_url := route.url) is None:
-                    outcome.status, outcome.error = 503, route.error
-                    await send_error(send, 503, route.error, "server_error", "model_unavailable")
-            if base_url is not None:
-                choice = self._choose_slot(model, base_url, path, payload)
+            ready = route if route.url is not None else await self._ready_route(request)
+            if ready is not None and request.path == "/v1/embeddings":
+                ready = await self._embedding_route(request, ready)  # llama-server embeds elsewhere
+            if ready is not None:
+                choice = self._choose_slot(request, ready)
                 outcome.slot = choice.slot if choice is not None else None
                 try:
-                    routed = choice.body(body) if choice is not None else body
-                    await self._forward(base_url, path, routed, payload, checked, send, direct, outcome)
+                    if choice is not None:
+                        request.body = choice.body(request.body)
+                    await self._forward(request, ready)
                 finally:
                     if choice is not None:
                         self._slots.finished(choice)
-            self._manager.touch(model)
         finally:
-            queue.release(acquired)
+            route.queue.release(acquired)
 
-    def _choose_slot(self, model: str, base_url: str, path: str, payload: dict[str, Any]) -> SlotChoice | None:
+    async def _embedding_route(self, request: _Request, route: Route) -> Route | None:
+        assert route.url is not None
+        target = await self._manager.embedding_target(route.model, route.url)
+        if target.url is None:
+            request.outcome.status, request.outcome.error = 503, target.error
+            await send_error(request.send, 503, target.error, "server_error", "model_unavailable")
+            return None
+        return replace(route, url=target.url)
+
+    def _choose_slot(self, request: _Request, route: Route) -> SlotChoice | None:
         """The slot of the model's engine for this request, for an engine that serves several and takes `id_slot`."""
-        if not self._config.slot_routing or not self._manager.engine(model).capabilities.slot_ids:
+        if not self._config.slot_routing or route.slot_count < 2 or route.url is None:
             return None
-        slots = self._manager.queue(model).capacity
-        if slots < 2 or self._manager.remote_of(model) is not None:
-            return None
-        prompt = prompt_parts(path, payload)
-        return None if prompt is None else self._slots.choose(model, base_url, slots, prompt)
+        prompt = prompt_parts(request.path, request.payload)
+        return None if prompt is None else self._slots.choose(route.model, route.url, route.slot_count, prompt)
 
-    async def _engine_url(self, model: str, send: Send, outcome: _Outcome, restarting: bool = False) -> str | None:
-        """The ready engine's URL, starting it on demand (or waiting for its restart); answers the client itself
-        when that fails."""
-        url = None if restarting else self._manager.base_url(model)
-        if url is None:
-            try:
-                state = await asyncio.wait_for(self._manager.start(model), self._config.start_timeout_s)
-            except TimeoutError:
-                state = EngineState.STARTING
-            url = self._manager.base_url(model)
-            if state != EngineState.READY or url is None:
-                if state == EngineState.STARTING:
-                    message = f"The model `{model}` did not become ready within {self._config.start_timeout_s:.0f} s."
-                else:
-                    message = self._start_failure(model)
-                outcome.status, outcome.error = 503, message
-                await send_error(send, 503, message, "server_error", "model_unavailable")
-                return None
-        return url
+    async def _ready_route(self, request: _Request) -> Route | None:
+        """The model's route once its engine is ready, starting it on demand (or waiting for its restart); answers
+        the client itself when that fails."""
+        model = request.checked.model
+        try:
+            state = await asyncio.wait_for(self._manager.start(model), self._config.start_timeout_s)
+        except TimeoutError:
+            state = EngineState.STARTING
+        route = self._manager.route(model)
+        if state == EngineState.READY and route.url is not None:
+            return route
+        if state == EngineState.STARTING:
+            message = f"The model `{model}` did not become ready within {self._config.start_timeout_s:.0f} s."
+        else:
+            message = self._start_failure(model)
+        request.outcome.status, request.outcome.error = 503, message
+        await send_error(request.send, 503, message, "server_error", "model_unavailable")
+        return None
 
     def _start_failure(self, model: str) -> str:
         """Why the model cannot serve, for a client: what to do, never the engine's log or the model's path
@@ -313,49 +328,43 @@ class Gateway:
             f"window, `modeldeck ps` and the control API (GET /api/models/{model}/logs)."
         )
 
-    def _endpoint(self, url: str, model: str) -> Endpoint:
-        bearer = self._manager.upstream_bearer(model)  # the engines' internal key, or a remote's own
-        endpoint = self._endpoints.get((url, bearer))
+    def _endpoint(self, route: Route, path: str) -> Endpoint:
+        assert route.url is not None
+        url = route.url + path
+        endpoint = self._endpoints.get((url, route.bearer))
         if endpoint is None:
             if len(self._endpoints) > 256:  # engines restarted on new ports many times over
                 self._endpoints.clear()
             # A server ModelDeck did not start (--remote, --upstream) gets size and time limits on its answers.
-            limits = REMOTE_LIMITS if self._manager.models[model].url is not None else None
-            endpoint = self._endpoints[(url, bearer)] = Endpoint.post(url, bearer, limits)
+            limits = REMOTE_LIMITS if route.external else None
+            endpoint = self._endpoints[(url, route.bearer)] = Endpoint.post(url, route.bearer, limits)
         return endpoint
 
-    async def _forward(
-        self,
-        base_url: str,
-        path: str,
-        body: bytes,
-        payload: dict[str, Any],
-        checked: CheckedRequest,
-        send: Send,
-        direct: DirectBody | None,
-        outcome: _Outcome,
-    ) -> None:
-        capabilities = self._manager.engine(checked.model).capabilities
+    async def _forward(self, request: _Request, route: Route) -> None:
+        path, payload, outcome, send = request.path, request.payload, request.outcome, request.send
         encoding = payload.pop("encoding_format", None) if path == "/v1/embeddings" else None
-        remote = self._manager.remote_of(checked.model)
-        if remote is not None:  # `NAME/model` here is `model` there
-            payload["model"] = remote[1]
-        if encoding is not None or remote is not None:  # engines answer floats; the gateway encodes
-            body = json.dumps(payload).encode()
-        upstream = await self._post(checked.model, base_url, path, body, send, outcome)
+        if route.renamed:  # `NAME/model` here is `model` there
+            payload["model"] = route.upstream_model
+        if encoding is not None or route.renamed:  # engines answer floats; the gateway encodes
+            request.body = json.dumps(payload).encode()
+        upstream = await self._post(request, route)
         if upstream is None:
             return
+        rename = ModelRename(route.upstream_model, route.model) if route.renamed else None
         try:
             outcome.status = upstream.status
             headers = [item for item in upstream.headers if item[0] in _FORWARDED_RESPONSE_HEADERS]
-            if not checked.stream or upstream.status != 200:
+            if not request.checked.stream or upstream.status != 200:
                 answer = await upstream.read()
                 chat_failed = upstream.status == 500 and path == "/v1/chat/completions"
-                if chat_failed and await self._template_refused(checked.model, payload, send, outcome):
+                if chat_failed and await self._template_refused(request, route):
                     outcome.complete = True
                     return
                 if path == "/v1/embeddings" and upstream.status == 200:
-                    answer = _shape_embeddings(answer, not capabilities.embeddings_pooled, encoding == "base64")
+                    pool = not route.capabilities.embeddings_pooled
+                    answer = _shape_embeddings(answer, pool, encoding == "base64")
+                if rename is not None:
+                    answer = rename.whole(answer)
                 _read_usage(answer, outcome)
                 if outcome.text is not None:
                     outcome.text.answer.append(answer)
@@ -365,8 +374,10 @@ class Gateway:
                 return
             await send({"type": "http.response.start", "status": 200, "headers": headers})
             # A remote may not honour include_usage either: add it when its stream ends without one.
-            add_usage = checked.include_usage and (not capabilities.stream_usage or remote is not None)
-            await self._stream(upstream, base_url, path, payload, checked, send, direct, outcome, add_usage)
+            add_usage = request.checked.include_usage and (
+                not route.capabilities.stream_usage or route.remote is not None
+            )
+            await self._stream(request, route, upstream, _StreamPlan(add_usage, rename))
         except UpstreamError as exc:
             message = f"The engine stopped answering: {exc}."
             outcome.status, outcome.error = 502, message
@@ -378,13 +389,12 @@ class Gateway:
         finally:
             upstream.release(answered=outcome.complete)
 
-    async def _template_refused(self, model: str, payload: dict[str, Any], send: Send, outcome: _Outcome) -> bool:
+    async def _template_refused(self, request: _Request, route: Route) -> bool:
         """After an engine's 500 to a chat request: when the model's chat template is what failed, answer what
         it refused instead of the engine's bare error (True). Rendered in ModelDeck's own sandbox, off the loop."""
-        template = self._manager.chat_template(model)
-        if template is None:
+        if route.chat_template is None:
             return False
-        rendered = await self._templates.render(template, payload["messages"])
+        rendered = await self._templates.render(route.chat_template, request.payload["messages"])
         if rendered.text is not None:
             return False  # the template renders: the engine failed for another reason, passed on as it is
         if rendered.kind == "refused":  # the template's own check of the conversation (roles, order, ...)
@@ -393,65 +403,59 @@ class Gateway:
             status, kind, message = 500, "server_error", "The model's chat template cannot be used"
         problem = f"{message}: {rendered.problem}."
         advice = " Send a prompt to /v1/completions instead, or use a model file with another chat template."
-        outcome.status, outcome.error = status, problem
-        await send_error(send, status, problem + advice if status == 500 else problem, kind, "chat_template_error")
+        request.outcome.status, request.outcome.error = status, problem
+        await send_error(request.send, status, problem + advice if status == 500 else problem, kind,
+                         "chat_template_error")  # fmt: skip
         return True
 
-    async def _post(
-        self, model: str, base_url: str, path: str, body: bytes, send: Send, outcome: _Outcome
-    ) -> Response | None:
+    async def _post(self, request: _Request, route: Route) -> Response | None:
         """Send the request; None when it could not be sent, the client then answered."""
+        outcome = request.outcome
         try:
-            return await self._pool.post(self._endpoint(base_url + path, model), body)
+            return await self._pool.post(self._endpoint(route, request.path), request.body)
         except Unreachable as exc:
             # An engine that died a moment ago may still be reported ready: wait for its restart, as a request
             # that came a little later would have done.
-            if not await self._manager.engine_refused(model):
+            if not await self._manager.engine_refused(route.model):
                 error: UpstreamError = exc
             else:
-                restarted = await self._engine_url(model, send, outcome, restarting=True)
+                restarted = await self._ready_route(request)
                 if restarted is None:
                     return None
                 try:
-                    return await self._pool.post(self._endpoint(restarted + path, model), body)
+                    return await self._pool.post(self._endpoint(restarted, request.path), request.body)
                 except UpstreamError as again:
                     error = again
         except UpstreamError as exc:
             error = exc
-        remote = self._manager.remote_of(model)
-        if remote is not None:
-            outcome.status, outcome.error = 502, f"The remote `{remote[0].name}` at {base_url} did not answer: {error}."
+        if route.remote is not None:
+            outcome.status, outcome.error = 502, f"The remote `{route.remote}` at {route.url} did not answer: {error}."
         else:
             outcome.status, outcome.error = 502, f"The engine stopped answering: {error}."
-        await send_error(send, 502, outcome.error, "server_error", "engine_unavailable")
+        await send_error(request.send, 502, outcome.error, "server_error", "engine_unavailable")
         return None
 
-    async def _stream(
-        self,
-        upstream: Response,
-        base_url: str,
-        path: str,
-        payload: dict[str, Any],
-        checked: CheckedRequest,
-        send: Send,
-        direct: DirectBody | None,
-        outcome: _Outcome,
-        add_usage: bool,
-    ) -> None:
+    async def _stream(self, request: _Request, route: Route, upstream: Response, plan: _StreamPlan) -> None:
         """Pass the engine's events on as they arrive, measuring them on the way. With a server that can write
         to the client directly, they are passed on in the engine connection's callback (`_relay`), and this
-        loop only sees the end of the stream, its errors, and a last event that needs a usage event added."""
-        meter = outcome.meter = StreamMeter(time.monotonic(), path, self._log.stream_counter(checked.model))
+        loop only sees the end of the stream, its errors, and a last event that needs a usage event added.
+        Events whose model is renamed always come through this loop."""
+        outcome, send, direct, rename = request.outcome, request.send, request.direct, plan.rename
+        meter = outcome.meter = StreamMeter(
+            time.monotonic(), request.path, self._log.stream_counter(request.checked.model)
+        )
         keep = outcome.text.answer.append if outcome.text is not None else None
-        if direct is not None:
-            upstream.divert(_relay(direct, meter, keep, outcome, add_usage))
+        if direct is not None and rename is None:
+            upstream.divert(_relay(direct, meter, keep, outcome, plan.add_usage))
             direct.watch_pressure(upstream.pause, upstream.resume)
         read, feed = upstream.read_chunk, meter.feed
         while chunk := await read():
+            if rename is not None:
+                chunk = rename.feed(chunk) + (rename.flush() if upstream.complete else b"")
             feed(chunk)
             finished = ends_with_done(chunk)
-            if add_usage and finished and meter.usage is None:
-                chunk = await self._with_usage(chunk, meter, base_url, path, payload, checked, outcome)
+            if plan.add_usage and finished and meter.usage is None:
+                chunk = await self._with_usage(request, route, chunk)
             if keep is not None:
                 keep(chunk)
             # A client may leave as soon as it has read [DONE], before the engine closes the stream.
@@ -460,29 +464,22 @@ class Gateway:
                 outcome.complete = True
                 await send({"type": "http.response.body", "body": chunk})
                 return
-            await send({"type": "http.response.body", "body": chunk, "more_body": True})
+            if chunk:
+                await send({"type": "http.response.body", "body": chunk, "more_body": True})
+        rest = rename.flush() if rename is not None else b""
         outcome.complete = True
-        await send({"type": "http.response.body", "body": b""})
+        await send({"type": "http.response.body", "body": rest})
 
-    async def _with_usage(
-        self,
-        chunk: bytes,
-        meter: StreamMeter,
-        base_url: str,
-        path: str,
-        payload: dict[str, Any],
-        checked: CheckedRequest,
-        outcome: _Outcome,
-    ) -> bytes:
+    async def _with_usage(self, request: _Request, route: Route, chunk: bytes) -> bytes:
         """`chunk`, which ends in [DONE], with the usage event OpenAI sends before it, for engines that leave
         it out: completion tokens counted from the stream, prompt tokens counted by the engine's tokenizer."""
+        meter, outcome = request.outcome.meter, request.outcome
+        assert meter is not None
         before, done = split_done(chunk)
-        count_path = self._manager.engine(checked.model).capabilities.tokenize_count_path
-        text = await prompt_text(path, payload, self._manager.chat_template(checked.model), self._templates)
+        count_path = route.capabilities.tokenize_count_path
+        text = await prompt_text(request.path, request.payload, route.chat_template, self._templates)
         if count_path is not None and text is not None:
-            outcome.prompt_tokens = await count_tokens(
-                self._pool, self._endpoint(base_url + count_path, checked.model), text
-            )
+            outcome.prompt_tokens = await count_tokens(self._pool, self._endpoint(route, count_path), text)
         return before + usage_event(meter.first_event, outcome.prompt_tokens, meter.completion_tokens) + done
 
 

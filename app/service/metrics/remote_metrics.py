@@ -10,9 +10,9 @@ import time
 
 import aiohttp
 
-from app.service.engines import EngineManager, RemoteEndpoint
+from app.service.engines import EngineManager
 from app.service.metrics.series import Point
-from app.service.remotes import read_bounded
+from app.service.remotes import RemoteEndpoint, read_bounded
 from engines.metrics import METRICS_CONFIGS, MetricsConfig, MetricTranslator
 
 log = logging.getLogger("modeldeck.metrics")

@@ -2,14 +2,14 @@
 
 The OS keyrings (Secret Service, Keychain, Credential Locker) cannot exist on the headless test machines, so this
 real `keyring` backend class stands in for them: it keeps its secrets in the process that uses it. A service
-started as a subprocess gets it through PYTHON_KEYRING_BACKEND=tests.memory_keyring.MemoryKeyring.
+started as a subprocess gets it through PYTHON_KEYRING_BACKEND=tests.support.memory_keyring.MemoryKeyring.
 """
 
 from __future__ import annotations
 
 from keyring.backend import KeyringBackend
 
-BACKEND_NAME = "tests.memory_keyring.MemoryKeyring"
+BACKEND_NAME = "tests.support.memory_keyring.MemoryKeyring"
 
 
 class MemoryKeyring(KeyringBackend):

@@ -2,7 +2,7 @@
 
 It is a stand-in for the engine's own multi-gigabyte CUDA wheel: only its name, version and a console script that
 prints a version line are the engine's. `build_vllm_standin` adds `vllm serve`: a small OpenAI-style server that
-checks its command line against vLLM's real schema (tests/app/vllm_standin.py says what it shares with vLLM).
+checks its command line against vLLM's real schema (tests/support/vllm_standin.py says what it shares with vLLM).
 """
 
 from __future__ import annotations
@@ -67,13 +67,13 @@ def build_wheel(
 
 
 def build_vllm_standin(directory: Path, version: str = "0.34.0") -> Path:
-    """A `vllm` wheel whose `vllm serve` is the stand-in server of tests/app/vllm_standin.py, with the schema
+    """A `vllm` wheel whose `vllm serve` is the stand-in server of tests/support/vllm_standin.py, with the schema
     checker (tests/engines/cli_schema.py) and vLLM 0.34.0's command-line schema beside it."""
     return build_wheel(
         directory, "vllm", version, "vllm",
         cli=_VLLM_CLI.format(version=version),
         modules={
-            "vllm/_serve.py": (TESTS / "app" / "vllm_standin.py").read_text(encoding="utf-8"),
+            "vllm/_serve.py": (TESTS / "support" / "vllm_standin.py").read_text(encoding="utf-8"),
             "vllm/cli_schema.py": (TESTS / "engines" / "cli_schema.py").read_text(encoding="utf-8"),
             "vllm/vllm-0.34.0.json": VLLM_SCHEMA.read_text(encoding="utf-8"),
         },

@@ -1,9 +1,9 @@
 """NVML answering for a recorded machine profile (tests/fixtures/hardware/*.json): the GPU that cannot exist here.
 
 `nvml_fakes` gives replacements for the `pynvml` functions ModelDeck calls, to be set with monkeypatch in a test
-or by tests/app/nvml_site/sitecustomize.py in a child process (the service). Facts the profile does not record
+or by tests/support/nvml_site/sitecustomize.py in a child process (the service). Facts the profile does not record
 (bus width, clocks, power, temperature, MIG) answer NOT_SUPPORTED, as a board that does not report them would.
-Running `vllm serve` processes (the stand-in of tests/app/vllm_standin.py) are reported as holding
+Running `vllm serve` processes (the stand-in of tests/support/vllm_standin.py) are reported as holding
 STANDIN_VRAM on the first GPU, so that per-process readings and the wait for GPU memory after a stop see them.
 """
 

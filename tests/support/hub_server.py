@@ -364,3 +364,16 @@ def wait_for(condition: Any, timeout_s: float = 30) -> None:
     while not condition():
         assert time.monotonic() < deadline, "timed out waiting"
         time.sleep(0.02)
+
+
+SLICE_BYTES = 3_000_000  # the first bytes of the bundled GGUF the Hub tests serve (tests/app/conftest.py)
+
+
+def sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def add_repo(hub: FakeHub, repo_id: str, files: dict[str, bytes], **info: Any) -> HubRepo:
+    repo = HubRepo(repo_id, files, **info)
+    hub.repos[repo_id] = repo
+    return repo

@@ -1,5 +1,5 @@
 """A stand-in for `vllm serve`, shipped as `vllm/_serve.py` in the tiny `vllm` wheel the tests build
-(tests/app/fake_wheel.py, `build_vllm_standin`): vLLM itself needs CUDA and its own torch, which this machine lacks.
+(tests/support/fake_wheel.py, `build_vllm_standin`): vLLM itself needs CUDA and its own torch, which this machine lacks.
 
 What it shares with vLLM 0.34.0 is its outside, not its inference:
 - the command line is checked against the schema extracted from vLLM's wheel (tests/fixtures/engine_cli/
