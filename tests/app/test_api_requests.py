@@ -15,7 +15,7 @@ from app.paths import AppPaths
 from app.service.http.api import ApiError, parse_query, query_text, query_whole, read_json_object, read_limited
 from app.service.http.asgi import ClientGone, Message, Receive
 from app.service.http.json_body import MAX_DEPTH
-from tests.conftest import RunningService, start_service_process, stop_service_process
+from tests.support.service import RunningService, start_service_process, stop_service_process
 
 
 def receive_of(*chunks: bytes, disconnect: bool = False) -> Receive:

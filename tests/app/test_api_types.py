@@ -48,10 +48,9 @@ from app.client import ControlClient, ControlError
 from app.hub.library import BUNDLED_ID
 from app.paths import AppPaths
 from engines.states import ACTIVE_STATES, EngineState
-from tests.app.conftest import add_repo
-from tests.conftest import RunningService, start_service_process, stop_service_process, wait_for
-from tests.hub_server import FakeHub
 from tests.newer_service import UNKNOWN_STATE, newer_service
+from tests.support.hub_server import FakeHub, add_repo
+from tests.support.service import RunningService, start_service_process, stop_service_process, wait_for
 
 RUN_TIMEOUT_S = 600.0  # a busy 2-core machine decodes the bundled model at 0.5-2 tokens/s
 EVENT_TYPES: dict[str, Any] = {

@@ -14,7 +14,7 @@ from app.cli.progress import ProgressBar
 from app.cli.sizes import parse_size
 from app.cli.vllm import _show_progress
 from app.hub.task import Progress
-from tests.conftest import REPO
+from tests.support.service import REPO
 
 
 def test_one_progress_line_for_bytes_steps_and_percent() -> None:
