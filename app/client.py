@@ -130,6 +130,25 @@ class ControlClient:
         )
         return result
 
+    def model_settings(self, model_id: str) -> dict[str, Any]:
+        """The model's saved load settings, the plan they make, the memory it needs and what is free (GET)."""
+        result: dict[str, Any] = self._call("GET", f"/api/models/{model_id}/settings", timeout=PLANNING_TIMEOUT_S)
+        return result
+
+    def save_model_settings(self, model_id: str, settings: Mapping[str, int | str]) -> dict[str, Any]:
+        """Keep these load settings for every later start of the model; an empty mapping forgets them (PUT)."""
+        result: dict[str, Any] = self._call(
+            "PUT", f"/api/models/{model_id}/settings", json=dict(settings), timeout=PLANNING_TIMEOUT_S
+        )
+        return result
+
+    def estimate_model_settings(self, model_id: str, settings: Mapping[str, int | str]) -> dict[str, Any]:
+        """What `model_settings` would answer for these settings, without saving them."""
+        result: dict[str, Any] = self._call(
+            "POST", f"/api/models/{model_id}/settings/estimate", json=dict(settings), timeout=PLANNING_TIMEOUT_S
+        )
+        return result
+
     def hardware(self) -> dict[str, Any]:
         """The service machine's hardware profile (CPU, memory, GPUs, and why a GPU cannot be used)."""
         result: dict[str, Any] = self._call("GET", "/api/hardware", timeout=PLANNING_TIMEOUT_S)

@@ -27,6 +27,7 @@ from app.service.companions import EmbeddingCompanions, EmbeddingRoute, companio
 from app.service.events import EventBus
 from app.service.folder_models import FolderLaunch, FolderRefused, overrides_refusal, plan_folder, record_startup
 from app.service.memory_check import MemoryCheck
+from app.service.model_settings import ModelSettingsStore
 from app.service.overrides import BadOverrides, PlanOverrides, plan_summary
 from engines.base import Capabilities, EmbeddingModeEngine, Engine, LaunchPlan
 from engines.gguf import GGUFError, GGUFInfo, read_gguf_info
@@ -124,6 +125,7 @@ class EngineManager:
         self._startups: dict[str, VLLMStartup] = {}  # model id -> what its vLLM said while starting
         self._calibration = CalibrationStore(paths.calibration_db)
         self.memory_check = MemoryCheck(self._calibration)
+        self.model_settings = ModelSettingsStore(paths.config)  # per-model load settings for starts that name none
         # This machine's profile for planning folder models (blocking: called on a worker thread).
         self._hardware = hardware or (lambda: detect_hardware(paths.models_dir))
         self._folders: dict[str, FolderLaunch] = {}  # model id -> the vLLM launch of its folder
@@ -301,6 +303,8 @@ class EngineManager:
         async with self._start_locks.setdefault(model_id, asyncio.Lock()):
             supervisor = self._supervisors.get(model_id)
             if supervisor is None or supervisor.state not in ACTIVE_STATES:
+                if overrides is None:  # a JIT start, `--model`, a plain Launch: the settings saved for the model
+                    overrides = await asyncio.to_thread(self.model_settings.get, model_id)
                 supervisor = await self._new_supervisor(spec, supervisor, overrides)
                 if supervisor is None:
                     return EngineState.FAILED

@@ -44,6 +44,7 @@ from app.service.hub_routes import HubRoutes, hub_endpoint
 from app.service.lan import allowed_hosts
 from app.service.memory_budget import configured_budget, default_budget
 from app.service.metrics_pipeline import MetricsPipeline
+from app.service.model_settings_routes import ModelSettingsRoutes
 from app.service.remote_routes import RemoteRoutes
 from app.service.remotes import RemoteRegistry
 from app.service.request_log import RequestLog
@@ -328,6 +329,7 @@ class Service:
             RemoteRoutes(remotes),
             settings,
             bench,
+            ModelSettingsRoutes(manager, advisor),
         )
         caps = connection_caps(raise_open_file_limit(), options.max_connections)
         log.info("connections kept open at most: %s on the OpenAI endpoint, %s on the control API", *astuple(caps))
