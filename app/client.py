@@ -466,16 +466,27 @@ class ChatStream:
         messages: list[dict[str, str]],
         max_tokens: int,
         cert_path: str | None = None,
+        options: Mapping[str, Any] | None = None,
     ) -> None:
         self._breaker = _StreamBreaker()
-        self._body = {"model": model_id, "messages": messages, "max_tokens": max_tokens, "stream": True}
-        self._http = httpx.Client(
-            base_url=url.rstrip("/"),
-            headers={"Authorization": f"Bearer {api_key}"} if api_key else {},
+        # `options`: sampling fields of the request (temperature, top_p, seed, stop, max_tokens over `max_tokens`)
+        self._body = {"model": model_id, "messages": messages, "max_tokens": max_tokens, **(options or {}),
+                      "stream": True}  # fmt: skip
+        self._url, self._api_key, self._cert_path = url, api_key, cert_path
+
+    def _client(self) -> httpx.Client:
+        # Made by the thread that iterates. A plain-HTTP endpoint gets no certificate store: loading one takes
+        # 100-200 ms holding the interpreter lock, which froze the window at every message.
+        verify: ssl.SSLContext | bool = self._url.startswith("https:")
+        if self._cert_path:
+            verify = endpoint_tls_context(self._cert_path)
+        return httpx.Client(
+            base_url=self._url.rstrip("/"),
+            headers={"Authorization": f"Bearer {self._api_key}"} if self._api_key else {},
             timeout=httpx.Timeout(10.0, read=None),  # a model may load before its first token
             trust_env=False,
             event_hooks={"response": [self._breaker.remember]},
-            verify=endpoint_tls_context(cert_path) if cert_path else True,
+            verify=verify,
         )
 
     @property
@@ -483,8 +494,9 @@ class ChatStream:
         return self._breaker.broken
 
     def __iter__(self) -> Iterator[str]:
+        http = self._client()
         try:
-            with self._http.stream("POST", "/chat/completions", json=self._body) as response:
+            with http.stream("POST", "/chat/completions", json=self._body) as response:
                 if response.status_code != 200:
                     response.read()
                     raise ControlError(f"The endpoint refused the chat: {response.text}", response.status_code)
@@ -500,20 +512,24 @@ class ChatStream:
             if not self._breaker.broken:
                 raise ServiceUnavailable(f"The chat stream ended: {exc}") from exc
         finally:
-            self._http.close()
+            http.close()
 
     def cancel(self) -> None:
         self._breaker.break_stream()
 
 
 def stream_chat(
-    endpoint: Mapping[str, Any], model_id: str, messages: list[dict[str, str]], max_tokens: int = 256
+    endpoint: Mapping[str, Any],
+    model_id: str,
+    messages: list[dict[str, str]],
+    max_tokens: int = 256,
+    options: Mapping[str, Any] | None = None,
 ) -> ChatStream:
     """A streamed chat with `model_id` at the endpoint that `ControlClient.endpoint()` describes ({url, api_key,
-    tls})."""
+    tls}); `options` are further request fields (temperature, top_p, seed, stop)."""
     cert = (endpoint.get("tls") or {}).get("cert_path")
     key = str(endpoint.get("api_key") or "")
-    return ChatStream(str(endpoint["url"]), key, model_id, messages, max_tokens, str(cert) if cert else None)
+    return ChatStream(str(endpoint["url"]), key, model_id, messages, max_tokens, str(cert) if cert else None, options)
 
 
 def endpoint_tls_context(cert_path: str) -> ssl.SSLContext:
