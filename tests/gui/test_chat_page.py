@@ -19,7 +19,8 @@ from app.hub.library import BUNDLED_ID
 from tests.gui.block_meter import BlockMeter
 
 ANSWER_TIMEOUT_MS = 90_000
-MAX_BLOCK_MS = 100
+MAX_BLOCK_MS = 100  # the GUI thread's own work between two turns of its event loop
+MAX_GAP_MS = 1000  # generous: wall time on a shared 2-core machine, which is also loading the model
 PROMPT = "Write ten random animal names, one per line."
 SHORT = 24
 
@@ -37,6 +38,8 @@ def test_a_conversation_streams_regenerates_edits_and_reopens(
     window, page = main_window, main_window.chat_page
     statuses: list[str] = []
     page.sig_status_changed.connect(statuses.append)
+    picker_lines: list[str] = []
+    page.picker.sig_state_changed.connect(lambda: picker_lines.append(page.model_combo.currentText()))
     key = Qt.Key(Qt.Key.Key_1.value + window.tabs.indexOf(page))  # Ctrl+N opens the N-th page
     qtbot.keyClick(window.tabs, key, Qt.KeyboardModifier.ControlModifier)
     qtbot.waitUntil(lambda: window.tabs.currentWidget() is page)
@@ -59,8 +62,10 @@ def test_a_conversation_streams_regenerates_edits_and_reopens(
         # The model was not loaded: the gateway starts it, and the status line says so.
         assert statuses[-1].startswith(f"Loading {BUNDLED_ID}"), statuses
         first = _answer(qtbot, page)
-    print(f"longest GUI-thread block while the chat loaded its model and streamed: {meter.longest_ms:.0f} ms")
-    assert meter.longest_ms < MAX_BLOCK_MS
+    print(f"while the chat loaded its model and streamed: longest GUI-thread block {meter.longest_busy_ms:.0f} ms "
+          f"of its own work, longest event-loop gap {meter.longest_ms:.0f} ms of wall time")  # fmt: skip
+    assert meter.longest_busy_ms < MAX_BLOCK_MS
+    assert meter.longest_ms < MAX_GAP_MS
     assert first.strip()
     stages = [s.split(":")[0].split(" ")[0] for s in statuses]
     assert stages[0] == "Loading" and stages[-1] == "Done", statuses
@@ -68,7 +73,10 @@ def test_a_conversation_streams_regenerates_edits_and_reopens(
     assert statuses[-1].startswith("Done: TTFT")
     stats = page.messages[-1].stats
     assert stats is not None and 0 < stats.tokens <= SHORT
-    assert "loaded" in page.model_combo.currentText() and "in use" in page.model_combo.currentText()
+    qtbot.waitUntil(lambda: "in use" in page.model_combo.currentText())  # the next poll brings its memory
+    loading = f"{BUNDLED_ID} (loading\N{HORIZONTAL ELLIPSIS}"
+    assert any(line.startswith(loading) for line in picker_lines), picker_lines  # the JIT start showed
+    assert "(loaded," in page.model_combo.currentText()
     conversation = page.conversation
     assert conversation is not None and conversation.title == PROMPT
 

@@ -1,5 +1,6 @@
 """The chat's SQLite store on a real file: conversations kept across opening it again, search, rename, delete, the
-file private to the user, and parameters a newer or damaged row holds read back as defaults, never as an error."""
+file private to the user, and parameters a newer or damaged row holds read back as defaults, never as an error;
+and the copy buttons of a bubble's code blocks."""
 
 from __future__ import annotations
 
@@ -7,7 +8,12 @@ import sqlite3
 import stat
 from pathlib import Path
 
+from PySide6.QtCore import Qt
+from PySide6.QtGui import QGuiApplication
+from pytestqt.qtbot import QtBot
+
 from app.gui.chat_store import AnswerStats, ChatMessage, ChatParams, ChatStore, title_from
+from app.gui.chat_transcript import ChatBubble, code_blocks
 
 
 def test_conversations_survive_reopening_and_are_searchable(tmp_path: Path) -> None:
@@ -49,3 +55,17 @@ def test_params_from_a_bad_row_fall_back_to_defaults() -> None:
     assert ChatParams(temperature=None, seed=0, stop=("a", "b")).request_options() == {
         "max_tokens": 512, "top_p": 0.95, "seed": 0, "stop": ["a", "b"]
     }  # fmt: skip
+
+
+def test_code_blocks_get_copy_buttons(qtbot: QtBot) -> None:
+    """A bubble offers one copy button per fenced code block, an unclosed one (still streaming) included."""
+    text = "Try this:\n\n```python\nprint('hi')\n```\n\nand\n\n```\nls -l\n```\n"
+    assert code_blocks(text) == ["print('hi')", "ls -l"]
+    assert code_blocks("```sh\necho half") == ["echo half"]
+    bubble = ChatBubble(1, ChatMessage("assistant", text, model="m"), last_answer=True)
+    qtbot.addWidget(bubble)
+    assert [b.text() for b in bubble.code_buttons] == ["Copy code 1", "Copy code 2"]
+    qtbot.mouseClick(bubble.code_buttons[1], Qt.MouseButton.LeftButton)
+    assert QGuiApplication.clipboard().text() == "ls -l"
+    assert bubble.regenerate_button is not None and bubble.edit_button is None
+    assert "Try this" in bubble.body_label.text()
