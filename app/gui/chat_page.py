@@ -7,10 +7,12 @@ is happening at each stage: loading the model, waiting for the first token, stre
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 from typing import Any
 
 from PySide6.QtCore import QObject, Qt, QThread, QTimer, Signal, Slot
 from PySide6.QtWidgets import (
+    QComboBox,
     QHBoxLayout,
     QLabel,
     QLineEdit,
@@ -153,14 +155,11 @@ class ChatPage(QWidget):
         return self._messages
 
     @property
-    def model_combo(self) -> Any:
+    def model_combo(self) -> QComboBox:
         return self.picker.model_combo
 
     def set_endpoint(self, info: dict[str, Any]) -> None:
         self._endpoint = info
-
-    def set_models(self, models: list[dict[str, Any]]) -> None:
-        """Kept for the window's wiring: the picker follows the window's item model of the models."""
 
     def open_conversation(self, conversation_id: int) -> None:
         if self.is_streaming:
@@ -370,10 +369,7 @@ class ChatPage(QWidget):
     def _on_params_panel_params_changed(self, params: ChatParams) -> None:
         if self._conversation is not None:
             self._store.save_params(self._conversation.id, params)
-            self._conversation = Conversation(
-                self._conversation.id, self._conversation.title, self._conversation.model, params,
-                self._conversation.updated, self._messages,
-            )  # fmt: skip
+            self._conversation = replace(self._conversation, params=params)
 
     @Slot()
     def _on_picker_state_changed(self) -> None:
