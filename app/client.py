@@ -499,7 +499,7 @@ class ChatStream:
             with http.stream("POST", "/chat/completions", json=self._body) as response:
                 if response.status_code != 200:
                     response.read()
-                    raise ControlError(f"The endpoint refused the chat: {response.text}", response.status_code)
+                    raise ControlError(f"The endpoint refused the chat: {_error_text(response)}", response.status_code)
                 for line in response.iter_lines():
                     if not line.startswith("data: ") or line == "data: [DONE]":
                         continue
@@ -516,6 +516,14 @@ class ChatStream:
 
     def cancel(self) -> None:
         self._breaker.break_stream()
+
+
+def _error_text(response: httpx.Response) -> str:
+    """The message of an OpenAI-style error body, or the body itself."""
+    try:
+        return str(response.json()["error"]["message"])
+    except (ValueError, KeyError, TypeError):
+        return response.text
 
 
 def stream_chat(

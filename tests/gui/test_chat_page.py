@@ -125,6 +125,14 @@ def test_a_conversation_streams_regenerates_edits_and_reopens(
     assert time.monotonic() - stopped_at < 5.0
     assert page.stats_label.text().startswith("Stopped after")
     assert page.messages[-1].stopped and len(page.messages) == 4
+
+    # A request the endpoint refuses: the status line gives its reason, and the conversation keeps what it had.
+    panel.max_tokens_spin.setValue(30_000)
+    page.send("One more?")
+    qtbot.waitUntil(lambda: not page.is_streaming, timeout=ANSWER_TIMEOUT_MS)
+    assert page.stats_label.text().startswith("Error: The endpoint refused the chat: `max_tokens` is 30000")
+    assert [m.role for m in page.messages] == ["user", "assistant", "user", "assistant", "user"]
+    panel.max_tokens_spin.setValue(512)
     saved_messages, saved_id = page.messages, conversation.id
 
     # A new page over the same data folder (the window restarted) lists the conversation and reopens it whole.
@@ -144,7 +152,7 @@ def test_a_conversation_streams_regenerates_edits_and_reopens(
         temperature=1.5, top_p=0.95, max_tokens=512, seed=8, stop=(), system_prompt=panel.system_edit.toPlainText()
     )
     assert reopened.params_panel.preset_combo.currentText() == "Concise"
-    assert len(reopened.transcript.bubbles) == 4
+    assert len(reopened.transcript.bubbles) == len(saved_messages)
     assert reopened.transcript.bubbles[1].stats_label.text().startswith("TTFT")
 
     # Rename, search and delete in the side list.
