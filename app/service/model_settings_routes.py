@@ -97,8 +97,8 @@ class ModelSettingsRoutes:
         if not read:
             return
         async with self._lock:
-            if overrides is not None and not await self._answer(send, model_id, overrides, saved=False, dry=True):
-                return
+            if not await self._answer(send, model_id, overrides, saved=False, dry=True):
+                return  # refused: the saved set stays as it was
             await asyncio.to_thread(self._store.put, model_id, overrides)
         await self._answer(send, model_id, overrides, saved=True)
 
@@ -137,6 +137,8 @@ class ModelSettingsRoutes:
             info = read_gguf_info(spec.path)
         except GGUFError as exc:
             raise _NotPlannable(422, str(exc), "model_unreadable") from None
+        except OSError as exc:  # gone or unreadable since it was listed
+            raise _NotPlannable(422, f"Cannot read {spec.path}: {exc.strerror or exc}", "model_unreadable") from None
         wanted = overrides or PlanOverrides()
         wanted.check_context(info.context_length)
         engine_name = wanted.engine or self._default_engine(spec.engine)
