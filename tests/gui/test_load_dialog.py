@@ -1,6 +1,6 @@
 """The Load dialog against the real service on the bundled model, from the Models page and the chat's picker: the
 saved settings with the memory the planner predicts for them against what is free, a new value re-estimated, and
-"Save and load" keeping the settings and starting the model with them."""
+"Save and load" keeping the settings and starting the model with them; the picker's Load."""
 
 from __future__ import annotations
 
@@ -67,3 +67,14 @@ def test_load_settings_are_shown_estimated_saved_and_used(
     assert picked.spins["context"].value() == default_context
     assert client.model_settings(BUNDLED_ID)["saved"] is False
     picked.reject()
+
+    # The picker's Load starts a stopped model, showing it loading until it is ready.
+    client.stop_model(BUNDLED_ID)
+    qtbot.waitUntil(lambda: window.item_model.state_of(BUNDLED_ID) == "stopped", timeout=30_000)
+    qtbot.waitUntil(chat.picker.load_button.isEnabled)
+    lines: list[str] = []
+    chat.picker.sig_state_changed.connect(lambda: lines.append(chat.model_combo.currentText()))
+    qtbot.mouseClick(chat.picker.load_button, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: window.item_model.state_of(BUNDLED_ID) == "ready", timeout=READY_TIMEOUT_MS)
+    assert any("(loading\N{HORIZONTAL ELLIPSIS}" in line for line in lines), lines
+    assert next(m for m in client.models() if m["id"] == BUNDLED_ID)["plan"]["context"] == default_context
