@@ -9,8 +9,10 @@ from PySide6.QtWidgets import (
     QComboBox,
     QDoubleSpinBox,
     QFormLayout,
+    QLabel,
     QPlainTextEdit,
     QSpinBox,
+    QVBoxLayout,
     QWidget,
 )
 
@@ -68,7 +70,15 @@ class ChatParamsPanel(QWidget):
         self.system_edit.setAccessibleName("System prompt")
         self.system_edit.setTabChangesFocus(True)
         self.system_edit.setFixedHeight(self.fontMetrics().lineSpacing() * 4 + 12)
-        form = QFormLayout(self)
+        heading = QLabel("Parameters, saved with this chat")
+        font = heading.font()
+        font.setBold(True)
+        heading.setFont(font)
+        layout = QVBoxLayout(self)
+        layout.addWidget(heading)
+        form = QFormLayout()
+        layout.addLayout(form)
+        layout.addStretch(1)
         form.addRow("&Temperature:", self.temperature_spin)
         form.addRow("Top &p:", self.top_p_spin)
         form.addRow("Max t&okens:", self.max_tokens_spin)

@@ -38,6 +38,8 @@ class ChatSidebar(QWidget):
         self.search_edit.setClearButtonEnabled(True)
         self.list_widget = QListWidget()
         self.list_widget.setAccessibleName("Conversations")
+        self.list_widget.setTextElideMode(Qt.TextElideMode.ElideRight)
+        self.list_widget.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
         self.list_widget.setEditTriggers(
             QAbstractItemView.EditTrigger.EditKeyPressed | QAbstractItemView.EditTrigger.DoubleClicked
         )
@@ -73,6 +75,7 @@ class ChatSidebar(QWidget):
             for conversation in self._store.conversations(self.search_edit.text()):
                 item = QListWidgetItem(conversation.title)
                 item.setData(CONVERSATION_ID_ROLE, conversation.id)
+                item.setToolTip(conversation.title)
                 item.setFlags(item.flags() | Qt.ItemFlag.ItemIsEditable)
                 self.list_widget.addItem(item)
                 if conversation.id == self._current:

@@ -61,7 +61,8 @@ class ChatBubble(QFrame):
         layout.addWidget(self.header_label)
         layout.addWidget(self.body_label)
         layout.addLayout(self._footer)
-        self._footer.addWidget(self.stats_label, 1)
+        self._footer.addWidget(self.stats_label)
+        self._footer.addStretch(1)
         self._footer.addWidget(self.copy_button)
         if user:
             self.edit_button = QPushButton("Edit")
