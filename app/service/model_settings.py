@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from app.paths import PRIVATE_FILE_MODE
-from app.service.overrides import BadOverrides, PlanOverrides
+from app.service.overrides import PlanOverrides
 
 SCHEMA_VERSION = 1
 FILE_NAME = "model-settings.json"
@@ -78,7 +78,7 @@ class ModelSettingsStore:
                 if overrides is not None:
                     saved[str(model_id)] = overrides
             return saved
-        except (ValueError, BadOverrides) as exc:  # JSONDecodeError and BadOverrides are ValueErrors
+        except ValueError as exc:  # JSONDecodeError and BadOverrides are ValueErrors
             bad = self.path.with_name(self.path.name + ".bad")
             os.replace(self.path, bad)
             self.problem = f"{self.path} is not valid ({exc}); kept it as {bad.name} and used the defaults"
