@@ -154,6 +154,25 @@ class ControlClient:
         body = dict(overrides) if overrides is not None else None
         return self._model(self._call("POST", f"/api/models/{model_id}/start", params=params, json=body, timeout=None))
 
+    def model_settings(self, model_id: str) -> dict[str, Any]:
+        """The model's saved load settings, the plan they make, the memory it needs and what is free (GET)."""
+        result: dict[str, Any] = self._call("GET", f"/api/models/{model_id}/settings", timeout=PLANNING_TIMEOUT_S)
+        return result
+
+    def save_model_settings(self, model_id: str, settings: Mapping[str, int | str]) -> dict[str, Any]:
+        """Keep these load settings for every later start of the model; an empty mapping forgets them (PUT)."""
+        result: dict[str, Any] = self._call(
+            "PUT", f"/api/models/{model_id}/settings", json=dict(settings), timeout=PLANNING_TIMEOUT_S
+        )
+        return result
+
+    def estimate_model_settings(self, model_id: str, settings: Mapping[str, int | str]) -> dict[str, Any]:
+        """What `model_settings` would answer for these settings, without saving them."""
+        result: dict[str, Any] = self._call(
+            "POST", f"/api/models/{model_id}/settings/estimate", json=dict(settings), timeout=PLANNING_TIMEOUT_S
+        )
+        return result
+
     def hardware(self) -> HardwareRecord:
         """The service machine's hardware profile (CPU, memory, GPUs, and why a GPU cannot be used)."""
         result: HardwareRecord = self._call("GET", "/api/hardware", timeout=PLANNING_TIMEOUT_S)
@@ -483,16 +502,27 @@ class ChatStream:
         messages: list[dict[str, str]],
         max_tokens: int,
         cert_path: str | None = None,
+        options: Mapping[str, Any] | None = None,
     ) -> None:
         self._breaker = _StreamBreaker()
-        self._body = {"model": model_id, "messages": messages, "max_tokens": max_tokens, "stream": True}
-        self._http = httpx.Client(
-            base_url=url.rstrip("/"),
-            headers={"Authorization": f"Bearer {api_key}"} if api_key else {},
+        # `options`: sampling fields of the request (temperature, top_p, seed, stop, max_tokens over `max_tokens`)
+        self._body = {"model": model_id, "messages": messages, "max_tokens": max_tokens, **(options or {}),
+                      "stream": True}  # fmt: skip
+        self._url, self._api_key, self._cert_path = url, api_key, cert_path
+
+    def _client(self) -> httpx.Client:
+        # Made by the thread that iterates. A plain-HTTP endpoint gets no certificate store: loading one takes
+        # 100-200 ms holding the interpreter lock, which froze the window at every message.
+        verify: ssl.SSLContext | bool = self._url.startswith("https:")
+        if self._cert_path:
+            verify = endpoint_tls_context(self._cert_path)
+        return httpx.Client(
+            base_url=self._url.rstrip("/"),
+            headers={"Authorization": f"Bearer {self._api_key}"} if self._api_key else {},
             timeout=httpx.Timeout(10.0, read=None),  # a model may load before its first token
             trust_env=False,
             event_hooks={"response": [self._breaker.remember]},
-            verify=endpoint_tls_context(cert_path) if cert_path else True,
+            verify=verify,
         )
 
     @property
@@ -500,11 +530,12 @@ class ChatStream:
         return self._breaker.broken
 
     def __iter__(self) -> Iterator[str]:
+        http = self._client()
         try:
-            with self._http.stream("POST", "/chat/completions", json=self._body) as response:
+            with http.stream("POST", "/chat/completions", json=self._body) as response:
                 if response.status_code != 200:
                     response.read()
-                    raise ControlError(f"The endpoint refused the chat: {response.text}", response.status_code)
+                    raise ControlError(f"The endpoint refused the chat: {_error_text(response)}", response.status_code)
                 for line in response.iter_lines():
                     if not line.startswith("data: ") or line == "data: [DONE]":
                         continue
@@ -517,19 +548,31 @@ class ChatStream:
             if not self._breaker.broken:
                 raise ServiceUnavailable(f"The chat stream ended: {exc}") from exc
         finally:
-            self._http.close()
+            http.close()
 
     def cancel(self) -> None:
         self._breaker.break_stream()
 
 
+def _error_text(response: httpx.Response) -> str:
+    """The message of an OpenAI-style error body, or the body itself."""
+    try:
+        return str(response.json()["error"]["message"])
+    except (ValueError, KeyError, TypeError):
+        return response.text
+
+
 def stream_chat(
-    endpoint: EndpointRecord, model_id: str, messages: list[dict[str, str]], max_tokens: int = 256
+    endpoint: EndpointRecord,
+    model_id: str,
+    messages: list[dict[str, str]],
+    max_tokens: int = 256,
+    options: Mapping[str, Any] | None = None,
 ) -> ChatStream:
     """A streamed chat with `model_id` at the endpoint that `ControlClient.endpoint()` describes ({url, api_key,
-    tls})."""
+    tls}); `options` are further request fields (temperature, top_p, seed, stop)."""
     cert = tls["cert_path"] if (tls := endpoint.get("tls")) else None
-    return ChatStream(endpoint["url"], endpoint.get("api_key") or "", model_id, messages, max_tokens, cert)
+    return ChatStream(endpoint["url"], endpoint.get("api_key") or "", model_id, messages, max_tokens, cert, options)
 
 
 def endpoint_tls_context(cert_path: str) -> ssl.SSLContext:

@@ -1,28 +1,39 @@
-"""A small chat page to try a model: streamed answers with stop, clear, a system prompt, TTFT and tokens/s."""
+"""The chat page: conversations kept in SQLite (a side list to open, rename, delete and search them), answers
+streamed as Markdown bubbles with their speed, regenerate, edit-and-resend and stop, parameters saved per
+conversation, and a model picker that shows each model's state and memory and loads it. The status line says what
+is happening at each stage: loading the model, waiting for the first token, streaming, done, stopped, or the error.
+"""
 
 from __future__ import annotations
 
 import time
-from typing import Any
+from dataclasses import replace
 
-from PySide6.QtCore import QObject, QThread, Signal, Slot
-from PySide6.QtGui import QTextCursor
+from PySide6.QtCore import QObject, Qt, QThread, QTimer, Signal, Slot
 from PySide6.QtWidgets import (
     QComboBox,
-    QFormLayout,
     QHBoxLayout,
     QLabel,
     QLineEdit,
-    QPlainTextEdit,
     QPushButton,
+    QScrollArea,
+    QSplitter,
     QVBoxLayout,
     QWidget,
 )
 
 from app.api_types import EndpointRecord
 from app.client import ChatStream, ControlError, ServiceUnavailable, stream_chat
+from app.gui.chat_model_picker import ChatModelPicker
+from app.gui.chat_params_panel import ChatParamsPanel
+from app.gui.chat_sidebar import ChatSidebar
+from app.gui.chat_store import AnswerStats, ChatMessage, ChatParams, ChatStore, Conversation, title_from
+from app.gui.chat_transcript import ChatTranscript
+from app.gui.model_item_model import ModelItemModel
+from app.gui.service_connection import ServiceConnection
 
-MAX_TOKENS = 512
+RENDER_INTERVAL_MS = 50  # the streamed bubble is redrawn at most this often, however fast tokens come
+ELLIPSIS = "\N{HORIZONTAL ELLIPSIS}"
 
 
 class ChatStreamThread(QThread):
@@ -44,93 +55,183 @@ class ChatStreamThread(QThread):
 
 
 class ChatPage(QWidget):
-    """Pick a model, write a prompt, read the streamed answer. Reaches the endpoint only through app.client."""
+    """Reaches the endpoint only through app.client; keeps conversations in `store`."""
 
-    def __init__(self, parent: QWidget | None = None) -> None:
+    sig_status_changed = Signal(str)  # the status line's new text
+
+    def __init__(
+        self,
+        connection: ServiceConnection,
+        models: ModelItemModel,
+        store: ChatStore,
+        parent: QWidget | None = None,
+    ) -> None:
         super().__init__(parent)
+        self._connection = connection
+        self._store = store
         self._endpoint: EndpointRecord | None = None
-        self._history: list[dict[str, str]] = []
+        self._conversation: Conversation | None = None
+        self._messages: tuple[ChatMessage, ...] = ()
+        self._editing: int | None = None  # index of the user message being edited
         self._thread: ChatStreamThread | None = None
         self._answer = ""
+        self._answer_model = ""
+        self._error: str | None = None
         self._started = 0.0
         self._first_at: float | None = None
         self._chunks = 0
-        self.model_combo = QComboBox()
-        self.model_combo.setAccessibleName("Model to chat with")
-        self.system_edit = QLineEdit("You are a helpful assistant.")
-        self.system_edit.setAccessibleName("System prompt")
-        self.transcript = QPlainTextEdit()
-        self.transcript.setReadOnly(True)
-        self.transcript.setAccessibleName("Chat transcript")
+        self.sidebar = ChatSidebar(store)
+        self.picker = ChatModelPicker(connection, models)
+        self.transcript = ChatTranscript()
+        self.params_panel = ChatParamsPanel()
         self.prompt_edit = QLineEdit()
         self.prompt_edit.setPlaceholderText("Ask something and press Enter")
         self.prompt_edit.setAccessibleName("Your message")
         self.send_button = QPushButton("&Send")
-        self.stop_button = QPushButton("S&top")
-        self.clear_button = QPushButton("C&lear")
         self.send_button.setAccessibleName("Send the message")
+        self.stop_button = QPushButton("S&top")
         self.stop_button.setAccessibleName("Stop the answer")
-        self.clear_button.setAccessibleName("Clear the conversation")
         self.stats_label = QLabel("")
-        self.stats_label.setAccessibleName("Speed of the last answer")
+        self.stats_label.setAccessibleName("Chat status")
+        self.stats_label.setWordWrap(True)
+        self._render_timer = QTimer(self)
+        self._render_timer.setInterval(RENDER_INTERVAL_MS)
         self._build_layout()
         self.send_button.clicked.connect(self._on_send_button_clicked)
         self.prompt_edit.returnPressed.connect(self._on_send_button_clicked)
         self.stop_button.clicked.connect(self._on_stop_button_clicked)
-        self.clear_button.clicked.connect(self._on_clear_button_clicked)
+        self._render_timer.timeout.connect(self._on_render_timer_timeout)
+        self.sidebar.sig_conversation_opened.connect(self._on_sidebar_conversation_opened)
+        self.sidebar.sig_new_requested.connect(self._on_sidebar_new_requested)
+        self.sidebar.sig_conversation_deleted.connect(self._on_sidebar_conversation_deleted)
+        self.params_panel.sig_params_changed.connect(self._on_params_panel_params_changed)
+        self.transcript.sig_regenerate_requested.connect(self.regenerate)
+        self.transcript.sig_edit_requested.connect(self.edit_message)
+        self.picker.sig_state_changed.connect(self._on_picker_state_changed)
         self._set_streaming(False)
+        self.sidebar.refresh()
 
     def _build_layout(self) -> None:
-        form = QFormLayout()
-        form.addRow("&Model:", self.model_combo)
-        form.addRow("S&ystem prompt:", self.system_edit)
-        buttons = QHBoxLayout()
-        buttons.addWidget(self.prompt_edit, 1)
-        buttons.addWidget(self.send_button)
-        buttons.addWidget(self.stop_button)
-        buttons.addWidget(self.clear_button)
+        prompt_row = QHBoxLayout()
+        prompt_row.addWidget(self.prompt_edit, 1)
+        prompt_row.addWidget(self.send_button)
+        prompt_row.addWidget(self.stop_button)
+        middle = QWidget()
+        middle_layout = QVBoxLayout(middle)
+        middle_layout.setContentsMargins(0, 0, 0, 0)
+        middle_layout.addWidget(self.picker)
+        middle_layout.addWidget(self.transcript, 1)
+        middle_layout.addLayout(prompt_row)
+        middle_layout.addWidget(self.stats_label)
+        params_scroll = QScrollArea()
+        params_scroll.setWidgetResizable(True)
+        params_scroll.setWidget(self.params_panel)
+        params_scroll.setAccessibleName("Parameters of this conversation")
+        splitter = QSplitter(Qt.Orientation.Horizontal)
+        splitter.addWidget(self.sidebar)
+        splitter.addWidget(middle)
+        splitter.addWidget(params_scroll)
+        splitter.setStretchFactor(1, 1)
+        splitter.setSizes([200, 600, 260])
         layout = QVBoxLayout(self)
-        layout.addLayout(form)
-        layout.addWidget(self.transcript, 1)
-        layout.addLayout(buttons)
-        layout.addWidget(self.stats_label)
+        layout.addWidget(splitter)
+
+    # The page's state -----------------------------------------------------------------------------------
 
     @property
     def is_streaming(self) -> bool:
         return self._thread is not None
 
+    @property
+    def has_endpoint(self) -> bool:
+        return self._endpoint is not None
+
+    @property
+    def conversation(self) -> Conversation | None:
+        return self._conversation
+
+    @property
+    def messages(self) -> tuple[ChatMessage, ...]:
+        return self._messages
+
+    @property
+    def model_combo(self) -> QComboBox:
+        return self.picker.model_combo
+
     def set_endpoint(self, info: EndpointRecord) -> None:
         self._endpoint = info
 
-    def set_models(self, models: list[dict[str, Any]]) -> None:
-        """Offer every model the service knows; the gateway answers for one that is not running yet."""
-        current = self.model_combo.currentText()
-        ids = [str(model["id"]) for model in models]
-        if ids == [self.model_combo.itemText(i) for i in range(self.model_combo.count())]:
+    def open_conversation(self, conversation_id: int) -> None:
+        if self.is_streaming:
             return
-        self.model_combo.clear()
-        self.model_combo.addItems(ids)
-        if current in ids:
-            self.model_combo.setCurrentText(current)
+        found = self._store.load(conversation_id)
+        if found is None:
+            return
+        self._conversation, self._messages, self._editing = found, found.messages, None
+        self.params_panel.show_params(found.params)
+        if found.model:
+            self.picker.select_model(found.model)
+        self.transcript.show_messages(self._messages)
+        self.sidebar.show_current(found.id)
+        self._set_status("")
+        self._set_streaming(False)
+
+    def new_conversation(self) -> None:
+        """An empty chat; it is saved with its first message."""
+        if self.is_streaming:
+            return
+        self._conversation, self._messages, self._editing = None, (), None
+        self.transcript.show_messages(())
+        self.sidebar.show_current(None)
+        self._set_status("")
+        self._set_streaming(False)
+
+    # Sending --------------------------------------------------------------------------------------------
 
     def send(self, text: str) -> None:
-        """Send `text` as the next user message and stream the answer into the transcript."""
-        model_id = self.model_combo.currentText()
-        if self.is_streaming or not text.strip() or not model_id or self._endpoint is None:
+        """Send `text` as the next user message (or, while editing, in place of the edited one and what followed
+        it) and stream the answer."""
+        model_id = self.picker.current_model()
+        if self.is_streaming or not text.strip():
             return
-        self._history.append({"role": "user", "content": text})
-        messages = [{"role": "system", "content": self.system_edit.text()}] if self.system_edit.text() else []
-        stream = stream_chat(self._endpoint, model_id, messages + self._history, MAX_TOKENS)
-        self._append(f"You: {text}\n\n{model_id}: ")
-        self._answer, self._chunks, self._first_at = "", 0, None
-        self._started = time.perf_counter()
-        thread = self._thread = ChatStreamThread(stream, self)
-        thread.sig_delta_received.connect(self._on_thread_delta_received)
-        thread.sig_stream_failed.connect(self._on_thread_stream_failed)
-        thread.finished.connect(self._on_thread_finished)
-        self._set_streaming(True)
-        self.stats_label.setText("Waiting for the first token\N{HORIZONTAL ELLIPSIS}")
-        thread.start()
+        if not model_id or self._endpoint is None:
+            self._set_status("Choose a model first." if self._endpoint else "Not connected to the service.")
+            return
+        if self._conversation is None:
+            self._conversation = self._store.create(model_id, self.params_panel.params(), title_from(text))
+            self.sidebar.refresh()
+            self.sidebar.show_current(self._conversation.id)
+        kept = self._messages[: self._editing] if self._editing is not None else self._messages
+        self._editing = None
+        self._messages = (*kept, ChatMessage("user", text))
+        self._save_messages()
+        self.transcript.show_messages(self._messages)
+        self._stream(model_id)
+
+    def regenerate(self) -> None:
+        """Answer the last user message again, in place of the answer it had."""
+        model_id = self.picker.current_model()
+        if self.is_streaming or not model_id or self._endpoint is None or not self._messages:
+            return
+        messages = self._messages
+        while messages and messages[-1].role == "assistant":
+            messages = messages[:-1]
+        if not messages:
+            return
+        self._messages = messages
+        self._save_messages()
+        self.transcript.show_messages(self._messages)
+        self._stream(model_id)
+
+    def edit_message(self, index: int) -> None:
+        """Put a user message back in the prompt; sending it replaces it and everything after it."""
+        if self.is_streaming or not 0 <= index < len(self._messages) or self._messages[index].role != "user":
+            return
+        self._editing = index
+        self.prompt_edit.setText(self._messages[index].content)
+        self.prompt_edit.setFocus()
+        self.send_button.setText("Re&send")
+        self._set_status("Editing a message: sending it replaces it and the answers after it.")
 
     def stop(self) -> None:
         if self._thread is not None:
@@ -143,32 +244,71 @@ class ChatPage(QWidget):
         self._thread.stream.cancel()
         return self._thread.wait(timeout_ms)
 
-    def _append(self, text: str) -> None:
-        cursor = self.transcript.textCursor()
-        cursor.movePosition(QTextCursor.MoveOperation.End)
-        cursor.insertText(text)
-        self.transcript.setTextCursor(cursor)
+    def _stream(self, model_id: str) -> None:
+        assert self._endpoint is not None
+        params = self.params_panel.params()
+        system = [{"role": "system", "content": params.system_prompt}] if params.system_prompt else []
+        history = [{"role": m.role, "content": m.content} for m in self._messages]
+        stream = stream_chat(self._endpoint, model_id, system + history, params.max_tokens, params.request_options())
+        self._answer, self._answer_model, self._chunks, self._first_at, self._error = "", model_id, 0, None, None
+        self._started = time.perf_counter()
+        self.transcript.begin_answer(ChatMessage("assistant", "", model=model_id))
+        thread = self._thread = ChatStreamThread(stream, self)
+        thread.sig_delta_received.connect(self._on_thread_delta_received)
+        thread.sig_stream_failed.connect(self._on_thread_stream_failed)
+        thread.finished.connect(self._on_thread_finished)
+        self._set_streaming(True)
+        self._show_waiting()
+        self._render_timer.start()
+        thread.start()
+
+    def _show_waiting(self) -> None:
+        state = self.picker.state_of(self._answer_model)
+        if state in ("ready", None):
+            self._set_status(f"Waiting for the first token{ELLIPSIS}")
+        elif state == "failed":
+            self._set_status(f"{self._answer_model} failed to start; asking it again{ELLIPSIS}")
+        else:
+            self._set_status(f"Loading {self._answer_model}{ELLIPSIS} (the answer starts once it is ready)")
+
+    def _set_status(self, text: str) -> None:
+        if text != self.stats_label.text():
+            self.stats_label.setText(text)
+            self.sig_status_changed.emit(text)
+
+    def _save_messages(self) -> None:
+        if self._conversation is not None:
+            self._store.set_messages(self._conversation.id, self._messages)
+            self._store.save_model(self._conversation.id, self._answer_model or self.picker.current_model())
+            self.sidebar.refresh()
 
     def _set_streaming(self, streaming: bool) -> None:
         self.send_button.setEnabled(not streaming)
         self.stop_button.setEnabled(streaming)
-        self.clear_button.setEnabled(not streaming)
+        self.sidebar.setEnabled(not streaming)
+        if not streaming and self._editing is None:
+            self.send_button.setText("&Send")
+
+    def _stats(self) -> AnswerStats | None:
+        if self._first_at is None:
+            return None
+        elapsed = time.perf_counter() - self._first_at
+        # llama.cpp and vLLM stream one token per content chunk, so chunks after the first count tokens.
+        rate = (self._chunks - 1) / elapsed if self._chunks > 1 and elapsed > 0 else None
+        return AnswerStats((self._first_at - self._started) * 1000, rate, self._chunks)
+
+    # Slots ----------------------------------------------------------------------------------------------
 
     @Slot()
     def _on_send_button_clicked(self) -> None:
         text = self.prompt_edit.text()
-        self.prompt_edit.clear()
+        if text.strip() and not self.is_streaming:
+            self.prompt_edit.clear()
         self.send(text)
 
     @Slot()
     def _on_stop_button_clicked(self) -> None:
         self.stop()
-
-    @Slot()
-    def _on_clear_button_clicked(self) -> None:
-        self._history.clear()
-        self.transcript.clear()
-        self.stats_label.clear()
 
     @Slot(str)
     def _on_thread_delta_received(self, delta: str) -> None:
@@ -176,26 +316,65 @@ class ChatPage(QWidget):
             self._first_at = time.perf_counter()
         self._chunks += 1
         self._answer += delta
-        self._append(delta)
+
+    @Slot()
+    def _on_render_timer_timeout(self) -> None:
+        if self._first_at is None:
+            self._show_waiting()  # the model may have finished loading meanwhile
+            return
+        self.transcript.update_answer(ChatMessage("assistant", self._answer, model=self._answer_model))
+        self._set_status(f"Streaming: {self._chunks} tokens{ELLIPSIS}")
 
     @Slot(str)
     def _on_thread_stream_failed(self, message: str) -> None:
-        self._append(f"\n[{message}]")
+        self._error = message
 
     @Slot()
     def _on_thread_finished(self) -> None:
         thread, self._thread = self._thread, None
+        self._render_timer.stop()
         stopped = thread is not None and thread.stream.cancelled
+        stats = self._stats()
         if self._answer:
-            self._history.append({"role": "assistant", "content": self._answer})
-        self._append(" [stopped]\n\n" if stopped else "\n\n")
-        self.stats_label.setText(self._stats_text())
+            answer = ChatMessage("assistant", self._answer, stats, self._answer_model, stopped)
+            self._messages = (*self._messages, answer)
+            self._save_messages()
+        self.transcript.show_messages(self._messages)
+        if self._error is not None:
+            self._set_status(f"Error: {self._error}")
+        elif stopped:
+            self._set_status(f"Stopped after {self._chunks} tokens.")
+        elif stats is None:
+            self._set_status("Done: the model gave an empty answer.")
+        else:
+            self._set_status(f"Done: {stats.text()}")
         self._set_streaming(False)
         if thread is not None:
             thread.deleteLater()
 
-    def _stats_text(self) -> str:
-        return speed_text(self._started, self._first_at, self._chunks, time.perf_counter())
+    @Slot(int)
+    def _on_sidebar_conversation_opened(self, conversation_id: int) -> None:
+        self.open_conversation(conversation_id)
+
+    @Slot()
+    def _on_sidebar_new_requested(self) -> None:
+        self.new_conversation()
+
+    @Slot(int)
+    def _on_sidebar_conversation_deleted(self, conversation_id: int) -> None:
+        if self._conversation is not None and self._conversation.id == conversation_id:
+            self.new_conversation()
+
+    @Slot(object)
+    def _on_params_panel_params_changed(self, params: ChatParams) -> None:
+        if self._conversation is not None:
+            self._store.save_params(self._conversation.id, params)
+            self._conversation = replace(self._conversation, params=params)
+
+    @Slot()
+    def _on_picker_state_changed(self) -> None:
+        if self.is_streaming and self._first_at is None:
+            self._show_waiting()
 
 
 def speed_text(started: float, first_at: float | None, chunks: int, now: float) -> str:

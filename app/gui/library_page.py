@@ -23,6 +23,7 @@ from app.api_types import (
 )
 from app.client import ControlClient
 from app.gui.hub_format import cell, error_label, row_key, selected_key, show_error, size_text, table
+from app.gui.load_dialog import LoadDialog
 from app.gui.service_connection import LatestCall, ServiceConnection
 from app.gui.state_words import state_word
 
@@ -61,6 +62,9 @@ class LibraryPage(QWidget):
         self.delete_button.setAccessibleName("Delete the selected model")
         self.import_button = QPushButton("Import GGUF\N{HORIZONTAL ELLIPSIS}")
         self.import_button.setAccessibleName("Import a GGUF file into the library")
+        self.load_settings_button = QPushButton("Load settings\N{HORIZONTAL ELLIPSIS}")
+        self.load_settings_button.setAccessibleName("Load settings of the selected model")
+        self.load_dialog: LoadDialog | None = None
         self.result_label = QLabel("Drop .gguf files here to import them.")
         self.result_label.setAccessibleName("Result")
         self.result_label.setWordWrap(True)
@@ -73,6 +77,7 @@ class LibraryPage(QWidget):
         self.eject_button.clicked.connect(self._on_eject_button_clicked)
         self.delete_button.clicked.connect(self._on_delete_button_clicked)
         self.import_button.clicked.connect(self._on_import_button_clicked)
+        self.load_settings_button.clicked.connect(self._on_load_settings_button_clicked)
         connection.sig_models_received.connect(self._on_connection_models_received)
         connection.sig_engine_changed.connect(self._on_connection_engine_changed)
 
@@ -80,7 +85,14 @@ class LibraryPage(QWidget):
         layout = QVBoxLayout(self)
         layout.addWidget(self.models_table, 1)
         row = QHBoxLayout()
-        for button in (self.load_button, self.eject_button, self.verify_button, self.delete_button, self.import_button):
+        for button in (
+            self.load_button,
+            self.eject_button,
+            self.load_settings_button,
+            self.verify_button,
+            self.delete_button,
+            self.import_button,
+        ):
             row.addWidget(button)
         row.addStretch(1)
         layout.addLayout(row)
@@ -145,6 +157,7 @@ class LibraryPage(QWidget):
     def _update_buttons(self) -> None:
         entry = self._models.get(selected_key(self.models_table) or "")
         self.verify_button.setEnabled(entry is not None)
+        self.load_settings_button.setEnabled(entry is not None)
         self.delete_button.setEnabled(entry is not None and bool(entry["deletable"]))
         running = entry is not None and entry.get("state") in ACTIVE
         self.delete_button.setToolTip("Eject the model before deleting it." if running else "")
@@ -208,6 +221,17 @@ class LibraryPage(QWidget):
         self._report(f"Deleting {model_id}\N{HORIZONTAL ELLIPSIS}")
         job = functools.partial(_delete, model_id=model_id)
         self._connection.call(job, lambda _r: self._report(f"Deleted {model_id}."), self._show_failure)
+
+    @Slot()
+    def _on_load_settings_button_clicked(self) -> None:
+        model_id = selected_key(self.models_table)
+        if model_id is None:
+            return
+        if self.load_dialog is not None:
+            self.load_dialog.close()
+            self.load_dialog.deleteLater()
+        self.load_dialog = LoadDialog(self._connection, model_id, self._models[model_id].get("state"), self)
+        self.load_dialog.open()
 
     @Slot()
     def _on_import_button_clicked(self) -> None:

@@ -25,6 +25,8 @@ from app.gui import quit_dialogs
 from app.gui.about_dialog import AboutDialog
 from app.gui.benchmark_page import BenchmarkPage
 from app.gui.chat_page import ChatPage
+from app.gui.chat_store import FILE_NAME as CHATS_FILE
+from app.gui.chat_store import ChatStore
 from app.gui.dashboard_panel import DashboardPanel
 from app.gui.diagnosis_panel import DiagnosisPanel
 from app.gui.discover_page import DiscoverPage
@@ -97,7 +99,7 @@ class MainWindow(QMainWindow):
         self.notifier = Notifier(self.notification_banner, self.tray.icon, self)
         self.library_page = LibraryPage(connection)
         self.discover_page = DiscoverPage(connection)
-        self.chat_page = ChatPage()
+        self.chat_page = ChatPage(connection, self.item_model, ChatStore(connection.paths.data / CHATS_FILE))
         self.setup_action = QAction("Set up a model\N{HORIZONTAL ELLIPSIS}", self)
         self.setup_action.setToolTip("See what this machine can run, and launch a model with the settings that fit")
         self.setup_action.setEnabled(False)
@@ -176,7 +178,6 @@ class MainWindow(QMainWindow):
 
     def _connect_signals(self) -> None:
         connection = self._connection
-        connection.sig_models_received.connect(self.chat_page.set_models)
         connection.sig_endpoint_received.connect(self.chat_page.set_endpoint)
         connection.sig_endpoint_received.connect(self.snippets_panel.set_endpoint)
         self.model_list_panel.sig_selection_changed.connect(self.snippets_panel.set_model)

@@ -75,8 +75,11 @@ def runs_otherwise(record: ModelRecord, overrides: dict[str, int | str]) -> bool
 
 
 def launch(client: ControlClient, model_id: str, overrides: dict[str, int | str]) -> ModelRecord:
-    """Start the model with these parameters. The service never restarts a running engine for new parameters,
-    so one running with others is stopped first: the user asked for these by pressing Launch."""
+    """Save these parameters as the model's load settings, for every later start, and start it with them. The
+    service never restarts a running engine for new parameters, so one running with others is stopped first: the
+    user asked for these by pressing Launch."""
+    if overrides:  # a folder model's vLLM plan takes none
+        client.save_model_settings(model_id, overrides)
     record = next((m for m in client.models() if m["id"] == model_id), None)
     if record is not None and runs_otherwise(record, overrides):
         client.stop_model(model_id)

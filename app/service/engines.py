@@ -28,6 +28,7 @@ from app.service.launch.admission import EngineQueue
 from app.service.launch.companions import EmbeddingCompanions, EmbeddingRoute, companion_plan
 from app.service.launch.folder_models import FolderLaunch, FolderRefused, overrides_refusal, plan_folder, record_startup
 from app.service.launch.memory_check import MemoryCheck
+from app.service.launch.model_settings import ModelSettingsStore
 from app.service.launch.overrides import BadOverrides, PlanOverrides, plan_summary
 from app.service.launch.route import Route
 from app.service.remotes import RemoteEndpoint, RemoteModel, RemoteTable
@@ -135,6 +136,7 @@ class EngineManager:
         self._records: dict[str, ModelRecord] = {}
         self._calibration = CalibrationStore(paths.calibration_db)
         self.memory_check = MemoryCheck(self._calibration)
+        self.model_settings = ModelSettingsStore(paths.config)  # per-model load settings for starts that name none
         # This machine's profile for planning folder models (blocking: called on a worker thread).
         self._hardware = hardware or (lambda: detect_hardware(paths.models_dir))
         # Engines accept only this key; it never leaves the service.
@@ -340,6 +342,8 @@ class EngineManager:
         async with record.start_lock:
             supervisor = record.supervisor
             if supervisor is None or not record.active:
+                if overrides is None:  # a JIT start, `--model`, a plain Launch: the settings saved for the model
+                    overrides = await asyncio.to_thread(self.model_settings.get, model_id)
                 supervisor = await self._new_supervisor(spec, supervisor, overrides)
                 if supervisor is None:
                     return EngineState.FAILED

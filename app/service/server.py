@@ -33,6 +33,7 @@ from app.service.control.advisor import Advisor
 from app.service.control.bench_routes import BenchRoutes
 from app.service.control.control import ControlApi, EndpointInfo
 from app.service.control.hub_routes import HubRoutes, hub_endpoint
+from app.service.control.model_settings_routes import ModelSettingsRoutes
 from app.service.control.remote_routes import RemoteRoutes
 from app.service.control.settings_routes import RunningValues, SettingsRoutes
 from app.service.engines import EngineManager, LifecyclePolicy
@@ -328,6 +329,7 @@ class Service:
             RemoteRoutes(remotes),
             settings,
             bench,
+            ModelSettingsRoutes(manager, advisor),
         )
         caps = connection_caps(raise_open_file_limit(), options.max_connections)
         log.info("connections kept open at most: %s on the OpenAI endpoint, %s on the control API", *astuple(caps))

@@ -221,6 +221,9 @@ def test_fuzzed_api_requests_get_clear_answers(fuzz_service: RunningService) -> 
         ("GET", "/api/library"), ("POST", "/api/library/import"), ("POST", "/api/library/absent/verify"),
         ("GET", "/api/hub/search"), ("GET", "/api/hub/models/org/absent"), ("GET", "/api/bench"),
         ("POST", "/api/bench"), ("GET", "/api/bench/cards/absent"), ("GET", "/metrics"), ("PATCH", "/api/models"),
+        ("GET", "/api/models/fuzz/settings"), ("PUT", "/api/models/fuzz/settings"),
+        ("POST", "/api/models/fuzz/settings/estimate"), ("PUT", "/api/models/absent/settings"),
+        ("PUT", f"/api/models/{BUNDLED_ID}/settings"), ("POST", f"/api/models/{BUNDLED_ID}/settings/estimate"),
     ]  # fmt: skip
     safe_values = json_values.filter(lambda v: not (isinstance(v, str) and v.startswith(("http", "/"))))
 

@@ -7,6 +7,8 @@ between two firings is the longest time the GUI thread was busy with something e
 
 The figure includes the timer's own lateness (a few ms on an idle machine, more on a loaded one), so a bound
 on it must be generous; it measures the GUI thread only while the event loop runs (inside `qtbot.wait*`).
+`longest_busy_ms` is the GUI thread's own CPU time within one gap: the work that kept the loop from turning,
+without the time a busy machine gave the CPU to other processes.
 """
 
 from __future__ import annotations
@@ -29,11 +31,14 @@ class BlockMeter(QObject):
         self._timer.setInterval(interval_ms)
         self._timer.timeout.connect(self._on_timer_timeout)
         self._last: float | None = None
+        self._last_cpu = 0.0
         self.longest_ms = 0.0
+        self.longest_busy_ms = 0.0
         self.ticks = 0
 
     def start(self) -> None:
         self._last = time.perf_counter()
+        self._last_cpu = time.thread_time()
         self._timer.start()
 
     def stop(self) -> None:
@@ -42,10 +47,11 @@ class BlockMeter(QObject):
 
     @Slot()
     def _on_timer_timeout(self) -> None:
-        now = time.perf_counter()
+        now, cpu = time.perf_counter(), time.thread_time()
         if self._last is not None:
             self.longest_ms = max(self.longest_ms, (now - self._last) * 1000)
-        self._last = now
+            self.longest_busy_ms = max(self.longest_busy_ms, (cpu - self._last_cpu) * 1000)
+        self._last, self._last_cpu = now, cpu
         self.ticks += 1
 
     def __enter__(self) -> BlockMeter:

@@ -164,11 +164,11 @@ def test_every_page_screenshot_names_and_room(qtbot: QtBot, main_window: MainWin
     # The chat page with an answer (the gateway starts the model for the first request).
     chat = window.chat_page
     tabs.setCurrentWidget(chat)
-    qtbot.waitUntil(lambda: chat.model_combo.findText(BUNDLED_ID) >= 0)
-    chat.model_combo.setCurrentText(BUNDLED_ID)
+    qtbot.waitUntil(lambda: chat.picker.has_model(BUNDLED_ID) and chat.has_endpoint)
+    chat.picker.select_model(BUNDLED_ID)
     chat.send("Say hello in one short sentence.")
     qtbot.waitUntil(lambda: not chat.is_streaming, timeout=ANSWER_TIMEOUT_MS)
-    assert "TTFT" in chat.stats_label.text(), chat.transcript.toPlainText()
+    assert "TTFT" in chat.stats_label.text(), chat.transcript.plain_text()
     qtbot.waitUntil(lambda: models.state_of(BUNDLED_ID) == "ready", timeout=ANSWER_TIMEOUT_MS)
     window.model_list_panel.select_model(BUNDLED_ID)
 

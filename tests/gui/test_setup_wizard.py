@@ -139,6 +139,10 @@ def test_the_wizard_walks_through_to_a_launched_model(qtbot: QtBot, main_window:
     assert record is not None
     argv = psutil.Process(record["pid"]).cmdline()
     assert argv[argv.index("--n_ctx") + 1] == str(best["context"])
+    # ... and keeps them as the model's load settings, for every later start (app.service.launch.model_settings).
+    client = window.connection.client
+    assert client is not None
+    assert {k: v for k, v in client.model_settings(BUNDLED_ID)["settings"].items() if v is not None} == overrides
     _screenshot(wizard, tmp_path / "wizard-5-launched.png")
 
     qtbot.mouseClick(wizard.button(QWizard.WizardButton.FinishButton), Qt.MouseButton.LeftButton)

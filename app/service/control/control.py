@@ -16,6 +16,7 @@ from app.planner.recommend import USES
 from app.service.control.advisor import Advisor
 from app.service.control.bench_routes import BenchRoutes
 from app.service.control.hub_routes import HubRoutes
+from app.service.control.model_settings_routes import ModelSettingsRoutes
 from app.service.control.remote_routes import RemoteRoutes
 from app.service.control.settings_routes import SettingsRoutes
 from app.service.engines import EngineManager, PlanConflict, UnknownModel
@@ -84,8 +85,10 @@ class ControlApi:
         remotes: RemoteRoutes | None = None,
         settings: SettingsRoutes | None = None,
         bench: BenchRoutes | None = None,
+        model_settings: ModelSettingsRoutes | None = None,
     ) -> None:
         self._manager = manager
+        self._model_settings = model_settings
         self._remotes = remotes
         self._settings = settings
         self._bench = bench
@@ -171,6 +174,9 @@ class ControlApi:
             case _ if self._settings is not None and await self._settings.handle(method, parts, receive, send):
                 pass
             case _ if self._bench is not None and await self._bench.handle(method, parts, query, receive, send):
+                pass
+            case _ if self._model_settings is not None and await self._model_settings.handle(method, parts, receive,
+                                                                                               send):  # fmt: skip
                 pass
             case _:
                 await send_error(send, 404, f"Unknown route {method} /{'/'.join(parts)}.", "invalid_request_error")

@@ -1,0 +1,227 @@
+"""Chat conversations kept in SQLite under the data folder: their messages, each answer's speed, and the parameters
+chosen for each conversation. No Qt here: the chat page is a view of this store.
+
+Writes are a few rows at the end of a turn; with WAL and synchronous=NORMAL a commit does not wait for the disk,
+so the GUI thread can make them without a visible pause.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import time
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+from app.paths import make_private_file
+
+SCHEMA_VERSION = 1
+FILE_NAME = "chats.sqlite"
+DEFAULT_TITLE = "New chat"
+TITLE_LENGTH = 60
+
+
+@dataclass(frozen=True)
+class ChatParams:
+    """What a conversation sends with each request. None: the engine's default."""
+
+    temperature: float | None = 0.7
+    top_p: float | None = 0.95
+    max_tokens: int = 512
+    seed: int | None = None  # None: a new random answer each time
+    stop: tuple[str, ...] = ()
+    system_prompt: str = "You are a helpful assistant."
+
+    def request_options(self) -> dict[str, Any]:
+        """The request fields of these parameters (the system prompt goes in the messages)."""
+        options: dict[str, Any] = {"max_tokens": self.max_tokens}
+        for name in ("temperature", "top_p", "seed"):
+            value = getattr(self, name)
+            if value is not None:
+                options[name] = value
+        if self.stop:
+            options["stop"] = list(self.stop)
+        return options
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self))
+
+    @classmethod
+    def from_json(cls, text: str | None) -> ChatParams:
+        """The saved parameters; the defaults for any that are missing or of the wrong kind (a newer file)."""
+        try:
+            data = json.loads(text) if text else {}
+        except ValueError:
+            data = {}
+        if not isinstance(data, dict):
+            return cls()
+        chosen: dict[str, Any] = {}
+        for name in (f.name for f in fields(cls)):
+            value = data.get(name)
+            if name == "stop" and isinstance(value, list) and all(isinstance(s, str) for s in value):
+                chosen["stop"] = tuple(value)
+            elif name != "stop" and name in data and _fits(name, value):
+                chosen[name] = value
+        params = cls(**chosen)
+        return params
+
+
+def _fits(name: str, value: Any) -> bool:
+    if name in ("temperature", "top_p"):
+        return value is None or (isinstance(value, int | float) and not isinstance(value, bool))
+    if name == "seed":
+        return value is None or (isinstance(value, int) and not isinstance(value, bool))
+    if name == "max_tokens":
+        return isinstance(value, int) and not isinstance(value, bool) and value > 0
+    return name == "system_prompt" and isinstance(value, str)
+
+
+@dataclass(frozen=True)
+class AnswerStats:
+    """How one answer streamed: time to its first token, tokens/s after it, and its count of tokens."""
+
+    ttft_ms: float | None
+    tokens_per_s: float | None
+    tokens: int
+
+    def text(self) -> str:
+        ttft = f"TTFT {self.ttft_ms:.0f} ms" if self.ttft_ms is not None else "TTFT -"
+        rate = f"{self.tokens_per_s:.1f} tokens/s" if self.tokens_per_s is not None else "- tokens/s"
+        return f"{ttft}, {rate}, {self.tokens} tokens"
+
+
+@dataclass(frozen=True)
+class ChatMessage:
+    role: str  # "user" or "assistant"
+    content: str
+    stats: AnswerStats | None = None
+    model: str | None = None  # the model that answered
+    stopped: bool = False  # cut short by Stop
+
+
+@dataclass(frozen=True)
+class Conversation:
+    id: int
+    title: str
+    model: str | None
+    params: ChatParams
+    updated: float
+    messages: tuple[ChatMessage, ...] = field(default=())
+
+
+class ChatStore:
+    """The conversations in one SQLite file (created 0600: it holds what people asked)."""
+
+    def __init__(self, path: Path) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        make_private_file(path)
+        self._db = sqlite3.connect(path)
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.execute("PRAGMA synchronous=NORMAL")
+        self._db.execute("PRAGMA foreign_keys=ON")
+        with self._db:
+            self._db.executescript(
+                """
+                CREATE TABLE IF NOT EXISTS conversations (
+                    id INTEGER PRIMARY KEY, title TEXT NOT NULL, model TEXT, params TEXT NOT NULL,
+                    created REAL NOT NULL, updated REAL NOT NULL);
+                CREATE TABLE IF NOT EXISTS messages (
+                    conversation INTEGER NOT NULL REFERENCES conversations(id) ON DELETE CASCADE,
+                    position INTEGER NOT NULL, role TEXT NOT NULL, content TEXT NOT NULL, model TEXT,
+                    stats TEXT, stopped INTEGER NOT NULL DEFAULT 0, PRIMARY KEY (conversation, position));
+                """
+            )
+            self._db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
+
+    def close(self) -> None:
+        self._db.close()
+
+    def create(self, model: str | None, params: ChatParams, title: str = DEFAULT_TITLE) -> Conversation:
+        now = time.time()
+        with self._db:
+            cursor = self._db.execute(
+                "INSERT INTO conversations (title, model, params, created, updated) VALUES (?, ?, ?, ?, ?)",
+                (title, model, params.to_json(), now, now),
+            )
+        assert cursor.lastrowid is not None
+        return Conversation(cursor.lastrowid, title, model, params, now)
+
+    def conversations(self, search: str = "") -> list[Conversation]:
+        """Newest first, without their messages; `search` matches titles and message text, ignoring case."""
+        query = "SELECT id, title, model, params, updated FROM conversations"
+        args: tuple[str, ...] = ()
+        if search.strip():
+            pattern = "%" + search.strip().replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
+            query += (
+                " WHERE title LIKE ?1 ESCAPE '\\' OR id IN (SELECT conversation FROM messages"
+                " WHERE content LIKE ?1 ESCAPE '\\')"
+            )
+            args = (pattern,)
+        rows = self._db.execute(query + " ORDER BY updated DESC, id DESC", args).fetchall()
+        return [Conversation(r[0], r[1], r[2], ChatParams.from_json(r[3]), r[4]) for r in rows]
+
+    def load(self, conversation_id: int) -> Conversation | None:
+        row = self._db.execute(
+            "SELECT id, title, model, params, updated FROM conversations WHERE id = ?", (conversation_id,)
+        ).fetchone()
+        if row is None:
+            return None
+        messages = self._db.execute(
+            "SELECT role, content, stats, model, stopped FROM messages WHERE conversation = ? ORDER BY position",
+            (conversation_id,),
+        ).fetchall()
+        return Conversation(
+            row[0], row[1], row[2], ChatParams.from_json(row[3]), row[4],
+            tuple(ChatMessage(m[0], m[1], _stats(m[2]), m[3], bool(m[4])) for m in messages),
+        )  # fmt: skip
+
+    def set_messages(self, conversation_id: int, messages: tuple[ChatMessage, ...]) -> None:
+        """Replace the conversation's messages (after a turn, an edit or a regeneration)."""
+        rows = [
+            (conversation_id, i, m.role, m.content, m.model, json.dumps(asdict(m.stats)) if m.stats else None,
+             int(m.stopped))
+            for i, m in enumerate(messages)
+        ]  # fmt: skip
+        with self._db:
+            self._db.execute("DELETE FROM messages WHERE conversation = ?", (conversation_id,))
+            self._db.executemany("INSERT INTO messages VALUES (?, ?, ?, ?, ?, ?, ?)", rows)
+            self._db.execute("UPDATE conversations SET updated = ? WHERE id = ?", (time.time(), conversation_id))
+
+    def rename(self, conversation_id: int, title: str) -> str:
+        """Give the conversation a title (trimmed to one line); the title it now has."""
+        title = " ".join(title.split())[:TITLE_LENGTH] or DEFAULT_TITLE
+        with self._db:
+            self._db.execute("UPDATE conversations SET title = ? WHERE id = ?", (title, conversation_id))
+        return title
+
+    def save_params(self, conversation_id: int, params: ChatParams) -> None:
+        with self._db:
+            self._db.execute("UPDATE conversations SET params = ? WHERE id = ?", (params.to_json(), conversation_id))
+
+    def save_model(self, conversation_id: int, model: str | None) -> None:
+        with self._db:
+            self._db.execute("UPDATE conversations SET model = ? WHERE id = ?", (model, conversation_id))
+
+    def delete(self, conversation_id: int) -> None:
+        with self._db:
+            self._db.execute("DELETE FROM conversations WHERE id = ?", (conversation_id,))
+
+
+def title_from(text: str) -> str:
+    """A conversation's first title: the start of its first message."""
+    words = " ".join(text.split())
+    return words if len(words) <= TITLE_LENGTH else words[: TITLE_LENGTH - 1].rstrip() + "\N{HORIZONTAL ELLIPSIS}"
+
+
+def _stats(text: str | None) -> AnswerStats | None:
+    if not text:
+        return None
+    try:
+        data = json.loads(text)
+        return AnswerStats(data.get("ttft_ms"), data.get("tokens_per_s"), int(data.get("tokens", 0)))
+    except (ValueError, TypeError, AttributeError):
+        return None  # a row written by a newer version: the answer stays, its speed is unknown
+
+
+__all__ = ["AnswerStats", "ChatMessage", "ChatParams", "ChatStore", "Conversation", "title_from"]

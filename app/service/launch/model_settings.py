@@ -1,0 +1,102 @@
+"""Per-model load settings: the launch parameters a person chose for a model, kept in the config folder and used by
+every later start of that model that names none of its own (a JIT start from the gateway, `--model` at service
+start, the GUI's Launch).
+
+One JSON file, `model-settings.json`, written atomically with mode 0600 like the rest of the config. A file that
+cannot be read is set aside as `model-settings.json.bad` and the models start with their defaults: nothing is
+lost that could still be recovered by hand, and the service still starts.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import threading
+from dataclasses import asdict, fields
+from pathlib import Path
+from typing import Any
+
+from app.paths import PRIVATE_FILE_MODE
+from app.service.launch.overrides import PlanOverrides
+
+SCHEMA_VERSION = 1
+FILE_NAME = "model-settings.json"
+
+log = logging.getLogger("modeldeck.model_settings")
+
+
+def settings_dict(overrides: PlanOverrides | None) -> dict[str, Any]:
+    """Every field under its API name, None where nothing was chosen."""
+    return asdict(overrides) if overrides is not None else {field.name: None for field in fields(PlanOverrides)}
+
+
+class ModelSettingsStore:
+    """The saved load settings of every model, read on first use and cached; safe to use from several threads."""
+
+    def __init__(self, config_dir: Path) -> None:
+        self.path = config_dir / FILE_NAME
+        self._lock = threading.Lock()
+        self._saved: dict[str, PlanOverrides] | None = None
+        self.problem: str | None = None  # why the file could not be used, when it could not
+
+    def get(self, model_id: str) -> PlanOverrides | None:
+        """The model's saved settings; None when it has none (its default plan applies)."""
+        with self._lock:
+            return self._load().get(model_id)
+
+    def put(self, model_id: str, overrides: PlanOverrides | None) -> None:
+        """Save the model's settings, replacing what it had; None or an empty set forgets them."""
+        with self._lock:
+            saved = dict(self._load())
+            if overrides is None or overrides == PlanOverrides():
+                saved.pop(model_id, None)
+            else:
+                saved[model_id] = overrides
+            self._write(saved)
+            self._saved = saved
+
+    def _load(self) -> dict[str, PlanOverrides]:
+        if self._saved is None:
+            self._saved = self._read()
+        return self._saved
+
+    def _read(self) -> dict[str, PlanOverrides]:
+        try:
+            text = self.path.read_text(encoding="utf-8")
+        except FileNotFoundError:
+            return {}
+        try:
+            data = json.loads(text)
+            if not isinstance(data, dict) or not isinstance(data.get("models"), dict):
+                raise ValueError("it must hold a JSON object with `models`")
+            if data.get("schema_version") != SCHEMA_VERSION:
+                raise ValueError(f"schema version {data.get('schema_version')!r} is not one this ModelDeck reads")
+            saved: dict[str, PlanOverrides] = {}
+            for model_id, entry in data["models"].items():
+                overrides = PlanOverrides.from_json(json.dumps(entry).encode())
+                if overrides is not None:
+                    saved[str(model_id)] = overrides
+            return saved
+        except ValueError as exc:  # JSONDecodeError and BadOverrides are ValueErrors
+            bad = self.path.with_name(self.path.name + ".bad")
+            os.replace(self.path, bad)
+            self.problem = f"{self.path} is not valid ({exc}); kept it as {bad.name} and used the defaults"
+            log.warning("model settings: %s", self.problem)
+            return {}
+
+    def _write(self, saved: dict[str, PlanOverrides]) -> None:
+        """Atomically: readers see the old file or the new one, never a part; created 0600, never briefly wider."""
+        models = {m: {k: v for k, v in asdict(o).items() if v is not None} for m, o in sorted(saved.items())}
+        text = json.dumps({"schema_version": SCHEMA_VERSION, "models": models}, indent=2) + "\n"
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, PRIVATE_FILE_MODE)
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(text)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, self.path)
+
+
+__all__ = ["ModelSettingsStore", "settings_dict"]
