@@ -35,6 +35,7 @@ from app.service.events import EventBus
 from app.service.hub_routes import HubRoutes
 from app.service.metrics_pipeline import DEFAULT_MAX_POINTS, MetricsPipeline
 from app.service.overrides import MAX_BODY, BadOverrides, PlanOverrides
+from app.service.quality_routes import QualityRoutes
 from app.service.remote_routes import RemoteRoutes
 from app.service.request_log import RequestLog
 from app.service.settings_routes import SettingsRoutes
@@ -76,11 +77,13 @@ class ControlApi:
         remotes: RemoteRoutes | None = None,
         settings: SettingsRoutes | None = None,
         bench: BenchRoutes | None = None,
+        quality: QualityRoutes | None = None,
     ) -> None:
         self._manager = manager
         self._remotes = remotes
         self._settings = settings
         self._bench = bench
+        self._quality = quality
         self._hub = hub
         self._metrics = metrics
         self._advisor = advisor
@@ -171,6 +174,8 @@ class ControlApi:
             case _ if self._settings is not None and await self._settings.handle(method, parts, receive, send):
                 pass
             case _ if self._bench is not None and await self._bench.handle(method, parts, query, receive, send):
+                pass
+            case _ if self._quality is not None and await self._quality.handle(method, parts, query, receive, send):
                 pass
             case _:
                 await send_error(send, 404, f"Unknown route {method} /{'/'.join(parts)}.", "invalid_request_error")

@@ -29,6 +29,7 @@ from app.installs.available import available_engines
 from app.interrupt import kill_descendants
 from app.keys import ApiKey, load_api_key
 from app.paths import AppPaths, make_private_dirs, make_private_file, write_private
+from app.quality.card import quality_dir
 from app.service.advisor import Advisor
 from app.service.asgi import LOOPBACK_HOSTS, openai_error
 from app.service.bench_routes import BenchRoutes
@@ -44,6 +45,8 @@ from app.service.hub_routes import HubRoutes, hub_endpoint
 from app.service.lan import allowed_hosts
 from app.service.memory_budget import configured_budget, default_budget
 from app.service.metrics_pipeline import MetricsPipeline
+from app.service.quality_routes import QualityRoutes
+from app.service.quality_runs import QualityRuns
 from app.service.remote_routes import RemoteRoutes
 from app.service.remotes import RemoteRegistry
 from app.service.request_log import RequestLog
@@ -315,6 +318,7 @@ class Service:
 
         settings = SettingsRoutes(paths, running, api_key, use_key, options.settings_problem)
         bench = BenchRoutes(BenchRuns(bus, paths.bench_dir), manager.models.keys())
+        quality = QualityRoutes(QualityRuns(bus, quality_dir(paths)), manager.models.keys())
         control = ControlApi(
             manager,
             bus,
@@ -328,6 +332,7 @@ class Service:
             RemoteRoutes(remotes),
             settings,
             bench,
+            quality,
         )
         caps = connection_caps(raise_open_file_limit(), options.max_connections)
         log.info("connections kept open at most: %s on the OpenAI endpoint, %s on the control API", *astuple(caps))
@@ -372,6 +377,7 @@ class Service:
                 preload.cancel()
             await hub.downloads.pause_all()  # partial files stay for the next run to resume
             await bench.runs.stop()  # before the engines: its requests end first
+            await quality.runs.stop()
             await metrics.stop()
             await manager.stop_all()
             await asyncio.gather(*tasks, return_exceptions=True)
