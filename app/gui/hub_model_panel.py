@@ -13,9 +13,10 @@ from PySide6.QtWidgets import QHBoxLayout, QLabel, QPushButton, QVBoxLayout, QWi
 
 from app.client import ControlClient
 from app.gui.hub_format import cell, error_label, selected_key, show_error, size_text, table
+from app.gui.quality_format import loss_text
 from app.gui.service_connection import LatestCall, ServiceConnection
 
-COLUMNS = ("Variant", "Size", "Files")
+COLUMNS = ("Variant", "Size", "Files", "Expected quality loss")
 RECOMMENDED_MARK = "  \N{BLACK STAR} recommended"
 
 
@@ -98,6 +99,7 @@ class HubModelPanel(QWidget):
                 cell(variant["name"] + mark, variant["name"]),
                 cell(size_text(variant["size"]), align_right=True),
                 cell(str(len(variant["files"])), align_right=True),
+                cell(loss_text(variant.get("quality_loss"))),
             ]
             for column, item in enumerate(items):
                 if mark:

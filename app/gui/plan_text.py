@@ -9,6 +9,7 @@ from html import escape
 from typing import Any
 
 from app.gui.model_item_model import format_bytes
+from app.gui.quality_format import loss_text
 
 TIER_WORDS = {
     "gpu": "all on the GPU",
@@ -107,6 +108,7 @@ def plan_rows(option: dict[str, Any]) -> list[tuple[str, str]]:
         ("Context", f"{option['context']} tokens (at most {option['max_context']} fit)"),
         ("Speed", speed_text(option.get("decode_tokens_per_s"))),
         ("Memory", memory_text(option["memory"])),
+        ("Expected quality loss", loss_text(option.get("quality_loss"))),
     ]
 
 
