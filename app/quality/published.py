@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-SOURCE = "llama.cpp's published figure (llama-quantize's type table)"
+SOURCE = "llama-quantize's type table"
 
 # type: (perplexity increase in absolute PPL units, the model it was measured on)
 _PUBLISHED: dict[str, tuple[float, str]] = {

@@ -5,6 +5,9 @@ The real build of the vendored llama.cpp is what the quality tests' fixture make
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -12,6 +15,7 @@ import pytest
 from app.hub.task import Progress, TaskState
 from app.installs.llama_server_build import BuildError
 from app.installs.llama_tools_build import TOOLS, TOOLS_ENV, build_llama_tools, find_tools, installed_tools
+from tests.conftest import REPO
 
 MAIN_C = "int main(void) { return 0; }\n"
 
@@ -66,3 +70,19 @@ def test_a_source_without_one_of_the_tools_is_an_error(tmp_path: Path) -> None:
         build_llama_tools(tiny_tools(tmp_path / "src", TOOLS[:2]), dest, TaskState(), backend="cpu", jobs=1)
     assert "llama-imatrix" in str(failed.value)
     assert installed_tools(dest) == []
+
+
+def test_engines_build_llama_perplexity_builds_the_tools_with_a_progress_bar(tmp_path: Path) -> None:
+    """As a user types it: any of the three names builds all three (one cmake build), and the list shows them."""
+    dest = tmp_path / "builds"
+    source = tiny_tools(tmp_path / "src")
+    env = {k: v for k, v in os.environ.items() if k != TOOLS_ENV}
+    built = subprocess.run(
+        [sys.executable, "-m", "app", "engines", "build", "llama-perplexity", "--source", str(source), "--dest",
+         str(dest), "--backend", "cpu", "--jobs", "2"],
+        capture_output=True, text=True, timeout=300, cwd=REPO, env=env, check=False,
+    )  # fmt: skip
+    assert built.returncode == 0, built.stderr
+    assert "[" + "#" * 30 + "] 100% done" in built.stderr
+    folder = installed_tools(dest)[0].folder
+    assert f"built {folder}" in built.stdout
