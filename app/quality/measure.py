@@ -98,6 +98,11 @@ def _first(pattern: re.Pattern[str], lines: list[str], group: int = 1) -> float 
     return None
 
 
+def _silent(subject: Subject, output: list[str], log_path: Path) -> str:
+    said = [line for line in output if "error" in line.lower() or "failed" in line.lower()] or output[-5:]
+    return f"{subject.id}: llama-perplexity printed no figures:\n" + "\n".join(said[-5:]) + f"\nFull log: {log_path}"
+
+
 def _common(tools: ToolsBuild, model: Path, layout: Layout, threads: int | None) -> list[str]:
     argv = [str(tools.tool("llama-perplexity")), "-m", str(model), "-c", str(layout.n_ctx), "--chunks",
             str(layout.chunks)]  # fmt: skip
@@ -110,15 +115,18 @@ def measure(
     variants: list[Subject],
     text: Path,
     workdir: Path,
+    log_path: Path,
     layout: Layout,
     state: TaskState,
     progress: Progress,
     *,
     threads: int | None = None,
 ) -> Measured:
-    """Measure every variant against `reference` on `text`; raises QualityError, or Stopped on a cancel."""
+    """Measure every variant against `reference` on `text`, the tools' output appended to `log_path`; raises
+    QualityError, or Stopped on a cancel."""
     workdir.mkdir(parents=True, exist_ok=True)
-    logits, log_path = workdir / "reference.logits", workdir / "tools.log"
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    logits = workdir / "reference.logits"
     others = [v for v in variants if v.path != reference.path]
     steps = 1 + len(others)
     progress({"type": "step", "index": 0, "of": steps, "variant": reference.id, "what": "reference logits"})
@@ -126,11 +134,14 @@ def measure(
     try:
         base = run_tool(argv, log_path, state)
     except ToolError as exc:
-        needed = _TOO_SHORT.search(str(exc))
-        if needed:
-            raise QualityError(f"the text is too short: a run of chunks of {layout.n_ctx} tokens needs at least "
-                               f"{needed.group(1)} tokens; give a longer text or fewer --tokens") from None  # fmt: skip
         raise QualityError(str(exc)) from None
+    # llama-perplexity says what went wrong and still exits 0: its output decides.
+    needed = next((m for m in map(_TOO_SHORT.search, base.output) if m), None)
+    if needed:
+        raise QualityError(f"the text is too short: a run of chunks of {layout.n_ctx} tokens needs at least "
+                           f"{needed.group(1)} tokens; give a longer text or fewer --tokens")  # fmt: skip
+    if _first(_FINAL, base.output) is None:
+        raise QualityError(_silent(reference, base.output, log_path))
     found = next((m for m in map(_CHUNKS.search, base.output) if m), None)
     chunks, n_ctx = (int(found.group(1)), int(found.group(2))) if found else (layout.chunks, layout.n_ctx)
     ppl = _first(_FINAL, base.output)
@@ -153,6 +164,8 @@ def measure(
         except ToolError as exc:
             raise QualityError(f"{variant.id}: {exc}") from None
         ppl_q, ppl_base = _first(_PPL_Q, run.output), _first(_PPL_BASE, run.output)
+        if ppl_q is None or _first(_KLD, run.output) is None:
+            raise QualityError(_silent(variant, run.output, log_path))
         top = _first(_TOP, run.output)
         result = VariantResult(
             variant.id, variant.quantization, variant.size_bytes, False, ppl_q, _first(_PPL_Q, run.output, 2),

@@ -106,12 +106,13 @@ def run_and_save(
 
     now = datetime.datetime.now(datetime.UTC)
     layout = Layout.for_tokens(setup.request.tokens)
-    measured = measure(setup.tools, setup.reference, setup.variants, setup.text.path, workdir, layout, state,
-                       progress, threads=threads)  # fmt: skip
+    new_id = card_id(now.strftime("%Y%m%dT%H%M%S"), setup.request.model)
+    measured = measure(setup.tools, setup.reference, setup.variants, setup.text.path, workdir,
+                       paths.logs / "quality" / f"{new_id}.log", layout, state, progress, threads=threads)  # fmt: skip
     hardware = detect_hardware(paths.models_dir).to_dict()
     scored = measured.chunks * (measured.n_ctx - 1 - measured.n_ctx // 2)
     card = QualityCard(
-        id=card_id(now.strftime("%Y%m%dT%H%M%S"), setup.request.model),
+        id=new_id,
         created=now.isoformat(timespec="seconds"),
         modeldeck_version=provenance().version,
         model=setup.request.model,
