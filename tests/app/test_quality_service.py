@@ -94,13 +94,14 @@ def test_a_run_through_the_api_publishes_progress_and_saves_a_card(quality_servi
 
 def test_cancel_stops_the_tool_and_leaves_no_process(quality_service: RunningService, paths: AppPaths) -> None:
     client = quality_service.client
-    client.start_quality(BUNDLED_ID, tokens=16384)  # minutes of work: it is cancelled long before its end
+    client.start_quality(BUNDLED_ID, tokens=8192)  # many seconds of work: it is cancelled long before its end
     wait_for(lambda: perplexity_processes(quality_service), 120, "llama-perplexity to start")
     cancelled = client.cancel_quality()
     assert cancelled["state"] == "cancelled"
     assert not perplexity_processes(quality_service)
     assert not psutil.Process(quality_service.process.pid).children(recursive=True), "nothing is left running"
     assert client.quality()["cards"] == [] and client.quality()["run"]["card_id"] is None
+    assert not list(paths.cache.glob("quality-*")), "the scratch folder with the reference's logits is removed"
     with pytest.raises(ControlError) as nothing:
         client.cancel_quality()
     assert nothing.value.status == 409
