@@ -26,12 +26,12 @@ MAX_TOKENS = 1_048_576
 _FLOAT = r"(-?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?)"
 _CHUNKS = re.compile(r"(?:calculating perplexity|computing) over (\d+) chunks, n_ctx=(\d+)")
 _FINAL = re.compile(rf"Final estimate: PPL = {_FLOAT} \+/- {_FLOAT}")
-_PPL_Q = re.compile(rf"^Mean PPL\(Q\)\s*:\s*{_FLOAT} ± {_FLOAT}")
+_PPL_Q = re.compile(rf"^Mean PPL\(Q\)\s*:\s*{_FLOAT}\s*±\s*{_FLOAT}")
 _PPL_BASE = re.compile(rf"^Mean PPL\(base\)\s*:\s*{_FLOAT}")
 _KLD = re.compile(rf"^Mean\s+KLD:\s*{_FLOAT}")
 _KLD_99 = re.compile(rf"^99\.0%\s+KLD:\s*{_FLOAT}")
 _KLD_MAX = re.compile(rf"^Maximum KLD:\s*{_FLOAT}")
-_TOP = re.compile(rf"^Same top p:\s*{_FLOAT} ± {_FLOAT} %")
+_TOP = re.compile(rf"^Same top p:\s*{_FLOAT}\s*±\s*{_FLOAT} %")
 _KL_CHUNK = re.compile(r"^\s*(\d+)\s+-?\d")
 _TOO_SHORT = re.compile(r"you need at least (\d+) tokens")
 

@@ -62,6 +62,7 @@ def _chosen(paths: AppPaths, request: RunRequest) -> tuple[list[Subject], Subjec
     spec = library_model(paths, request.model)
     library = known_models(paths).values()
     members = family(spec, library)
+    precise = most_precise(members)  # of the whole library, whichever variants are measured
     if request.variants:
         by_id = {s.id: s for s in members}
         unknown = [v for v in request.variants if v not in by_id]
@@ -70,7 +71,7 @@ def _chosen(paths: AppPaths, request: RunRequest) -> tuple[list[Subject], Subjec
                              f"{', '.join(by_id)}")  # fmt: skip
         members = [by_id[v] for v in dict.fromkeys(request.variants)]
     if request.reference is None:
-        reference = most_precise(members)
+        reference = precise
     else:
         named = next((s for s in members if s.id == request.reference), None)
         if named is None and request.reference in known_models(paths):
