@@ -142,3 +142,21 @@ def test_the_recommendation_shows_measured_loss_with_a_card_and_published_loss_w
     assert without["quality_loss"]["ppl_increase"] == 3.5199 and "published" in without["quality_loss"]["label"]
     text = modeldeck("recommend", Q2_K).stdout
     assert "Quality  published: +3.5199 PPL on Llama-3-8B" in text
+
+
+def test_quantize_with_the_users_text_uses_an_importance_matrix_from_it(
+    paths: AppPaths, with_variants: dict[str, Path], llama_tools: Path, tmp_path: Path
+) -> None:
+    """The same type made from the same file, once plain (the session's Q4_0) and once weighted by the user's
+    text: the bytes differ, and the provenance names the text."""
+    text = finance_text(tmp_path / "filings.txt", sentences=60)
+    out = tmp_path / "imatrix-home"
+    done = modeldeck("quantize", BUNDLED_ID, "--to", "Q4_0", "--data", str(text), MODELDECK_HOME=str(out))
+    assert done.returncode == 0, done.stderr
+    made = next((out / "data" / "models").glob("*.Q4_0.gguf"))
+    provenance = read_provenance(made)
+    assert provenance is not None and provenance["importance_matrix"] == {"text": str(text), "chunks": 32}
+    assert made.read_bytes() != with_variants["Q4_0"].read_bytes(), "the importance matrix changed the weights"
+    again = modeldeck("quantize", BUNDLED_ID, "--to", "Q4_0", MODELDECK_HOME=str(out))
+    assert again.returncode == 1 and "already exists" in again.stderr, "an existing file is never overwritten"
+    assert not list((out / "data" / "models").glob(".quantize-*")), "no scratch folder is left"
