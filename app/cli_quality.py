@@ -143,7 +143,7 @@ def _quality(args: argparse.Namespace, paths: AppPaths) -> int:
 
 
 def _quantize(args: argparse.Namespace, paths: AppPaths) -> int:
-    from app.quality.family import subject_of
+    from app.quality.family import checked, subject_of
     from app.quality.quantize import QuantizeError, checked_type, quantize
     from app.quality.run import SetupError, library_model, tools_or_fail
     from app.quality.text import TextError, user_text
@@ -151,7 +151,7 @@ def _quantize(args: argparse.Namespace, paths: AppPaths) -> int:
     try:
         quantization = checked_type(args.to)
         spec = library_model(paths, args.model)
-        source = subject_of(spec)
+        source = checked(subject_of(spec))
         tools = tools_or_fail(paths)
         data = user_text(args.data).path if args.data is not None else None
     except (SetupError, QuantizeError, TextError, ValueError) as exc:

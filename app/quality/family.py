@@ -9,6 +9,7 @@ from pathlib import Path
 
 from app.hub.library import ModelSpec
 from app.hub.variants import quant_of
+from engines.gguf import GGUFError, read_gguf_info
 
 _QUANT_SUFFIX = re.compile(
     r"[-._]((?:UD-)?(?:I?Q[1-8](?:_[A-Z0-9]{1,3}){0,2}|TQ[12]_0|BF16|F16|FP16|F32|FP32|MXFP4(?:_MOE)?))$", re.IGNORECASE
@@ -29,6 +30,16 @@ def family_key(filename: str) -> str:
     """A GGUF file's name without `.gguf` and its quantization suffix, lower case: the same for every variant."""
     stem = filename.removesuffix(".gguf").removesuffix(".GGUF")
     return _QUANT_SUFFIX.sub("", stem).lower()
+
+
+def checked(subject: Subject) -> Subject:
+    """The subject once its GGUF header passed the bounded preflight (model files are hostile input: no tool reads
+    one that fails it); ValueError says why not."""
+    try:
+        read_gguf_info(subject.path)
+    except GGUFError as exc:
+        raise ValueError(f"{subject.id} is not a readable GGUF file: {exc}") from None
+    return subject
 
 
 def subject_of(spec: ModelSpec) -> Subject:

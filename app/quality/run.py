@@ -12,7 +12,7 @@ from app.hub.task import TaskState
 from app.installs.llama_tools_build import ToolsBuild, find_tools
 from app.paths import AppPaths
 from app.quality.card import QualityCard, card_id, quality_dir
-from app.quality.family import Subject, family, file_subject, most_precise, subject_of
+from app.quality.family import Subject, checked, family, file_subject, most_precise, subject_of
 from app.quality.measure import Layout, Progress, measure
 from app.quality.text import TextSource, default_text, user_text
 from app.version import provenance
@@ -82,7 +82,10 @@ def _chosen(paths: AppPaths, request: RunRequest) -> tuple[list[Subject], Subjec
             except ValueError:
                 raise SetupError(f"--reference {request.reference!r} is neither a variant nor a file") from None
         reference = named
-    variants = [reference, *(s for s in members if s.path != reference.path)]
+    try:
+        variants = [checked(s) for s in (reference, *(s for s in members if s.path != reference.path))]
+    except ValueError as exc:
+        raise SetupError(str(exc)) from None
     if len(variants) < 2:
         raise SetupError(f"{request.model} has no other variant to compare with {reference.id}: make one with "
                          f"`modeldeck quantize {request.model} --to Q4_K_M`")  # fmt: skip

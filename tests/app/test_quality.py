@@ -160,3 +160,13 @@ def test_quantize_with_the_users_text_uses_an_importance_matrix_from_it(
     again = modeldeck("quantize", BUNDLED_ID, "--to", "Q4_0", MODELDECK_HOME=str(out))
     assert again.returncode == 1 and "already exists" in again.stderr, "an existing file is never overwritten"
     assert not list((out / "data" / "models").glob(".quantize-*")), "no scratch folder is left"
+
+
+def test_a_reference_file_that_is_not_gguf_never_reaches_the_tool(
+    paths: AppPaths, with_variants: dict[str, Path], tmp_path: Path
+) -> None:
+    fake = tmp_path / "weights.gguf"
+    fake.write_bytes(b"GGUF" + b"\xff" * 60)
+    done = modeldeck("quality", BUNDLED_ID, "--reference", str(fake), "--tokens", TOKENS)
+    assert done.returncode == 2 and "is not a readable GGUF file" in done.stderr, done.stderr
+    assert not (paths.logs / "quality").exists(), "no tool ran"
