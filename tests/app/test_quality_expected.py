@@ -9,11 +9,14 @@ import json
 from dataclasses import replace
 from pathlib import Path
 
+import pytest
+
 from app.hardware.profile import HardwareProfile
 from app.planner.recommend import recommend
 from app.quality.card import QualityCard
 from app.quality.expected import lookup, over_threshold
 from app.quality.measure import VariantResult
+from app.settings import Settings, SettingsError
 from tests.app.test_planner import GGUF_8B
 
 FIXTURES = Path(__file__).parent.parent / "fixtures" / "hardware"
@@ -66,3 +69,12 @@ def test_a_measured_loss_past_the_threshold_ranks_lower() -> None:
     # Without a threshold, or with a published figure only, nothing is held back.
     assert recommend(hardware, chosen, quality=lookup([lossy])).best.variant == "Q8_0"  # type: ignore[union-attr]
     assert not over_threshold({"source": "published", "ppl_increase": 9.0}, 0.0)
+
+
+def test_the_threshold_is_a_setting_checked_like_the_others() -> None:
+    assert Settings().max_quality_loss_pct is None, "no threshold unless the user sets one"
+    assert Settings().updated({"max_quality_loss_pct": 5}).max_quality_loss_pct == 5.0
+    assert Settings().updated({"max_quality_loss_pct": None}).max_quality_loss_pct is None
+    for bad in (-1, 1001, "5", True):
+        with pytest.raises(SettingsError, match="percentage from 0 to 1000"):
+            Settings().updated({"max_quality_loss_pct": bad})
