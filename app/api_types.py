@@ -350,6 +350,7 @@ class OptionRecord(TypedDict):
     decode_tokens_per_s: float | None
     bits_per_weight: float | None
     command: list[str]
+    quality_loss: dict[str, Any] | None  # measured (a quality card) or published (llama.cpp), with its label
 
 
 class RecommendationRecord(TypedDict):
@@ -428,6 +429,7 @@ class HubVariant(TypedDict):
     size: int | None
     complete: bool
     files: list[str]
+    quality_loss: dict[str, Any] | None  # measured (a quality card) or published (llama.cpp), with its label
     fit: str | None  # gpu, partial, cpu, too_big as the service's planner (or the file sizes) see this machine
 
 
@@ -624,6 +626,11 @@ class BenchEvent(TypedDict):
     run: BenchRunRecord
 
 
+class QualityEvent(TypedDict):
+    type: Literal["quality"]
+    run: dict[str, Any]  # a quality run: model, variants, state, progress, card (app.service.jobs.quality_runs)
+
+
 class SampleEvent(TypedDict):
     """Once a second: every metric point as [name, labels, value]."""
 
@@ -639,7 +646,15 @@ class RequestEvent(RequestRecord):
 
 
 ServiceEvent = (
-    SnapshotEvent | EngineEvent | LogEvent | StartupEvent | DownloadEvent | BenchEvent | SampleEvent | RequestEvent
+    SnapshotEvent
+    | EngineEvent
+    | LogEvent
+    | StartupEvent
+    | DownloadEvent
+    | BenchEvent
+    | QualityEvent
+    | SampleEvent
+    | RequestEvent
 )
 
 
@@ -737,6 +752,7 @@ __all__ = [
     "ModelState",
     "OptionRecord",
     "PlanSummary",
+    "QualityEvent",
     "RecommendationRecord",
     "RemoteRecord",
     "RemovedRecord",

@@ -356,6 +356,31 @@ class ControlClient:
         result: list[list[str]] = self._call("GET", "/api/bench/compare", params={"a": first, "b": second})["rows"]
         return result
 
+    def start_quality(self, model_id: str, **fields: Any) -> dict[str, Any]:
+        """Start a quality run (one at a time); `fields`: variants, reference, data, tokens of POST /api/quality.
+        Its progress comes as `quality` events."""
+        body = {"model": model_id, **{name: value for name, value in fields.items() if value is not None}}
+        result: dict[str, Any] = self._call("POST", "/api/quality", json=body)
+        return result
+
+    def quality(self) -> dict[str, Any]:
+        """{run: the running or last quality run (None before the first), cards: saved cards, newest first}."""
+        result: dict[str, Any] = self._call("GET", "/api/quality", timeout=30.0)
+        return result
+
+    def cancel_quality(self) -> dict[str, Any]:
+        result: dict[str, Any] = self._call("POST", "/api/quality/cancel", timeout=30.0)
+        return result
+
+    def quality_card(self, card_id: str) -> dict[str, Any]:
+        result: dict[str, Any] = self._call("GET", f"/api/quality/cards/{card_id}")
+        return result
+
+    def compare_quality_cards(self, first: str, second: str) -> list[list[str]]:
+        """Two quality cards side by side as rows [what, first's value, second's value]."""
+        rows: list[list[str]] = self._call("GET", "/api/quality/compare", params={"a": first, "b": second})["rows"]
+        return rows
+
     def shutdown(self) -> None:
         self._call("POST", "/api/shutdown")
 

@@ -48,6 +48,8 @@ class Settings:
     theme: str = "system"
     start_at_login: bool = False
     close_to_tray: bool | None = None  # None: not asked yet
+    # A variant whose measured perplexity increase (a quality card) passes this ranks lower; None: no threshold.
+    max_quality_loss_pct: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
@@ -201,6 +203,14 @@ def _optional_flag(name: str, value: Any) -> bool | None:
     return None if value is None else _flag(name, value)
 
 
+def _optional_percent(name: str, value: Any) -> float | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value <= 1000:
+        raise SettingsError(name, f"must be a percentage from 0 to 1000, or null for none; got {value!r}")
+    return float(value)
+
+
 _CHECKS: dict[str, Callable[[str, Any], Any]] = {
     "gateway_port": lambda n, v: _port(n, v, 1),
     "control_port": lambda n, v: _port(n, v, 0),
@@ -211,4 +221,5 @@ _CHECKS: dict[str, Callable[[str, Any], Any]] = {
     "theme": _choice,
     "start_at_login": _flag,
     "close_to_tray": _optional_flag,
+    "max_quality_loss_pct": lambda n, v: _optional_percent(n, v),
 }

@@ -20,6 +20,11 @@ if ! "$bin/python" -c 'import sys; from pathlib import Path; from engines.llama_
 sys.exit(0 if installed_builds(Path(sys.argv[1])) else 1)' "$MODELDECK_TEST_ENGINES"; then
     "$bin/python" -m app engines build llama-server --dest "$MODELDECK_TEST_ENGINES" --backend cpu
 fi
+echo "==> llama.cpp's quality tools (llama-perplexity, llama-quantize, llama-imatrix) for the quality tests"
+if ! "$bin/python" -c 'import sys; from pathlib import Path; from app.installs.llama_tools_build import installed_tools
+sys.exit(0 if installed_tools(Path(sys.argv[1])) else 1)' "$MODELDECK_TEST_ENGINES"; then
+    "$bin/python" -m app engines build llama-tools --dest "$MODELDECK_TEST_ENGINES" --backend cpu
+fi
 echo "==> packages for the packaging tests"
 # installers/build.sh once per change of what goes into a package (the first build compiles the portable llama.cpp:
 # about 25 minutes on 2 cores, cached in ~/.cache/modeldeck/build; then a minute or two of PyInstaller).

@@ -76,3 +76,12 @@ def llama_server_binary() -> Path:
         f"no llama-server build in {root} (${TEST_ENGINES_ENV}): run installers/test.sh, which builds it there"
     )
     return builds[0].executable
+
+
+@pytest.fixture(scope="session")
+def llama_tools() -> Path:
+    """The folder of llama-perplexity, llama-quantize and llama-imatrix built from the pinned sources beside the
+    test llama-server (built by the first run that needs them; installers/test.sh builds them up front)."""
+    from tests.support.quality_tools import tools_in
+
+    return tools_in(test_engines_dir()).folder

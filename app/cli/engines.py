@@ -17,7 +17,10 @@ def add_engine_commands(commands: argparse._SubParsersAction[argparse.ArgumentPa
     engines = commands.add_parser("engines", help="list the inference engines, which are installed and where")
     actions = engines.add_subparsers(dest="engines_action")
     build = actions.add_parser("build", help="build an engine from source (llama-server: about 6 min on 2 cores)")
-    build.add_argument("engine", choices=("llama-server",))
+    build.add_argument(
+        "engine", choices=("llama-server", "llama-tools", "llama-perplexity", "llama-quantize", "llama-imatrix"),
+        help="llama-tools (or any one of its three): llama-perplexity, llama-quantize and llama-imatrix in one build",
+    )  # fmt: skip
     build.add_argument("--source", type=Path, metavar="SDIST", help="llama-cpp-python's sdist (default: pip download)")
     build.add_argument("--dest", type=Path, metavar="DIR", help="where builds go (default: ModelDeck's engine builds)")
     build.add_argument("--backend", choices=("cpu", "cuda", "metal"), help="default: what this machine's tools allow")
@@ -37,6 +40,7 @@ def run_engines_command(args: argparse.Namespace, paths: AppPaths) -> int:
 
 def _list(paths: AppPaths) -> int:
     from app.installs.available import LLAMA_SERVER_ENV, available_engines
+    from app.installs.llama_tools_build import find_tools
     from app.version import provenance
     from engines.llama_server import installed_builds
 
@@ -51,6 +55,8 @@ def _list(paths: AppPaths) -> int:
     for build in builds:
         print(f"  {build.version:10} {build.backend:6} {build.executable}")
     print(f"(${LLAMA_SERVER_ENV} points ModelDeck at a llama-server of your own; PATH is searched last.)")
+    tools = find_tools(paths.engine_builds)
+    print(f"quality tools (llama-perplexity, llama-quantize, llama-imatrix): {tools.folder if tools else 'not built'}")
     return 0
 
 
@@ -62,6 +68,7 @@ def _build(args: argparse.Namespace, paths: AppPaths) -> int:
         detect_backend,
         fetch_sdist,
     )
+    from app.installs.llama_tools_build import build_llama_tools
 
     backend = args.backend
     if backend is None:
@@ -85,7 +92,12 @@ def _build(args: argparse.Namespace, paths: AppPaths) -> int:
 
     def work() -> None:
         try:
-            built = build_llama_server(source, dest, state, backend=backend, jobs=args.jobs, portable=args.portable)
+            if args.engine == "llama-server":
+                built: object = build_llama_server(
+                    source, dest, state, backend=backend, jobs=args.jobs, portable=args.portable
+                )
+            else:
+                built = build_llama_tools(source, dest, state, backend=backend, jobs=args.jobs)
             outcome.append(built)
         except (BuildError, Stopped) as exc:
             outcome.append(exc)
@@ -95,7 +107,7 @@ def _build(args: argparse.Namespace, paths: AppPaths) -> int:
     # The build runs on a thread so that Ctrl-C here cancels it (and kills the compiler) instead of orphaning it.
     # Waited for on an event, not with Thread.join: a KeyboardInterrupt inside join() can leave the thread marked
     # as stopped while it runs (CPython 3.11), and the process then exited with the compiler still at work.
-    worker = threading.Thread(target=work, name="llama-server-build")
+    worker = threading.Thread(target=work, name=f"{args.engine}-build")
     worker.start()
     try:
         while not done.wait(0.2):
@@ -111,5 +123,5 @@ def _build(args: argparse.Namespace, paths: AppPaths) -> int:
     if isinstance(result, BuildError) or result is None:
         print(f"\nmodeldeck: {result or 'the build stopped'}", file=sys.stderr)
         return 1
-    print(f"built {getattr(result, 'executable', '')}")
+    print(f"built {getattr(result, 'executable', None) or getattr(result, 'folder', '')}")
     return 0

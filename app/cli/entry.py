@@ -31,6 +31,7 @@ from app.cli.export import add_export_command, run_export
 from app.cli.hub import HUB_COMMANDS, MODELS_DIR_HELP, add_hub_commands, run_hub_command
 from app.cli.models import COMMANDS as MODEL_COMMANDS
 from app.cli.models import add_model_commands, run_model_command
+from app.cli.quality import add_quality_commands, run_quality_command
 from app.cli.sizes import size_argument
 from app.cli.status import add_status_command, run_status
 from app.cli.vllm import COMMAND as VLLM_COMMAND
@@ -195,11 +196,16 @@ def _parser() -> argparse.ArgumentParser:
     recommend.add_argument("--users", type=int, metavar="N", help="concurrent users to serve (--use serve; 8)")
     recommend.add_argument("--hardware", type=Path, metavar="FILE", help="plan for a recorded `hw --json` profile")
     recommend.add_argument("--json", action="store_true", help="print the recommendation as JSON")
+    recommend.add_argument(
+        "--max-loss", type=float, metavar="PCT",
+        help="rank a variant whose measured perplexity increase passes PCT %% lower (settings: max_quality_loss_pct)",
+    )  # fmt: skip
     add_hub_commands(commands)
     add_export_command(commands)
     add_vllm_commands(commands)
     add_engine_commands(commands)
     add_completion_command(commands)
+    add_quality_commands(commands)
     bench = commands.add_parser("bench", help="measure a model's throughput and latency at rising concurrency")
     bench.add_argument("model", nargs="?", metavar="MODEL", help="a model id from `modeldeck models`")
     bench.add_argument("--concurrency", default="1,4,16,64", metavar="N,N,...", help="levels to sweep (1,4,16,64)")
@@ -360,11 +366,20 @@ def _recommend(args: argparse.Namespace, paths: AppPaths) -> int:
         return 2
     from app.installs.available import available_engines
     from app.planner.plans import detect_engines
+    from app.quality.expected import quality_lookup
 
     engines = available_engines(paths)
     calibration = CalibrationStore(paths.calibration_db)
     result = plan_model(
-        hardware, model_id, variants, args.use, args.users, calibration, engines, detect_engines(engines)
+        hardware,
+        model_id,
+        variants,
+        args.use,
+        args.users,
+        calibration,
+        engines,
+        detect_engines(engines),
+        *quality_lookup(paths, args.max_loss),
     )
     print(
         json.dumps({"model": model_id, **result.to_dict()}, indent=2)
@@ -468,6 +483,8 @@ def main(argv: Sequence[str] | None = None) -> None:
         elif args.command == "completion":
             print(completion_script(parser, args.shell), end="")
             code = 0
+        elif args.command in ("quality", "quantize"):
+            code = run_quality_command(args, paths)
         else:
             code = {"models": _models, "ps": _ps, "key": _key}[args.command](paths)
     except (ServiceUnavailable, ControlError) as exc:

@@ -40,6 +40,7 @@ from app.gui.bench_format import (
     parse_levels,
     run_status,
 )
+from app.gui.quality_panel import QualityPanel
 from app.gui.service_connection import LatestCall, ServiceConnection
 
 PROGRESS_STEPS = 1000
@@ -97,6 +98,7 @@ class BenchmarkPage(QWidget):
         self._list_call = LatestCall(connection)
         self._models_call = LatestCall(connection)
         self.run: BenchRunRecord | None = None  # the run followed: running, or the last one
+        self.quality_panel = QualityPanel(connection)  # quality cards beside the benchmark cards
         self.cards: list[BenchCardSummary] = []
 
         self.model_combo = QComboBox()
@@ -198,6 +200,7 @@ class BenchmarkPage(QWidget):
         right_layout.addWidget(self.compare_button)
         right_layout.addWidget(self.compare_label)
         right_layout.addWidget(self.compare_table, 2)
+        right_layout.addWidget(self.quality_panel, 3)
         splitter = QSplitter(Qt.Orientation.Horizontal)
         splitter.addWidget(left)
         splitter.addWidget(right)

@@ -21,6 +21,7 @@ class EventStreamThread(QThread):
     sig_download_changed = Signal(object)  # a download's record: state, bytes, rate, time left
     sig_sample_received = Signal(object)  # a metrics sample: {t, points: [[name, labels, value], ...]}
     sig_bench_changed = Signal(object)  # a benchmark run's state, as GET /api/bench gives it
+    sig_quality_changed = Signal(object)  # a quality run's state, as GET /api/quality gives it
     sig_stream_ended = Signal(str)  # why, in words; not emitted after stop()
 
     def __init__(self, address: ServiceAddress, parent: QObject | None = None) -> None:
@@ -55,6 +56,8 @@ class EventStreamThread(QThread):
             self.sig_sample_received.emit(event)
         elif event["type"] == "bench":
             self.sig_bench_changed.emit(event["run"])
+        elif event["type"] == "quality":
+            self.sig_quality_changed.emit(event["run"])
 
     def stop(self) -> bool:
         """End the stream and wait (bounded) for the thread; True when it has finished."""

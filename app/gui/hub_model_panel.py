@@ -13,9 +13,10 @@ from PySide6.QtWidgets import QHBoxLayout, QLabel, QPushButton, QTableWidgetItem
 from app.api_types import DownloadRecord, HubModelPage
 from app.client import ControlClient
 from app.gui.hub_format import cell, error_label, selected_key, show_error, size_text, table
+from app.gui.quality_format import loss_text
 from app.gui.service_connection import LatestCall, ServiceConnection
 
-COLUMNS = ("Variant", "Size", "Files", "On this machine")
+COLUMNS = ("Variant", "Size", "Files", "On this machine", "Expected quality loss")
 FIT_COLUMN = 3
 FIT_WORDS = {
     "gpu": ("Fits on the GPU", "#1e8449", "All its layers on the GPU: the fastest way to run it."),
@@ -111,6 +112,7 @@ class HubModelPanel(QWidget):
                 cell(size_text(variant["size"]), align_right=True),
                 cell(str(len(variant["files"])), align_right=True),
                 _fit_cell(variant["fit"]),
+                cell(loss_text(variant["quality_loss"])),
             ]
             for column, item in enumerate(items):
                 if mark:

@@ -10,6 +10,7 @@ from typing import Any
 
 from app.api_types import CPURecord, EngineFitRecord, GPURecord, HardwareRecord, OptionRecord
 from app.byte_size import format_bytes
+from app.gui.quality_format import loss_text
 
 TIER_WORDS = {
     "gpu": "all on the GPU",
@@ -110,6 +111,7 @@ def plan_rows(option: OptionRecord) -> list[tuple[str, str]]:
         ("Context", f"{option['context']} tokens (at most {option['max_context']} fit)"),
         ("Speed", speed_text(option.get("decode_tokens_per_s"))),
         ("Memory", memory_text(option["memory"])),
+        ("Expected quality loss", loss_text(option.get("quality_loss"))),
     ]
 
 

@@ -47,13 +47,14 @@ from app.gui.plan_text import (
     reasons_html,
     rows_html,
 )
+from app.gui.quality_format import loss_text
 from app.gui.service_connection import LatestCall, ServiceConnection
 from app.gui.wizard_pages import WizardChoices
 
 OVERRIDE_KEYS = ("context", "gpu_layers", "threads", "batch", "parallel")
 # Engines a start may name (the service's overrides); the default engine of a model is not named.
 NAMED_ENGINES = ("llama-server",)
-ALTERNATIVE_COLUMNS = ("Variant", "Engine", "Memory", "Max context", "Speed", "Fits")
+ALTERNATIVE_COLUMNS = ("Variant", "Engine", "Memory", "Max context", "Speed", "Fits", "Expected quality loss")
 MAX_BARS = 2
 
 
@@ -278,6 +279,7 @@ class RecommendationPage(QWizardPage):
                 str(option["max_context"]),
                 f"{speed:.0f} tokens/s" if speed is not None else "unknown",
                 "yes" if option["fits"] else "no",
+                loss_text(option.get("quality_loss")),
             )
             for column, text in enumerate(cells):
                 item = QTableWidgetItem(text)

@@ -14,7 +14,7 @@ from app.paths import AppPaths
 from app.planner.calibration import CalibrationStore, Correction
 from app.planner.engine_choice import engine_fits
 from app.planner.facts import ImplausibleConfig, facts_from_gguf, facts_from_hf_config
-from app.planner.recommend import SERVE_USERS, Option, Recommendation, Variant, recommend
+from app.planner.recommend import SERVE_USERS, Option, QualityLookup, Recommendation, Variant, recommend
 from engines.base import Engine, Installation, LaunchPlan
 from engines.gguf import MAX_DIM, read_gguf_info
 from engines.registry import ENGINES
@@ -122,6 +122,8 @@ def plan_model(
     calibration: CalibrationStore,
     engines: Mapping[str, Engine] | None = None,
     installations: Mapping[str, Installation] | None = None,
+    quality: QualityLookup | None = None,
+    max_loss_pct: float | None = None,
 ) -> Recommendation:
     """The ranked options for a model on this hardware, corrected by earlier launches, each with its command line,
     and every known engine scored for it.
@@ -139,7 +141,8 @@ def plan_model(
     installations = detect_engines(engines) if installations is None else installations
     # llama-server wherever it is installed: even one person's chat and a script of theirs each keep a slot.
     server = LLAMA_SERVER in installations and installations[LLAMA_SERVER].installed
-    result = recommend(hardware, variants, use, users=users, correction=correction, llama_server=server)
+    result = recommend(hardware, variants, use, users=users, correction=correction, llama_server=server,
+                       quality=quality, max_loss_pct=max_loss_pct)  # fmt: skip
     return replace(
         result,
         best=with_command(model_id, result.best, engines) if result.best else None,

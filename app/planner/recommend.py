@@ -28,6 +28,7 @@ from app.planner.memory import (
     llama_server_memory,
     vllm_memory,
 )
+from app.quality.expected import over_threshold
 
 USES = ("chat", "serve", "long-context")
 SERVE_USERS = 8
@@ -79,6 +80,8 @@ class Option:
     decode_tokens_per_s: float | None
     bits_per_weight: float | None
     command: tuple[str, ...] = ()
+    # The variant's expected quality loss (app.quality.expected): measured on a card, or published; None: unknown.
+    quality_loss: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
@@ -399,6 +402,17 @@ def _rank(option: Option, need: Need) -> tuple[bool, bool, bool, int, bool, floa
     )
 
 
+QualityLookup = Callable[[str, str | None], dict[str, Any] | None]
+
+
+def _with_loss(option: Option, loss: dict[str, Any] | None, max_loss_pct: float | None) -> Option:
+    reasons = option.reasons
+    if over_threshold(loss, max_loss_pct) and loss is not None:
+        reasons += (f"ranked lower: its measured quality loss ({loss['ppl_increase_pct']:+.2f} % perplexity) passes "
+                    f"the threshold of {max_loss_pct} %",)  # fmt: skip
+    return replace(option, quality_loss=loss, reasons=reasons)
+
+
 def recommend(
     hw: HardwareProfile,
     variants: Sequence[Variant],
@@ -407,9 +421,12 @@ def recommend(
     users: int | None = None,
     correction: Correction | None = None,
     llama_server: bool = False,
+    quality: QualityLookup | None = None,
+    max_loss_pct: float | None = None,
 ) -> Recommendation:
     """Cost every variant on every engine that can run it and rank the options. `llama_server`: llama-server is
-    available here, and serves GGUF models to several users at once."""
+    available here, and serves GGUF models to several users at once. `quality`: each variant's expected quality
+    loss (location, type); a fitting option whose measured loss passes `max_loss_pct` ranks below the others."""
     trained = max((v.facts.trained_context or 0 for v in variants), default=0) or None
     need = need_for(use, trained, users)
     budgets = Budgets.of(hw)
@@ -428,7 +445,9 @@ def recommend(
                     options.append(result)
         except MissingFacts as exc:
             problems.append(f"{variant.name}: {exc}")
-    options.sort(key=lambda o: _rank(o, need))
+    if quality is not None:
+        options = [_with_loss(o, quality(o.location, o.variant), max_loss_pct) for o in options]
+    options.sort(key=lambda o: (not o.fits, over_threshold(o.quality_loss, max_loss_pct), _rank(o, need)))
     best = options[0] if options and options[0].fits else None
     if best is None:
         problems.append(

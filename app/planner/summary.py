@@ -36,6 +36,7 @@ def summary_lines(model_id: str, recommendation: Recommendation) -> list[str]:
         lines += [
             f"Engine   {best.engine}, {best.variant}, {best.tier.upper()}, context {best.context}, {_speed(best)}",
             f"Memory   {_memory(best)}",
+            f"Quality  {best.quality_loss['label']}" if best.quality_loss else "",
             *(f"  - {reason}" for reason in best.reasons),
             f"Command  {' '.join(best.command)}" if best.command else "",
         ]
@@ -47,6 +48,7 @@ def summary_lines(model_id: str, recommendation: Recommendation) -> list[str]:
             lines.append(
                 f"  {option.engine:17} {option.variant:8} {option.tier:7} {verdict:12} max context "
                 f"{option.max_context:>6}  {_memory(option)}  {_speed(option)}"
+                + (f"  quality {option.quality_loss['label']}" if option.quality_loss else "")
             )
     if recommendation.engines:
         lines.append("Engines  scored 0-5 for this model here (operations: 5 is the simplest to run)")

@@ -29,11 +29,13 @@ from app.installs.available import available_engines
 from app.interrupt import kill_descendants
 from app.keys import ApiKey, load_api_key
 from app.paths import AppPaths, make_private_dirs, make_private_file, write_private
+from app.quality.card import quality_dir
 from app.service.control.advisor import Advisor
 from app.service.control.bench_routes import BenchRoutes
 from app.service.control.control import ControlApi, EndpointInfo
 from app.service.control.hub_routes import HubRoutes, hub_endpoint
 from app.service.control.model_settings_routes import ModelSettingsRoutes
+from app.service.control.quality_routes import QualityRoutes
 from app.service.control.remote_routes import RemoteRoutes
 from app.service.control.settings_routes import RunningValues, SettingsRoutes
 from app.service.engines import EngineManager, LifecyclePolicy
@@ -48,6 +50,7 @@ from app.service.http.lan import allowed_hosts
 from app.service.http.tls import TlsError, TlsIdentity, endpoint_identity
 from app.service.http.uvicorn_cap import capped_protocol
 from app.service.jobs.bench_runs import BenchRuns
+from app.service.jobs.quality_runs import QualityRuns
 from app.service.launch.memory_budget import configured_budget, default_budget
 from app.service.metrics.metrics_pipeline import MetricsPipeline
 from app.service.metrics.request_log import RequestLog
@@ -316,6 +319,7 @@ class Service:
 
         settings = SettingsRoutes(paths, running, api_key, use_key, options.settings_problem)
         bench = BenchRoutes(BenchRuns(bus, paths.bench_dir), manager.models.keys())
+        quality = QualityRoutes(QualityRuns(bus, quality_dir(paths)), manager.models.keys())
         control = ControlApi(
             manager,
             bus,
@@ -330,6 +334,7 @@ class Service:
             settings,
             bench,
             ModelSettingsRoutes(manager, advisor),
+            quality,
         )
         caps = connection_caps(raise_open_file_limit(), options.max_connections)
         log.info("connections kept open at most: %s on the OpenAI endpoint, %s on the control API", *astuple(caps))
@@ -374,6 +379,7 @@ class Service:
                 preload.cancel()
             await hub.downloads.pause_all()  # partial files stay for the next run to resume
             await bench.runs.stop()  # before the engines: its requests end first
+            await quality.runs.stop()
             await metrics.stop()
             await manager.stop_all()
             await asyncio.gather(*tasks, return_exceptions=True)

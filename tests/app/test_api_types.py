@@ -48,8 +48,8 @@ from app.client import ControlClient, ControlError
 from app.hub.library import BUNDLED_ID
 from app.paths import AppPaths
 from engines.states import ACTIVE_STATES, EngineState
-from tests.newer_service import UNKNOWN_STATE, newer_service
 from tests.support.hub_server import FakeHub, add_repo
+from tests.support.newer_service import UNKNOWN_STATE, newer_service
 from tests.support.service import RunningService, start_service_process, stop_service_process, wait_for
 
 RUN_TIMEOUT_S = 600.0  # a busy 2-core machine decodes the bundled model at 0.5-2 tokens/s

@@ -16,7 +16,7 @@ from app.hub.library import BUNDLED_ID
 from app.paths import AppPaths
 from app.service.launch.model_settings import FILE_NAME, ModelSettingsStore
 from app.service.launch.overrides import PlanOverrides
-from tests.conftest import RunningService, start_service_process, stop_service_process, wait_for
+from tests.support.service import RunningService, start_service_process, stop_service_process, wait_for
 
 SAVED = {"context": 2048, "threads": 1, "batch": 128}
 

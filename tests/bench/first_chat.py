@@ -43,7 +43,7 @@ from app.gui.main_window import MainWindow  # noqa: E402
 from app.gui.service_connection import ServiceConnection  # noqa: E402
 from app.hub.library import BUNDLED_ID  # noqa: E402
 from app.paths import app_paths  # noqa: E402
-from tests.conftest import free_port  # noqa: E402
+from tests.support.service import free_port  # noqa: E402
 
 PROMPT = "Say hello in one short sentence."
 STAGES = ("connected", "can_send", "first_token", "answer")

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pytestqt.qtbot import QtBot
 
 from app.gui.event_stream import EventStreamThread
-from tests.newer_service import UNKNOWN_STATE, newer_service
+from tests.support.newer_service import UNKNOWN_STATE, newer_service
 
 
 def test_an_unknown_state_ends_the_stream_with_the_reason(qtbot: QtBot) -> None:

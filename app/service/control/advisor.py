@@ -18,6 +18,7 @@ from app.paths import AppPaths
 from app.planner.calibration import CalibrationStore
 from app.planner.plans import detect_engines, plan_model, variants_of
 from app.planner.recommend import Recommendation, Variant
+from app.quality.expected import Lookup, quality_lookup
 from engines.base import Engine, Installation
 
 # NVML and /proc answer in milliseconds, but a wizard asks on every page: a few seconds of reuse keeps free
@@ -60,7 +61,8 @@ class Advisor:
     def _recommend(self, hardware: HardwareProfile, spec: ModelSpec, use: str, users: int | None) -> Recommendation:
         engines = available_engines(self._paths)
         installations = self._installations(engines)
-        return plan_model(hardware, spec.id, variants_of(spec), use, users, self._calibration, engines, installations)
+        return plan_model(hardware, spec.id, variants_of(spec), use, users, self._calibration, engines, installations,
+                          *self._quality())  # fmt: skip
 
     async def plan(self, model_id: str, variants: list[Variant], use: str = "chat") -> Recommendation:
         """The ranked options for variants not in the library (a Hub model's, costed from a header read remotely)."""
@@ -68,9 +70,14 @@ class Advisor:
         engines = available_engines(self._paths)
         return await asyncio.to_thread(
             lambda: plan_model(
-                hardware, model_id, variants, use, None, self._calibration, engines, self._installations(engines)
+                hardware, model_id, variants, use, None, self._calibration, engines, self._installations(engines),
+                *self._quality(),
             )
-        )
+        )  # fmt: skip
+
+    def _quality(self) -> tuple[Lookup, float | None]:
+        """Each variant's expected quality loss from the saved quality cards, and the user's threshold."""
+        return quality_lookup(self._paths)
 
     async def engines(self) -> dict[str, Installation]:
         """Which engines are installed here, their versions and where (a portable llama-server: its CPU variant)."""

@@ -17,6 +17,7 @@ from app.service.control.advisor import Advisor
 from app.service.control.bench_routes import BenchRoutes
 from app.service.control.hub_routes import HubRoutes
 from app.service.control.model_settings_routes import ModelSettingsRoutes
+from app.service.control.quality_routes import QualityRoutes
 from app.service.control.remote_routes import RemoteRoutes
 from app.service.control.settings_routes import SettingsRoutes
 from app.service.engines import EngineManager, PlanConflict, UnknownModel
@@ -86,12 +87,14 @@ class ControlApi:
         settings: SettingsRoutes | None = None,
         bench: BenchRoutes | None = None,
         model_settings: ModelSettingsRoutes | None = None,
+        quality: QualityRoutes | None = None,
     ) -> None:
         self._manager = manager
         self._model_settings = model_settings
         self._remotes = remotes
         self._settings = settings
         self._bench = bench
+        self._quality = quality
         self._hub = hub
         self._metrics = metrics
         self._advisor = advisor
@@ -177,6 +180,8 @@ class ControlApi:
                 pass
             case _ if self._model_settings is not None and await self._model_settings.handle(method, parts, receive,
                                                                                                send):  # fmt: skip
+                pass
+            case _ if self._quality is not None and await self._quality.handle(method, parts, query, receive, send):
                 pass
             case _:
                 await send_error(send, 404, f"Unknown route {method} /{'/'.join(parts)}.", "invalid_request_error")

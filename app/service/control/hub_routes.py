@@ -23,6 +23,7 @@ from app.hub.remote_header import HeaderCache, read_remote_header
 from app.hub.token import read_token
 from app.paths import AppPaths
 from app.planner.facts import facts_from_gguf
+from app.quality.expected import quality_lookup
 from app.service.control.advisor import Advisor
 from app.service.control.library_ops import (
     LibraryError,
@@ -147,6 +148,7 @@ class HubRoutes:
     async def _model_page(self, repo_id: str) -> dict[str, Any]:
         details = await self._details(repo_id)
         pick = await self._suggest(details)
+        expected, _ = await asyncio.to_thread(quality_lookup, self._paths)
         return {
             "id": details.id, "commit": details.commit, "gated": details.gated, "license": details.license,
             "page_url": f"{self._endpoint}/{details.id}",
@@ -154,6 +156,7 @@ class HubRoutes:
             "variants": [{
                 "name": v.name, "quant": v.quant, "size": v.size, "complete": v.complete,
                 "files": [f.path for f in v.files], "fit": pick.fits.get(v.name),
+                "quality_loss": expected(v.files[0].path, v.quant) if v.files else None,
             } for v in all_variants(details)],
             "recommended": pick.variant, "recommendation_basis": pick.basis,
             "recommendation": {"source": pick.source, "plan": pick.plan},

@@ -1,0 +1,176 @@
+"""`modeldeck quality`: what each variant of a model loses against the most precise one, measured on a text with
+llama.cpp's llama-perplexity; `modeldeck quantize`: a new variant made with llama-quantize (and llama-imatrix on
+the user's text). Both run here, without the service; the service runs `quality --progress-jsonl` as its child."""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import signal
+import sys
+import tempfile
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+from app.hub.task import Stopped, TaskState
+from app.paths import AppPaths
+
+DEFAULT_TOKENS = 4096
+T = TypeVar("T")
+
+
+def add_quality_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    quality = commands.add_parser(
+        "quality", help="measure what each quantized variant of a model loses (perplexity, KL divergence)"
+    )
+    quality.add_argument("model", nargs="?", metavar="MODEL", help="a model id from `modeldeck models`")
+    quality.add_argument(
+        "--variant", action="append", default=[], metavar="ID",
+        help="measure this variant (repeatable; default: every variant of MODEL in the library)",
+    )  # fmt: skip
+    quality.add_argument(
+        "--reference", metavar="VARIANT|FILE", help="compare with this variant (default: the most precise one)"
+    )
+    quality.add_argument("--data", type=Path, metavar="FILE", help="your own text, UTF-8 (default: Python's help text)")
+    quality.add_argument("--tokens", type=int, default=DEFAULT_TOKENS, metavar="N", help="tokens to score (4096)")
+    quality.add_argument("--threads", type=int, metavar="N", help="CPU threads of the tool (default: all)")
+    quality.add_argument("--json", action="store_true", help="print the quality card as JSON")
+    quality.add_argument("--progress-jsonl", action="store_true", help="print progress as JSON lines (for the service)")
+    quality.add_argument("--compare", nargs=2, metavar=("CARD_A", "CARD_B"), help="show two saved cards side by side")
+    quantize = commands.add_parser("quantize", help="make a quantized variant of a model with llama-quantize")
+    quantize.add_argument("model", metavar="MODEL", help="a model id from `modeldeck models`")
+    quantize.add_argument("--to", required=True, metavar="TYPE", help="Q4_K_M, Q5_K_M, Q8_0, Q4_0, Q2_K, ...")
+    quantize.add_argument(
+        "--data", type=Path, metavar="FILE",
+        help="your own text: an importance matrix computed from it keeps the weights that matter there",
+    )  # fmt: skip
+    quantize.add_argument("--threads", type=int, metavar="N", help="CPU threads of the tools (default: all)")
+
+
+def run_quality_command(args: argparse.Namespace, paths: AppPaths) -> int:
+    return _quantize(args, paths) if args.command == "quantize" else _quality(args, paths)
+
+
+def _fail(message: str, code: int = 2) -> int:
+    print(f"modeldeck: {message}", file=sys.stderr)
+    return code
+
+
+def _interrupt(_signum: int, _frame: object) -> None:
+    raise KeyboardInterrupt
+
+
+def _in_thread(work: Callable[[], T], state: TaskState) -> T:
+    """Run `work` on a thread so that Ctrl-C here, or the service's SIGTERM when it cancels the run, cancels it:
+    the tool is stopped and the scratch files (reference logits of hundreds of MB) removed, not orphaned."""
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, _interrupt)
+    outcome: list[T | BaseException] = []
+    done = threading.Event()
+
+    def target() -> None:
+        try:
+            outcome.append(work())
+        except BaseException as exc:  # handed over to the main thread, which raises it
+            outcome.append(exc)
+        finally:
+            done.set()
+
+    worker = threading.Thread(target=target, name="quality")
+    worker.start()
+    try:
+        while not done.wait(0.2):
+            pass
+    except KeyboardInterrupt:
+        state.cancel()
+        done.wait()
+    worker.join()
+    result = outcome[0]
+    if isinstance(result, BaseException):
+        raise result
+    return result
+
+
+def _quality(args: argparse.Namespace, paths: AppPaths) -> int:
+    from app.quality.card import compare, load_card, quality_dir, results_table
+    from app.quality.measure import Layout, QualityError
+    from app.quality.run import RunRequest, SetupError, prepare, run_and_save
+    from app.quality.text import TextError
+
+    if args.compare:
+        try:
+            cards = [load_card(reference, quality_dir(paths)) for reference in args.compare]
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            return _fail(f"cannot read the card: {exc}")
+        print(compare(*cards), end="")
+        return 0
+    if not args.model:
+        return _fail("quality needs a MODEL (or --compare CARD_A CARD_B)")
+    try:
+        Layout.for_tokens(args.tokens)
+        setup = prepare(paths, RunRequest(args.model, tuple(args.variant), args.reference, args.data, args.tokens))
+    except (SetupError, QualityError, TextError) as exc:
+        return _fail(str(exc))
+
+    def progress(event: dict[str, Any]) -> None:
+        if args.progress_jsonl:
+            print(json.dumps(event), flush=True)
+        elif not args.json and event["type"] == "step":
+            print(f"[{event['index'] + 1}/{event['of']}] {event['variant']}: {event['what']}", file=sys.stderr)
+
+    state = TaskState()
+    if not args.progress_jsonl and not args.json:
+        print(f"reference {setup.reference.id}; text: {setup.text.description}", file=sys.stderr)
+    try:
+        with tempfile.TemporaryDirectory(prefix="quality-", dir=paths.cache if paths.cache.is_dir() else None) as tmp:
+            card, json_path, md_path = _in_thread(
+                lambda: run_and_save(paths, setup, Path(tmp), state, progress, threads=args.threads), state
+            )
+    except Stopped:
+        return _fail("quality run cancelled", 130)
+    except QualityError as exc:
+        return _fail(str(exc), 1)
+    if args.progress_jsonl:
+        progress({"type": "card", "id": card.id, "json": str(json_path), "markdown": str(md_path)})
+    elif args.json:
+        print(json.dumps(card.to_dict(), indent=2))
+    else:
+        print("\n".join([*results_table(card.results), "", f"Card: {md_path}", f"      {json_path}"]))
+    return 0
+
+
+def _quantize(args: argparse.Namespace, paths: AppPaths) -> int:
+    from app.quality.family import checked, subject_of
+    from app.quality.quantize import QuantizeError, checked_type, quantize
+    from app.quality.run import SetupError, library_model, tools_or_fail
+    from app.quality.text import TextError, user_text
+
+    try:
+        quantization = checked_type(args.to)
+        spec = library_model(paths, args.model)
+        source = checked(subject_of(spec))
+        tools = tools_or_fail(paths)
+        data = user_text(args.data).path if args.data is not None else None
+    except (SetupError, QuantizeError, TextError, ValueError) as exc:
+        return _fail(str(exc))
+    state = TaskState()
+    started = datetime.datetime.now(datetime.UTC)
+    print(f"quantizing {source.id} ({source.quantization or 'type unknown'}) to {quantization}"
+          + (f" with an importance matrix from {args.data}" if data else ""), file=sys.stderr)  # fmt: skip
+    try:
+        made = _in_thread(
+            lambda: quantize(tools, source, quantization, paths.models_dir, state, paths.logs / "quality",
+                             data=data, threads=args.threads), state
+        )  # fmt: skip
+    except Stopped:
+        return _fail("quantization cancelled", 130)
+    except QuantizeError as exc:
+        return _fail(str(exc), 1)
+    seconds = (datetime.datetime.now(datetime.UTC) - started).total_seconds()
+    from app.hub.library import model_id_from_filename
+
+    print(f"made {made.path} in {seconds:.0f} s: model id {model_id_from_filename(made.path.name)}")
+    return 0

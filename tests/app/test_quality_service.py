@@ -1,0 +1,134 @@
+"""Quality runs through the control API (what the window does), on the real service, the bundled model and its
+variants made with `modeldeck quantize`: progress as `quality` events, a card listed and compared; a cancel leaves
+no process; one run at a time; bad requests refused with a reason."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+
+from app.client import ControlClient, ControlError
+from app.hub.library import BUNDLED_ID
+from app.paths import AppPaths
+from tests.support.quality_tools import Q2_K, Q4_0, TOKENS
+from tests.support.service import RunningService, start_service_process, stop_service_process, wait_for
+
+RUN_TIMEOUT_S = 600.0
+
+
+class QualityEvents:
+    """The service's `quality` events, read on a thread from the real event stream."""
+
+    def __init__(self, client: ControlClient) -> None:
+        self.runs: list[dict[str, Any]] = []
+        self._stream = client.events()
+        self.opened = threading.Event()
+        self._thread = threading.Thread(target=self._read, daemon=True)
+        self._thread.start()
+
+    def _read(self) -> None:
+        for event in self._stream:
+            self.opened.set()  # the snapshot came: the stream is open
+            if event.get("type") == "quality":
+                self.runs.append(event["run"])
+
+    def close(self) -> None:
+        self._stream.close()
+        self._thread.join(10)
+
+
+@pytest.fixture
+def quality_service(paths: AppPaths, tmp_path: Path, with_variants: dict[str, Path]) -> Iterator[RunningService]:
+    """The service with no model loaded; its library holds the bundled model and the two made variants."""
+    running = start_service_process(paths, tmp_path)
+    yield running
+    stop_service_process(running)
+
+
+def perplexity_processes(service: RunningService) -> list[psutil.Process]:
+    found = []
+    for child in psutil.Process(service.process.pid).children(recursive=True):
+        try:
+            if child.name().startswith("llama-perplexi"):
+                found.append(child)
+        except psutil.NoSuchProcess:
+            continue
+    return found
+
+
+def test_a_run_through_the_api_publishes_progress_and_saves_a_card(quality_service: RunningService) -> None:
+    client = quality_service.client
+    events = QualityEvents(client)
+    try:
+        assert events.opened.wait(30)
+        started = client.start_quality(BUNDLED_ID, tokens=int(TOKENS))
+        assert started["state"] == "running"
+        with pytest.raises(ControlError) as busy:
+            client.start_quality(BUNDLED_ID, tokens=int(TOKENS))
+        assert busy.value.status == 409
+        run = wait_for(lambda: (r := client.quality()["run"]) and r["state"] != "running" and r, RUN_TIMEOUT_S,
+                       "the quality run's end")  # fmt: skip
+        assert run["state"] == "completed", run
+        assert [r["id"] for r in run["results"]] == [BUNDLED_ID, Q4_0, Q2_K] or {r["id"] for r in run["results"]} == {
+            BUNDLED_ID,
+            Q4_0,
+            Q2_K,
+        }
+        wait_for(lambda: events.runs and events.runs[-1]["state"] == "completed", 30, "the last event")
+    finally:
+        events.close()
+    steps = [r["step"] for r in events.runs]
+    assert steps == sorted(steps) and max(steps) == 2, "one step per variant, in order"
+    listed = client.quality()["cards"]
+    assert [c["id"] for c in listed] == [run["card_id"]]
+    card = client.quality_card(run["card_id"])
+    assert card["reference"] == BUNDLED_ID and len(card["results"]) == 3
+    rows = client.compare_quality_cards(run["card_id"], run["card_id"])
+    assert ["reference", BUNDLED_ID, BUNDLED_ID] in rows
+
+
+def test_cancel_stops_the_tool_and_leaves_no_process(quality_service: RunningService, paths: AppPaths) -> None:
+    client = quality_service.client
+    client.start_quality(BUNDLED_ID, tokens=8192)  # many seconds of work: it is cancelled long before its end
+    wait_for(lambda: perplexity_processes(quality_service), 120, "llama-perplexity to start")
+    cancelled = client.cancel_quality()
+    assert cancelled["state"] == "cancelled"
+    assert not perplexity_processes(quality_service)
+    assert not psutil.Process(quality_service.process.pid).children(recursive=True), "nothing is left running"
+    assert client.quality()["cards"] == [] and client.quality()["run"]["card_id"] is None
+    assert not list(paths.cache.glob("quality-*")), "the scratch folder with the reference's logits is removed"
+    with pytest.raises(ControlError) as nothing:
+        client.cancel_quality()
+    assert nothing.value.status == 409
+
+
+BAD_REQUESTS = [
+    ({}, 400, "`model` is required"),
+    ({"model": "no-such-model"}, 404, "Unknown model"),
+    ({"model": BUNDLED_ID, "tokens": 3}, 400, "`tokens` must be"),
+    ({"model": BUNDLED_ID, "tokens": True}, 400, "`tokens` must be"),
+    ({"model": BUNDLED_ID, "variants": "all"}, 400, "`variants` must be a list"),
+    ({"model": BUNDLED_ID, "variants": ["nope"]}, 404, "Unknown model"),
+    ({"model": BUNDLED_ID, "data": "/no/such/file.txt"}, 400, "is not a file"),
+    ({"model": BUNDLED_ID, "colour": "red"}, 400, "Unknown field"),
+]
+
+
+def test_bad_quality_requests_get_a_clear_error(quality_service: RunningService) -> None:
+    client = quality_service.client
+    for body, status, words in BAD_REQUESTS:
+        with pytest.raises(ControlError) as refused:
+            client._call("POST", "/api/quality", json=body)
+        assert refused.value.status == status and words in str(refused.value), body
+    with pytest.raises(ControlError) as missing:
+        client.quality_card("20260101-000000-nothing")
+    assert missing.value.status == 404
+    with pytest.raises(ControlError) as odd:
+        client.quality_card("..%2Fsecret")
+    assert odd.value.status in (400, 404)
+    assert client.quality()["run"] is None and not perplexity_processes(quality_service)
