@@ -525,6 +525,7 @@ class RequestRecord(TypedDict):
     error: str | None
     prompt_cached_tokens: int | None
     slot: int | None
+    streamed_tokens: int  # content events booked while the stream flowed (the dashboard's per-chunk rate)
 
 
 class KeyPresence(TypedDict):
