@@ -576,6 +576,72 @@ class BenchCardRecord(TypedDict):
     schema_version: int
 
 
+# Quality runs and cards (/api/quality) ------------------------------------------------------------------------
+
+
+class QualityRunRecord(TypedDict):
+    """A quality run: its variants measured one chunk of text at a time, and the card it saved."""
+
+    id: str
+    state: BenchState
+    model: str
+    variants: list[str]
+    reference: str | None
+    data: str | None  # the user's text file on the service's machine; None: the default text
+    tokens: int
+    step: int
+    steps: int
+    variant: str | None
+    chunk: int
+    chunks: int
+    fraction: float
+    results: list[dict[str, Any]]  # per variant: perplexity, KL divergence, top-token agreement, time, memory
+    card_id: str | None
+    error: str | None
+    started: float
+    finished: float | None
+
+
+class QualityListing(TypedDict):
+    run: QualityRunRecord | None
+    cards: list[dict[str, Any]]  # saved cards' summaries (id, model, reference, text, variants), newest first
+
+
+class QualityCardRecord(TypedDict):
+    """A saved quality card (GET /api/quality/cards/ID), as app.quality.card.QualityCard writes it."""
+
+    id: str
+    created: str
+    modeldeck_version: str
+    model: str
+    reference: str
+    tool: dict[str, Any]
+    hardware: dict[str, Any]
+    text: dict[str, Any]
+    results: list[dict[str, Any]]
+    schema_version: int
+
+
+# Per-model load settings (/api/models/ID/settings) -------------------------------------------------------------
+
+
+class SettingsFree(TypedDict):
+    ram_bytes: int
+    gpu_bytes: int | None  # None: no GPU, or one whose free memory was not read
+
+
+class ModelSettingsRecord(TypedDict):
+    """A model's saved load settings, the plan they make with its engine, its memory, the bounds of each field."""
+
+    model_id: str
+    settings: dict[str, int | str]
+    plan: dict[str, int | str]  # PlanSummary's fields and the engine
+    memory: dict[str, Any]
+    bounds: dict[str, Any]
+    free: SettingsFree
+    saved: bool
+
+
 # Events (GET /api/events) -------------------------------------------------------------------------------------
 
 
@@ -629,7 +695,7 @@ class BenchEvent(TypedDict):
 
 class QualityEvent(TypedDict):
     type: Literal["quality"]
-    run: dict[str, Any]  # a quality run: model, variants, state, progress, card (app.service.jobs.quality_runs)
+    run: QualityRunRecord
 
 
 class SampleEvent(TypedDict):
@@ -750,10 +816,14 @@ __all__ = [
     "MemoryBudget",
     "MemoryCheckRecord",
     "ModelRecord",
+    "ModelSettingsRecord",
     "ModelState",
     "OptionRecord",
     "PlanSummary",
+    "QualityCardRecord",
     "QualityEvent",
+    "QualityListing",
+    "QualityRunRecord",
     "RecommendationRecord",
     "RemoteRecord",
     "RemovedRecord",
@@ -765,6 +835,7 @@ __all__ = [
     "SeriesRecord",
     "ServiceEvent",
     "SettingsAnswer",
+    "SettingsFree",
     "SnapshotEvent",
     "StartupEvent",
     "StartupRecord",

@@ -31,6 +31,10 @@ from app.api_types import (
     ImportedRecord,
     LibraryRecord,
     ModelRecord,
+    ModelSettingsRecord,
+    QualityCardRecord,
+    QualityListing,
+    QualityRunRecord,
     RecommendationRecord,
     RemoteRecord,
     RemovedRecord,
@@ -154,21 +158,21 @@ class ControlClient:
         body = dict(overrides) if overrides is not None else None
         return self._model(self._call("POST", f"/api/models/{model_id}/start", params=params, json=body, timeout=None))
 
-    def model_settings(self, model_id: str) -> dict[str, Any]:
+    def model_settings(self, model_id: str) -> ModelSettingsRecord:
         """The model's saved load settings, the plan they make, the memory it needs and what is free (GET)."""
-        result: dict[str, Any] = self._call("GET", f"/api/models/{model_id}/settings", timeout=PLANNING_TIMEOUT_S)
+        result: ModelSettingsRecord = self._call("GET", f"/api/models/{model_id}/settings", timeout=PLANNING_TIMEOUT_S)
         return result
 
-    def save_model_settings(self, model_id: str, settings: Mapping[str, int | str]) -> dict[str, Any]:
+    def save_model_settings(self, model_id: str, settings: Mapping[str, int | str]) -> ModelSettingsRecord:
         """Keep these load settings for every later start of the model; an empty mapping forgets them (PUT)."""
-        result: dict[str, Any] = self._call(
+        result: ModelSettingsRecord = self._call(
             "PUT", f"/api/models/{model_id}/settings", json=dict(settings), timeout=PLANNING_TIMEOUT_S
         )
         return result
 
-    def estimate_model_settings(self, model_id: str, settings: Mapping[str, int | str]) -> dict[str, Any]:
+    def estimate_model_settings(self, model_id: str, settings: Mapping[str, int | str]) -> ModelSettingsRecord:
         """What `model_settings` would answer for these settings, without saving them."""
-        result: dict[str, Any] = self._call(
+        result: ModelSettingsRecord = self._call(
             "POST", f"/api/models/{model_id}/settings/estimate", json=dict(settings), timeout=PLANNING_TIMEOUT_S
         )
         return result
@@ -356,24 +360,24 @@ class ControlClient:
         result: list[list[str]] = self._call("GET", "/api/bench/compare", params={"a": first, "b": second})["rows"]
         return result
 
-    def start_quality(self, model_id: str, **fields: Any) -> dict[str, Any]:
+    def start_quality(self, model_id: str, **fields: Any) -> QualityRunRecord:
         """Start a quality run (one at a time); `fields`: variants, reference, data, tokens of POST /api/quality.
         Its progress comes as `quality` events."""
         body = {"model": model_id, **{name: value for name, value in fields.items() if value is not None}}
-        result: dict[str, Any] = self._call("POST", "/api/quality", json=body)
+        result: QualityRunRecord = self._call("POST", "/api/quality", json=body)
         return result
 
-    def quality(self) -> dict[str, Any]:
+    def quality(self) -> QualityListing:
         """{run: the running or last quality run (None before the first), cards: saved cards, newest first}."""
-        result: dict[str, Any] = self._call("GET", "/api/quality", timeout=30.0)
+        result: QualityListing = self._call("GET", "/api/quality", timeout=30.0)
         return result
 
-    def cancel_quality(self) -> dict[str, Any]:
-        result: dict[str, Any] = self._call("POST", "/api/quality/cancel", timeout=30.0)
+    def cancel_quality(self) -> QualityRunRecord:
+        result: QualityRunRecord = self._call("POST", "/api/quality/cancel", timeout=30.0)
         return result
 
-    def quality_card(self, card_id: str) -> dict[str, Any]:
-        result: dict[str, Any] = self._call("GET", f"/api/quality/cards/{card_id}")
+    def quality_card(self, card_id: str) -> QualityCardRecord:
+        result: QualityCardRecord = self._call("GET", f"/api/quality/cards/{card_id}")
         return result
 
     def compare_quality_cards(self, first: str, second: str) -> list[list[str]]:

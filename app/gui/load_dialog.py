@@ -5,7 +5,6 @@ the model (app.service.launch.model_settings); "Save and load" also (re)starts i
 from __future__ import annotations
 
 import functools
-from typing import Any
 
 from PySide6.QtCore import QTimer, Signal, Slot
 from PySide6.QtWidgets import (
@@ -20,13 +19,13 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from app.api_types import ACTIVE, ModelSettingsRecord
 from app.byte_size import format_bytes
 from app.client import ControlClient
 from app.gui.service_connection import LatestCall, ServiceConnection
 
 ELLIPSIS_TEXT = "\N{HORIZONTAL ELLIPSIS}"
 ESTIMATE_DELAY_MS = 300  # ask the planner once typing pauses, not on every keystroke
-ACTIVE_STATES = frozenset({"starting", "ready", "restarting"})
 NUMBER_FIELDS = {
     "context": "&Context (tokens):",
     "gpu_layers": "&GPU layers:",
@@ -43,7 +42,7 @@ NAMES = {
 }
 
 
-def memory_text(answer: dict[str, Any]) -> tuple[str, bool]:
+def memory_text(answer: ModelSettingsRecord) -> tuple[str, bool]:
     """The memory these settings need against what is free, in words, and whether it fits."""
     memory, free = answer.get("memory"), answer.get("free") or {}
     if not memory:
@@ -60,12 +59,12 @@ def memory_text(answer: dict[str, Any]) -> tuple[str, bool]:
     return f"{need}; {have}." + ("" if fits else " It may not fit."), fits
 
 
-def save_and_load(client: ControlClient, model_id: str, settings: dict[str, int | str]) -> dict[str, Any]:
+def save_and_load(client: ControlClient, model_id: str, settings: dict[str, int | str]) -> ModelSettingsRecord:
     """Save the settings, then start the model with them; one running with others is stopped first (the person
     asked for these by pressing the button)."""
     saved = client.save_model_settings(model_id, settings)
     record = next((m for m in client.models() if m["id"] == model_id), None)
-    if record is not None and record.get("state") in ACTIVE_STATES:
+    if record is not None and record["state"] in ACTIVE:
         plan = {**(record.get("plan") or {}), "engine": record.get("engine")}
         if any(plan.get(key) != value for key, value in saved["plan"].items()):
             client.stop_model(model_id)
@@ -88,7 +87,7 @@ class LoadDialog(QDialog):
         self._latest = LatestCall(connection)
         self._filling = False
         self._loading = False  # the save in flight also loads the model
-        self.answer: dict[str, Any] | None = None
+        self.answer: ModelSettingsRecord | None = None
         self.setWindowTitle(f"Load settings: {model_id}")
         self.spins: dict[str, QSpinBox] = {}
         form = QFormLayout()
@@ -165,7 +164,7 @@ class LoadDialog(QDialog):
         for button in (self.save_button, self.load_button, self.defaults_button):
             button.setEnabled(False)
 
-    def _show(self, answer: dict[str, Any]) -> None:
+    def _show(self, answer: ModelSettingsRecord) -> None:
         """Fill the controls from an answer's plan and bounds (the saved settings, or the defaults)."""
         self.answer = answer
         self._filling = True
@@ -177,7 +176,7 @@ class LoadDialog(QDialog):
                 spin.setValue(int(plan[name]))
                 spin.setEnabled(True)
             self.engine_combo.clear()
-            self.engine_combo.addItems(list(bounds["engine"]) or [plan["engine"]])
+            self.engine_combo.addItems(list(bounds["engine"]) or [str(plan["engine"])])
             self.engine_combo.setCurrentText(str(plan["engine"]))
             self.engine_combo.setEnabled(self.engine_combo.count() > 1)
             self.spins["parallel"].setEnabled(plan["engine"] == "llama-server")
@@ -188,7 +187,7 @@ class LoadDialog(QDialog):
             button.setEnabled(True)
         self.status_label.setText("Saved settings." if answer.get("saved") else "The defaults (nothing saved yet).")
 
-    def _show_memory(self, answer: dict[str, Any]) -> None:
+    def _show_memory(self, answer: ModelSettingsRecord) -> None:
         text, fits = memory_text(answer)
         self.memory_label.setText(text)
         self.memory_label.setStyleSheet("" if fits else "color: #c0392b;")
@@ -207,10 +206,10 @@ class LoadDialog(QDialog):
         estimate = functools.partial(ControlClient.estimate_model_settings, model_id=self.model_id, settings=values)
         self._latest.run(estimate, self._show_memory, self.memory_label.setText)
 
-    def _on_answer(self, answer: dict[str, Any]) -> None:
+    def _on_answer(self, answer: ModelSettingsRecord) -> None:
         self._show(answer)
 
-    def _on_saved(self, answer: dict[str, Any]) -> None:
+    def _on_saved(self, answer: ModelSettingsRecord) -> None:
         self._show(answer)
         self.sig_saved.emit(answer)
         self.status_label.setText(f"Saved; loading the model{ELLIPSIS_TEXT}" if self._loading else "Saved.")

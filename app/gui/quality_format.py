@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from app.api_types import QualityRunRecord
+
 
 def loss_text(loss: dict[str, Any] | None) -> str:
     """`measured: PPL +1.23 % vs ...` or `published: +0.4685 PPL on Llama-3-8B ...`; a dash when unknown."""
@@ -39,7 +41,7 @@ def card_cells(card: dict[str, Any]) -> list[str]:
             text, "; ".join(_variant_text(v) for v in others)]  # fmt: skip
 
 
-def run_status(run: dict[str, Any]) -> str:
+def run_status(run: QualityRunRecord) -> str:
     """One line on where a quality run stands."""
     state = run.get("state")
     if state == "running":

@@ -23,7 +23,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.api_types import ModelRecord
+from app.api_types import ModelRecord, QualityListing, QualityRunRecord
 from app.client import ControlClient
 from app.gui.quality_format import CARD_COLUMNS, card_cells, run_status
 from app.gui.service_connection import LatestCall, ServiceConnection
@@ -63,7 +63,7 @@ class QualityPanel(QWidget):
         self._list_call = LatestCall(connection)
         self._compare_call = LatestCall(connection)
         self._models_call = LatestCall(connection)
-        self.run: dict[str, Any] | None = None
+        self.run: QualityRunRecord | None = None
         self.cards: list[dict[str, Any]] = []
         self.model_combo = QComboBox()
         self.tokens_spin = QSpinBox()
@@ -127,17 +127,17 @@ class QualityPanel(QWidget):
     def refresh_cards(self) -> None:
         self._list_call.run(lambda client: client.quality(), self._on_quality_listed, self._show_error)
 
-    def _on_quality_listed(self, answer: dict[str, Any]) -> None:
+    def _on_quality_listed(self, answer: QualityListing) -> None:
         self.cards = list(answer["cards"])
         _fill(self.cards_table, [card_cells(card) for card in self.cards])
         if answer["run"] is not None and self.run is None:
             self.show_run(answer["run"])
 
     @Slot(object)
-    def _on_connection_quality_changed(self, run: dict[str, Any]) -> None:
+    def _on_connection_quality_changed(self, run: QualityRunRecord) -> None:
         self.show_run(run)
 
-    def show_run(self, run: dict[str, Any]) -> None:
+    def show_run(self, run: QualityRunRecord) -> None:
         finished_now = run["state"] != "running" and (self.run is None or self.run["state"] == "running")
         self.run = run
         self.progress_bar.setValue(round(float(run["fraction"]) * PROGRESS_STEPS))
