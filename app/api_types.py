@@ -622,6 +622,33 @@ class QualityCardRecord(TypedDict):
     schema_version: int
 
 
+# Engine builds (/api/engines/...) -----------------------------------------------------------------------------
+
+BuildState = Literal["running", "completed", "failed", "cancelled"]
+
+
+class EngineBuildRecord(TypedDict):
+    """An engine build the service runs (POST /api/engines/llama-server/build): its step and percent done, and
+    at the end the executable it installed or the error, with cmake's full log on the service's machine."""
+
+    id: str
+    engine: str
+    state: BuildState
+    percent: int
+    step: str
+    error: str | None
+    log_path: str | None  # None: the build stopped before cmake wrote anything
+    executable: str | None
+    version: str | None
+    backend: str | None
+    started: float
+    finished: float | None
+
+
+class EngineBuildListing(TypedDict):
+    build: EngineBuildRecord | None  # the running or last build; None before the first
+
+
 # Per-model load settings (/api/models/ID/settings) -------------------------------------------------------------
 
 
@@ -698,6 +725,11 @@ class QualityEvent(TypedDict):
     run: QualityRunRecord
 
 
+class EngineBuildEvent(TypedDict):
+    type: Literal["engine_build"]
+    build: EngineBuildRecord
+
+
 class SampleEvent(TypedDict):
     """Once a second: every metric point as [name, labels, value]."""
 
@@ -720,6 +752,7 @@ ServiceEvent = (
     | DownloadEvent
     | BenchEvent
     | QualityEvent
+    | EngineBuildEvent
     | SampleEvent
     | RequestEvent
 )
@@ -784,6 +817,7 @@ __all__ = [
     "BenchListing",
     "BenchRunRecord",
     "BenchState",
+    "BuildState",
     "CPURecord",
     "CompanionRecord",
     "DeletedRecord",
@@ -793,6 +827,9 @@ __all__ = [
     "DownloadRecord",
     "DownloadState",
     "EndpointRecord",
+    "EngineBuildEvent",
+    "EngineBuildListing",
+    "EngineBuildRecord",
     "EngineEvent",
     "EngineFitRecord",
     "EngineInstallation",

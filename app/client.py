@@ -24,6 +24,8 @@ from app.api_types import (
     DeletedRecord,
     DownloadRecord,
     EndpointRecord,
+    EngineBuildListing,
+    EngineBuildRecord,
     HardwareRecord,
     HealthRecord,
     HubModelPage,
@@ -384,6 +386,22 @@ class ControlClient:
         """Two quality cards side by side as rows [what, first's value, second's value]."""
         rows: list[list[str]] = self._call("GET", "/api/quality/compare", params={"a": first, "b": second})["rows"]
         return rows
+
+    def start_engine_build(self, engine: str = "llama-server") -> EngineBuildRecord:
+        """Build an engine on the service's machine (one build at a time: 409 while one runs). Its progress comes
+        as `engine_build` events."""
+        result: EngineBuildRecord = self._call("POST", f"/api/engines/{engine}/build")
+        return result
+
+    def engine_builds(self) -> EngineBuildListing:
+        """{build: the running or last engine build, None before the first}."""
+        result: EngineBuildListing = self._call("GET", "/api/engines/builds")
+        return result
+
+    def cancel_engine_build(self, engine: str = "llama-server") -> EngineBuildRecord:
+        """Cancel the running build; it answers once the compiler is gone."""
+        result: EngineBuildRecord = self._call("POST", f"/api/engines/{engine}/build/cancel", timeout=30.0)
+        return result
 
     def shutdown(self) -> None:
         self._call("POST", "/api/shutdown")

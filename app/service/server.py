@@ -33,6 +33,7 @@ from app.quality.card import quality_dir
 from app.service.control.advisor import Advisor
 from app.service.control.bench_routes import BenchRoutes
 from app.service.control.control import ControlApi, EndpointInfo
+from app.service.control.engine_routes import EngineRoutes
 from app.service.control.hub_routes import HubRoutes, hub_endpoint
 from app.service.control.model_settings_routes import ModelSettingsRoutes
 from app.service.control.quality_routes import QualityRoutes
@@ -50,6 +51,7 @@ from app.service.http.lan import allowed_hosts
 from app.service.http.tls import TlsError, TlsIdentity, endpoint_identity
 from app.service.http.uvicorn_cap import capped_protocol
 from app.service.jobs.bench_runs import BenchRuns
+from app.service.jobs.engine_builds import EngineBuilds
 from app.service.jobs.quality_runs import QualityRuns
 from app.service.launch.memory_budget import configured_budget, default_budget
 from app.service.metrics.metrics_pipeline import MetricsPipeline
@@ -320,6 +322,10 @@ class Service:
         settings = SettingsRoutes(paths, running, api_key, use_key, options.settings_problem)
         bench = BenchRoutes(BenchRuns(bus, paths.bench_dir), manager.models.keys())
         quality = QualityRoutes(QualityRuns(bus, quality_dir(paths)), manager.models.keys())
+        # The CLI's destination and sdist cache: a build made here is the one `modeldeck engines` lists.
+        builds = EngineRoutes(
+            EngineBuilds(bus, paths.engine_builds, paths.cache / "sdists", advisor.forget_installations)
+        )
         control = ControlApi(
             manager,
             bus,
@@ -335,6 +341,7 @@ class Service:
             bench,
             ModelSettingsRoutes(manager, advisor),
             quality,
+            builds,
         )
         caps = connection_caps(raise_open_file_limit(), options.max_connections)
         log.info("connections kept open at most: %s on the OpenAI endpoint, %s on the control API", *astuple(caps))
@@ -380,6 +387,7 @@ class Service:
             await hub.downloads.pause_all()  # partial files stay for the next run to resume
             await bench.runs.stop()  # before the engines: its requests end first
             await quality.runs.stop()
+            await builds.builds.stop()  # cmake's process group goes with the service
             await metrics.stop()
             await manager.stop_all()
             await asyncio.gather(*tasks, return_exceptions=True)

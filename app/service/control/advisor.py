@@ -83,6 +83,11 @@ class Advisor:
         """Which engines are installed here, their versions and where (a portable llama-server: its CPU variant)."""
         return await asyncio.to_thread(lambda: self._installations(available_engines(self._paths)))
 
+    def forget_installations(self) -> None:
+        """Detect the engines again at the next question: one was just built or installed."""
+        with self._installations_lock:
+            self._installed = None
+
     def _installations(self, engines: Mapping[str, Engine]) -> dict[str, Installation]:
         """Each engine's detection, kept for a while: `vllm --version` alone takes seconds (it imports torch)."""
         with self._installations_lock:

@@ -15,6 +15,7 @@ from app.planner.plans import NoVariants
 from app.planner.recommend import USES
 from app.service.control.advisor import Advisor
 from app.service.control.bench_routes import BenchRoutes
+from app.service.control.engine_routes import EngineRoutes
 from app.service.control.hub_routes import HubRoutes
 from app.service.control.model_settings_routes import ModelSettingsRoutes
 from app.service.control.quality_routes import QualityRoutes
@@ -88,6 +89,7 @@ class ControlApi:
         bench: BenchRoutes | None = None,
         model_settings: ModelSettingsRoutes | None = None,
         quality: QualityRoutes | None = None,
+        engine_builds: EngineRoutes | None = None,
     ) -> None:
         self._manager = manager
         self._model_settings = model_settings
@@ -95,6 +97,7 @@ class ControlApi:
         self._settings = settings
         self._bench = bench
         self._quality = quality
+        self._engines = engine_builds
         self._hub = hub
         self._metrics = metrics
         self._advisor = advisor
@@ -182,6 +185,8 @@ class ControlApi:
                                                                                                send):  # fmt: skip
                 pass
             case _ if self._quality is not None and await self._quality.handle(method, parts, query, receive, send):
+                pass
+            case _ if self._engines is not None and await self._engines.handle(method, parts, query, receive, send):
                 pass
             case _:
                 await send_error(send, 404, f"Unknown route {method} /{'/'.join(parts)}.", "invalid_request_error")

@@ -1,0 +1,176 @@
+"""Engine builds through the control API (the wizard's "Build llama-server"), on the real service: a real cmake build
+of the tiny llama-server project of tests/app/test_llama_server_build.py, packed as llama-cpp-python's sdist and
+named by $MODELDECK_LLAMA_SERVER_SDIST (the route builds from it instead of downloading the pinned sdist).
+Progress as `engine_build` events, one build at a time, the new engine seen by the next recommendation, a cancel
+that leaves no process, bad requests refused with a reason."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import tarfile
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+
+from app.client import ControlClient, ControlError
+from app.hub.library import BUNDLED_ID
+from app.paths import AppPaths
+from app.service.jobs.engine_builds import SDIST_ENV
+from engines.llama_server import installed_builds
+from tests.app.test_llama_server_build import tiny_project
+from tests.support.service import RunningService, start_service_process, stop_service_process, wait_for
+
+BUILD_TIMEOUT_S = 300.0  # the tiny project builds in seconds; a busy 2-core machine is slower
+SLOW_STEP = "add_custom_target(slow COMMAND ${CMAKE_COMMAND} -E sleep 120)\nadd_dependencies(llama-server slow)\n"
+
+
+def sdist_of(project: Path, folder: Path, version: str = "9.9.9") -> Path:
+    """`project` laid out as llama-cpp-python's sdist: vendor/llama.cpp and a PKG-INFO with the version."""
+    sdist = folder / f"llama_cpp_python-{version}.tar.gz"
+    top = f"llama_cpp_python-{version}"
+    with tarfile.open(sdist, "w:gz") as archive:
+        archive.add(project, arcname=f"{top}/vendor/llama.cpp")
+        info = f"Metadata-Version: 2.1\nName: llama_cpp_python\nVersion: {version}\n".encode()
+        entry = tarfile.TarInfo(f"{top}/PKG-INFO")
+        entry.size = len(info)
+        archive.addfile(entry, io.BytesIO(info))
+    return sdist
+
+
+class BuildEvents:
+    """The service's `engine_build` events, read on a thread from the real event stream."""
+
+    def __init__(self, client: ControlClient) -> None:
+        self.builds: list[dict[str, Any]] = []
+        self._stream = client.events()
+        self.opened = threading.Event()
+        self._thread = threading.Thread(target=self._read, daemon=True)
+        self._thread.start()
+
+    def _read(self) -> None:
+        for event in self._stream:
+            self.opened.set()  # the snapshot came: the stream is open
+            if event.get("type") == "engine_build":
+                self.builds.append(dict(event["build"]))
+
+    def close(self) -> None:
+        self._stream.close()
+        self._thread.join(10)
+
+
+def build_service(paths: AppPaths, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, extra: str = "") -> RunningService:
+    sdist = sdist_of(tiny_project(tmp_path / "project", extra=extra), tmp_path)
+    monkeypatch.setenv(SDIST_ENV, str(sdist))
+    return start_service_process(paths, tmp_path)
+
+
+@pytest.fixture
+def service(paths: AppPaths, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[RunningService]:
+    running = build_service(paths, tmp_path, monkeypatch)
+    yield running
+    stop_service_process(running)
+
+
+@pytest.fixture
+def slow_service(paths: AppPaths, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[RunningService]:
+    """Its build waits on a 120 s step that prints nothing (a long compile): it is cancelled long before."""
+    running = build_service(paths, tmp_path, monkeypatch, SLOW_STEP)
+    yield running
+    stop_service_process(running)
+
+
+def finished(client: ControlClient) -> dict[str, Any]:
+    build = wait_for(lambda: (b := client.engine_builds()["build"]) and b["state"] != "running" and b,
+                     BUILD_TIMEOUT_S, "the build's end")  # fmt: skip
+    return dict(build)
+
+
+def test_a_build_publishes_progress_and_the_next_recommendation_uses_it(
+    service: RunningService, paths: AppPaths
+) -> None:
+    client = service.client
+    assert client.engine_builds() == {"build": None}
+    # Asked before the build: the service detects llama-server missing and keeps that answer for minutes.
+    assert not client.about()["engines"]["llama-server"]["installed"]
+    assert client.recommend(BUNDLED_ID, "serve", 3)["best"]["engine"] == "llama-cpp-python"  # type: ignore[index]
+    events = BuildEvents(client)
+    try:
+        assert events.opened.wait(30)
+        started = client.start_engine_build("llama-server")
+        assert (started["state"], started["engine"]) == ("running", "llama-server")
+        with pytest.raises(ControlError) as busy:
+            client.start_engine_build("llama-server")
+        assert busy.value.status == 409 and "already going" in str(busy.value)
+        build = finished(client)
+        wait_for(lambda: events.builds and events.builds[-1]["state"] != "running", 30, "the last event")
+    finally:
+        events.close()
+    assert build["state"] == "completed", build
+    assert build["percent"] == 100 and build["error"] is None and build["version"] == "9.9.9"
+    executable = Path(build["executable"])
+    assert [b.executable for b in installed_builds(paths.engine_builds)] == [executable]
+    assert build["log_path"] and "Building C object" in Path(build["log_path"]).read_text()
+    # Progress: the steps in order, the percent rising to 100, the last event the completed build.
+    percents = [b["percent"] for b in events.builds]
+    assert percents == sorted(percents) and percents[-1] == 100
+    steps = [b["step"] for b in events.builds]
+    assert steps.index("configuring") < steps.index("compiling") < len(steps) - 1
+    assert events.builds[-1] == build
+    # The advisor's engine detections were refreshed: the new llama-server is seen at once, and recommended.
+    engine = client.about()["engines"]["llama-server"]
+    assert engine["installed"] and engine["version"] == "tiny-1 (test)"
+    assert client.recommend(BUNDLED_ID, "serve", 3)["best"]["engine"] == "llama-server"  # type: ignore[index]
+
+
+def service_children(service: RunningService) -> list[str]:
+    names = []
+    for child in psutil.Process(service.process.pid).children(recursive=True):
+        with contextlib.suppress(psutil.Error):  # a step that just ended may be gone
+            names.append(" ".join(child.cmdline()))
+    return names
+
+
+def test_cancel_stops_cmake_and_leaves_no_process(slow_service: RunningService, paths: AppPaths) -> None:
+    client = slow_service.client
+    with pytest.raises(ControlError) as nothing:
+        client.cancel_engine_build()
+    assert nothing.value.status == 409
+    client.start_engine_build()
+    wait_for(lambda: any("sleep" in name for name in service_children(slow_service)), BUILD_TIMEOUT_S,
+             "the slow build step")  # fmt: skip
+    cancelled = client.cancel_engine_build()
+    assert cancelled["state"] == "cancelled" and cancelled["finished"] is not None
+    assert service_children(slow_service) == [], "cmake, make and the step went with the cancel"
+    assert installed_builds(paths.engine_builds) == [] and not list(paths.engine_builds.glob(".build-*"))
+    assert client.engine_builds()["build"] == cancelled
+    with pytest.raises(ControlError) as again:
+        client.cancel_engine_build()
+    assert again.value.status == 409
+
+
+def test_bad_build_requests_get_a_clear_error(paths: AppPaths, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(SDIST_ENV, str(tmp_path / "no-such-sdist.tar.gz"))
+    running = start_service_process(paths, tmp_path)
+    try:
+        client = running.client
+        for path, status, words in [
+            ("/api/engines/vllm/build", 404, "builds llama-server"),
+            ("/api/engines/llama-server/rebuild", 404, "Unknown route"),
+        ]:
+            with pytest.raises(ControlError) as refused:
+                client._call("POST", path)
+            assert refused.value.status == status and words in str(refused.value), path
+        client.start_engine_build()
+        build = finished(client)
+        assert build["state"] == "failed" and "no-such-sdist.tar.gz, which is not a file" in build["error"]
+        assert build["log_path"] is None and installed_builds(paths.engine_builds) == []
+        # A failed build does not block the next one.
+        assert client.start_engine_build()["state"] == "running"
+        assert finished(client)["state"] == "failed"
+    finally:
+        stop_service_process(running)
