@@ -224,6 +224,9 @@ def test_fuzzed_api_requests_get_clear_answers(fuzz_service: RunningService) -> 
         ("GET", "/api/models/fuzz/settings"), ("PUT", "/api/models/fuzz/settings"),
         ("POST", "/api/models/fuzz/settings/estimate"), ("PUT", "/api/models/absent/settings"),
         ("PUT", f"/api/models/{BUNDLED_ID}/settings"), ("POST", f"/api/models/{BUNDLED_ID}/settings/estimate"),
+        # not POST .../llama-server/build: it would start a real build (pip download, cmake) under the fuzz
+        ("GET", "/api/engines/builds"), ("POST", "/api/engines/llama-server/build/cancel"),
+        ("POST", "/api/engines/absent/build"),
     ]  # fmt: skip
     safe_values = json_values.filter(lambda v: not (isinstance(v, str) and v.startswith(("http", "/"))))
 
