@@ -22,6 +22,7 @@ class EventStreamThread(QThread):
     sig_sample_received = Signal(object)  # a metrics sample: {t, points: [[name, labels, value], ...]}
     sig_bench_changed = Signal(object)  # a benchmark run's state, as GET /api/bench gives it
     sig_quality_changed = Signal(object)  # a quality run's state, as GET /api/quality gives it
+    sig_engine_build_changed = Signal(object)  # an engine build's state, as GET /api/engines/builds gives it
     sig_stream_ended = Signal(str)  # why, in words; not emitted after stop()
 
     def __init__(self, address: ServiceAddress, parent: QObject | None = None) -> None:
@@ -58,6 +59,8 @@ class EventStreamThread(QThread):
             self.sig_bench_changed.emit(event["run"])
         elif event["type"] == "quality":
             self.sig_quality_changed.emit(event["run"])
+        elif event["type"] == "engine_build":
+            self.sig_engine_build_changed.emit(event["build"])
 
     def stop(self) -> bool:
         """End the stream and wait (bounded) for the thread; True when it has finished."""

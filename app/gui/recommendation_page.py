@@ -32,6 +32,7 @@ from app.api_types import (
     RecommendationRecord,
 )
 from app.client import ControlClient
+from app.gui.engine_build_panel import EngineBuildPanel, engine_to_build
 from app.gui.hub_format import error_label, show_error
 from app.gui.measured_speed import MeasuredSpeed, measured_speed, speed_words
 from app.gui.memory_bar import MemoryBarPanel, memory_bars
@@ -117,6 +118,7 @@ class RecommendationPage(QWizardPage):
         self.problems_label.setAccessibleName("Problems")
         self.problems_label.setTextFormat(Qt.TextFormat.PlainText)
         self.memory_bar_panels = [MemoryBarPanel() for _ in range(MAX_BARS)]
+        self.engine_build_panel = EngineBuildPanel(connection)
         self.alternatives_table = QTableWidget(0, len(ALTERNATIVE_COLUMNS))
         self.alternatives_table.setHorizontalHeaderLabels(list(ALTERNATIVE_COLUMNS))
         self.alternatives_table.setAccessibleName("Alternatives")
@@ -146,6 +148,7 @@ class RecommendationPage(QWizardPage):
         self.error_label = error_label()
         self._build_layout()
         self.launch_button.clicked.connect(self._on_launch_button_clicked)
+        self.engine_build_panel.sig_engine_built.connect(self._on_engine_build_panel_engine_built)
         connection.sig_engine_changed.connect(self._on_connection_engine_changed)
 
     def _build_layout(self) -> None:
@@ -165,6 +168,7 @@ class RecommendationPage(QWizardPage):
         for panel in self.memory_bar_panels:
             layout.addWidget(panel)
         layout.addWidget(self.problems_label)
+        layout.addWidget(self.engine_build_panel)
         layout.addWidget(self.alternatives_label)
         layout.addWidget(self.alternatives_table, 1)
         layout.addWidget(self.engines_label)
@@ -181,6 +185,7 @@ class RecommendationPage(QWizardPage):
         return self._best
 
     def cancel(self) -> None:
+        # A build going on is left to finish: it is the service's, and the next recommendation uses it.
         self._recommend_call.cancel()
         self._launch_call.cancel()
         self._speed_call.cancel()
@@ -200,8 +205,15 @@ class RecommendationPage(QWizardPage):
             widget.hide()
         self.alternatives_table.setRowCount(0)
         self.engines_table.setRowCount(0)
-        self.launch_button.setEnabled(False)
         self.launch_button.setText("Launch")
+        self.engine_build_panel.clear()
+        self._ask_recommendation()
+
+    def _ask_recommendation(self) -> None:
+        model = self._choices.model
+        if model is None:
+            return
+        self.launch_button.setEnabled(False)
         self.launch_status_label.setText("")
         show_error(self.error_label, "")
         job = functools.partial(
@@ -216,6 +228,8 @@ class RecommendationPage(QWizardPage):
         self.problems_label.setVisible(bool(problems))
         self._show_alternatives(result.get("alternatives", []))
         self._show_engines(result.get("engines", []))
+        if not self.engine_build_panel.building:  # a build going on stays in view until it ends
+            self.engine_build_panel.offer(engine_to_build(result))
         if best is None:
             self.headline_label.setText("<b>Nothing fits in this machine's free memory.</b>")
             return
@@ -254,7 +268,8 @@ class RecommendationPage(QWizardPage):
 
     def _offer_launch(self, best: OptionRecord) -> None:
         model = self._choices.model
-        if model is None or best["engine"] != model["engine"]:
+        # An engine the service may be told to use (launch_overrides names it) launches whatever the model's default.
+        if model is None or (best["engine"] != model["engine"] and best["engine"] not in NAMED_ENGINES):
             engine = ENGINE_WORDS.get(best["engine"], best["engine"])
             self.launch_status_label.setText(f"ModelDeck cannot launch {engine} plans for this model yet.")
             return
@@ -295,6 +310,11 @@ class RecommendationPage(QWizardPage):
                 item = QTableWidgetItem(text)
                 item.setToolTip(text if column == len(ENGINE_COLUMNS) - 1 else ", ".join(fit.get("features", ())))
                 self.engines_table.setItem(row, column, item)
+
+    @Slot(str)
+    def _on_engine_build_panel_engine_built(self, _engine: str) -> None:
+        """The engine was built: plan again, so that Launch uses it."""
+        self._ask_recommendation()
 
     # Launch ------------------------------------------------------------------------------------------
 

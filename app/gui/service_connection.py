@@ -62,6 +62,7 @@ class ServiceConnection(QObject):
     sig_endpoint_received = Signal(object)  # {url, api_key, key_source, key_note}
     sig_bench_changed = Signal(object)  # the running (or last) benchmark's state, live from `bench` events
     sig_quality_changed = Signal(object)  # the running (or last) quality run's state, from `quality` events
+    sig_engine_build_changed = Signal(object)  # the running (or last) engine build, from `engine_build` events
     sig_connection_closed = Signal()
     sig_settings_received = Signal(object)  # GET /api/settings: {settings, running, restart_required, ...}
     sig_settings_saved = Signal(object)  # the same, after a save, with `changed`
@@ -202,6 +203,7 @@ class ServiceConnection(QObject):
         stream.sig_sample_received.connect(self.sig_sample_received)
         stream.sig_bench_changed.connect(self.sig_bench_changed)
         stream.sig_quality_changed.connect(self.sig_quality_changed)
+        stream.sig_engine_build_changed.connect(self.sig_engine_build_changed)
         stream.sig_stream_ended.connect(self._on_stream_ended)
         self._stream = stream
         stream.start()
