@@ -17,11 +17,13 @@ from typing import Any
 import psutil
 import pytest
 
+from app.api_types import EngineBuildListing, EngineBuildRecord
 from app.client import ControlClient, ControlError
 from app.hub.library import BUNDLED_ID
 from app.paths import AppPaths
 from app.service.jobs.engine_builds import SDIST_ENV
 from engines.llama_server import installed_builds
+from tests.app.test_api_types import assert_event_fits, assert_fits
 from tests.app.test_llama_server_build import tiny_project
 from tests.support.service import RunningService, start_service_process, stop_service_process, wait_for
 
@@ -47,6 +49,7 @@ class BuildEvents:
 
     def __init__(self, client: ControlClient) -> None:
         self.builds: list[dict[str, Any]] = []
+        self.events: list[Any] = []  # as they came, checked against their type on the test's thread
         self._stream = client.events()
         self.opened = threading.Event()
         self._thread = threading.Thread(target=self._read, daemon=True)
@@ -57,6 +60,7 @@ class BuildEvents:
             self.opened.set()  # the snapshot came: the stream is open
             if event.get("type") == "engine_build":
                 self.builds.append(dict(event["build"]))
+                self.events.append(event)
 
     def close(self) -> None:
         self._stream.close()
@@ -87,6 +91,7 @@ def slow_service(paths: AppPaths, tmp_path: Path, monkeypatch: pytest.MonkeyPatc
 def finished(client: ControlClient) -> dict[str, Any]:
     build = wait_for(lambda: (b := client.engine_builds()["build"]) and b["state"] != "running" and b,
                      BUILD_TIMEOUT_S, "the build's end")  # fmt: skip
+    assert_fits(build, EngineBuildRecord, "GET /api/engines/builds")
     return dict(build)
 
 
@@ -95,6 +100,7 @@ def test_a_build_publishes_progress_and_the_next_recommendation_uses_it(
 ) -> None:
     client = service.client
     assert client.engine_builds() == {"build": None}
+    assert_fits(client.engine_builds(), EngineBuildListing)
     # Asked before the build: the service detects llama-server missing and keeps that answer for minutes.
     assert not client.about()["engines"]["llama-server"]["installed"]
     assert client.recommend(BUNDLED_ID, "serve", 3)["best"]["engine"] == "llama-cpp-python"  # type: ignore[index]
@@ -103,6 +109,7 @@ def test_a_build_publishes_progress_and_the_next_recommendation_uses_it(
         assert events.opened.wait(30)
         started = client.start_engine_build("llama-server")
         assert (started["state"], started["engine"]) == ("running", "llama-server")
+        assert_fits(started, EngineBuildRecord, "POST /api/engines/llama-server/build")
         with pytest.raises(ControlError) as busy:
             client.start_engine_build("llama-server")
         assert busy.value.status == 409 and "already going" in str(busy.value)
@@ -121,6 +128,8 @@ def test_a_build_publishes_progress_and_the_next_recommendation_uses_it(
     steps = [b["step"] for b in events.builds]
     assert steps.index("configuring") < steps.index("compiling") < len(steps) - 1
     assert events.builds[-1] == build
+    for event in events.events:
+        assert_event_fits(event)
     # The advisor's engine detections were refreshed: the new llama-server is seen at once, and recommended.
     engine = client.about()["engines"]["llama-server"]
     assert engine["installed"] and engine["version"] == "tiny-1 (test)"
@@ -145,6 +154,7 @@ def test_cancel_stops_cmake_and_leaves_no_process(slow_service: RunningService, 
              "the slow build step")  # fmt: skip
     cancelled = client.cancel_engine_build()
     assert cancelled["state"] == "cancelled" and cancelled["finished"] is not None
+    assert_fits(cancelled, EngineBuildRecord, "POST /api/engines/llama-server/build/cancel")
     assert service_children(slow_service) == [], "cmake, make and the step went with the cancel"
     assert installed_builds(paths.engine_builds) == [] and not list(paths.engine_builds.glob(".build-*"))
     assert client.engine_builds()["build"] == cancelled
