@@ -19,14 +19,8 @@ from pathlib import Path
 
 from app.api_types import BuildState, EngineBuildRecord
 from app.hub.task import Progress, Stopped, TaskState
-from app.installs.llama_server_build import (
-    PINNED_VERSION,
-    BuildError,
-    BuildResult,
-    build_llama_server,
-    detect_backend,
-    fetch_sdist,
-)
+from app.installs.llama_server_build import PINNED_VERSION, BuildError, BuildResult, build_llama_server, detect_backend
+from app.installs.sdist_download import download_sdist, sdist_path
 from app.service.events import EventBus
 from engines.llama_server import EXECUTABLE
 
@@ -162,7 +156,8 @@ class EngineBuilds:
         log.info("build %s %s", build.id, build.state)
 
     def _work(self, build: EngineBuild, state: TaskState) -> BuildResult:
-        """On the worker thread: the sources (the configured sdist, a cached one, or pip's), then the build."""
+        """On the worker thread: the sources (the configured sdist, else the pinned one, downloaded once), then the
+        build."""
         backend = detect_backend()[0]
         configured = os.environ.get(SDIST_ENV)
         if configured:
@@ -170,10 +165,9 @@ class EngineBuilds:
             if not source.is_file():
                 raise BuildError(f"${SDIST_ENV} names {source}, which is not a file")
         else:
-            source = self._sdists / f"llama_cpp_python-{PINNED_VERSION}.tar.gz"
-            if not source.is_file():
+            if not sdist_path(self._sdists, PINNED_VERSION).is_file():
                 state.working_on(f"downloading llama_cpp_python=={PINNED_VERSION}'s sources")
-                source = fetch_sdist(self._sdists, PINNED_VERSION)
+            source = download_sdist(self._sdists, PINNED_VERSION, state)
         state.check()
         build.backend = backend
         # Where the build function writes cmake's output (it names the file after the source and the backend).

@@ -1,0 +1,107 @@
+"""The service build's sdist download: real pip against a loopback index that never answers (a Cancel kills pip at
+once, leaving no process) or answers 404 (a BuildError with pip's words); a downloaded sdist is not fetched again."""
+
+from __future__ import annotations
+
+import http.server
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import psutil
+import pytest
+
+from app.hub.task import Stopped, TaskState
+from app.installs.llama_server_build import BuildError
+from app.installs.sdist_download import download_sdist, sdist_path
+
+PIP_TIMEOUT_S = 120  # pip's wait for each answer: far longer than the test waits before it cancels
+
+
+@pytest.fixture
+def silent_index(monkeypatch: pytest.MonkeyPatch) -> Iterator[threading.Event]:
+    """A package index that accepts connections and never answers; the event is set once pip has connected."""
+    connected = threading.Event()
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen()
+    held: list[socket.socket] = []
+
+    def accept() -> None:
+        while True:
+            try:
+                client, _ = server.accept()
+            except OSError:
+                return  # the fixture closed the socket
+            held.append(client)
+            connected.set()
+
+    threading.Thread(target=accept, daemon=True).start()
+    monkeypatch.setenv("PIP_INDEX_URL", f"http://127.0.0.1:{server.getsockname()[1]}/simple")
+    monkeypatch.setenv("PIP_DEFAULT_TIMEOUT", str(PIP_TIMEOUT_S))
+    monkeypatch.setenv("PIP_RETRIES", "0")
+    yield connected
+    server.close()
+    for client in held:
+        client.close()
+
+
+class _NotFound(http.server.BaseHTTPRequestHandler):
+    def do_GET(self) -> None:
+        self.send_error(404)
+
+    def log_message(self, format: str, *args: object) -> None:
+        pass  # the test reads pip's words, not the server's
+
+
+@pytest.fixture
+def empty_index(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """A package index that knows no package."""
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _NotFound)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    monkeypatch.setenv("PIP_INDEX_URL", f"http://127.0.0.1:{server.server_address[1]}/simple")
+    monkeypatch.setenv("PIP_RETRIES", "0")
+    yield
+    server.shutdown()
+    server.server_close()
+
+
+def test_a_cancel_kills_pip_while_it_waits_for_the_index(tmp_path: Path, silent_index: threading.Event) -> None:
+    state = TaskState()
+    outcome: list[BaseException] = []
+
+    def download() -> None:
+        try:
+            download_sdist(tmp_path / "sdists", "9.9.9", state)
+        except BaseException as exc:  # handed to the test thread
+            outcome.append(exc)
+
+    worker = threading.Thread(target=download)
+    worker.start()
+    try:
+        assert silent_index.wait(PIP_TIMEOUT_S / 2), f"pip never asked the index: {outcome}"
+    finally:
+        cancelled_at = time.monotonic()
+        state.cancel()
+        worker.join(timeout=30)
+    assert not worker.is_alive() and time.monotonic() - cancelled_at < PIP_TIMEOUT_S / 4
+    assert len(outcome) == 1 and isinstance(outcome[0], Stopped), outcome
+    assert psutil.Process().children(recursive=True) == [], "pip went with the cancel"
+    assert not sdist_path(tmp_path / "sdists", "9.9.9").exists()
+
+
+def test_an_index_without_the_package_is_a_build_error_in_pips_words(tmp_path: Path, empty_index: None) -> None:
+    with pytest.raises(BuildError) as failed:
+        download_sdist(tmp_path / "sdists", "9.9.9", TaskState())
+    message = str(failed.value)
+    assert "llama_cpp_python==9.9.9" in message and "No matching distribution" in message
+
+
+def test_a_downloaded_sdist_is_used_again(tmp_path: Path, empty_index: None) -> None:
+    """The index knows nothing: the sdist already there is returned without asking it."""
+    kept = sdist_path(tmp_path, "9.9.9")
+    kept.write_bytes(b"an sdist from an earlier build")
+    assert download_sdist(tmp_path, "9.9.9", TaskState()) == kept
