@@ -163,6 +163,23 @@ def test_cancel_stops_cmake_and_leaves_no_process(slow_service: RunningService, 
     assert again.value.status == 409
 
 
+def test_stopping_the_service_stops_its_build(paths: AppPaths, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """cmake runs in a session of its own: were the service to exit without stopping it, it would live on, adopted
+    by init, out of the reach of the test's own check for leftover children."""
+    running = build_service(paths, tmp_path, monkeypatch, SLOW_STEP)
+    try:
+        running.client.start_engine_build()
+        wait_for(lambda: any("sleep" in name for name in service_children(running)), BUILD_TIMEOUT_S,
+                 "the slow build step")  # fmt: skip
+        builders = psutil.Process(running.process.pid).children(recursive=True)
+    finally:
+        stop_service_process(running)
+    _, alive = psutil.wait_procs(builders, timeout=10)
+    assert not alive, [p.pid for p in alive]
+    assert running.process.returncode == 0, running.output()[-2000:]
+    assert installed_builds(paths.engine_builds) == []
+
+
 def test_bad_build_requests_get_a_clear_error(paths: AppPaths, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(SDIST_ENV, str(tmp_path / "no-such-sdist.tar.gz"))
     running = start_service_process(paths, tmp_path)
