@@ -1,4 +1,4 @@
-"""Quality runs the service does for its clients, one at a time, as benchmarks are (app.service.jobs.bench_runs).
+"""Quality runs the service does for its clients, one at a time, as benchmarks are (app.service.jobs.child_jobs).
 
 Each run is `modeldeck quality --progress-jsonl` in a child process of its own group: llama-perplexity runs for
 minutes on every core, and a cancel stops the child and the tool it started. The child's JSON lines become the
@@ -7,34 +7,32 @@ run's state, published as `quality` events (chunk progress a few times a second,
 
 from __future__ import annotations
 
-import asyncio
-import itertools
 import json
 import logging
 import re
 import time
-from collections import deque
 from collections.abc import Collection
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from app.quality.card import QualityCard, compare_rows, saved_cards
 from app.quality.measure import MAX_TOKENS, MIN_TOKENS
 from app.self_command import modeldeck_command
 from app.service.events import EventBus
 from app.service.http.json_body import load_json
-from engines.processes import spawn_engine, stop_process_tree
+from app.service.jobs.child_jobs import ChildJobs, ChildJobWords, RunState
 
 log = logging.getLogger("modeldeck.quality")
 
-RunState = Literal["running", "completed", "failed", "cancelled"]
 _FIELDS = {"model", "variants", "reference", "data", "tokens"}
-PROGRESS_INTERVAL_S = 0.25
 STOP_GRACE_S = 10.0  # the child stops its tool and removes its scratch files on SIGTERM: seconds on a busy machine
-ERROR_LINES = 8
 MAX_VARIANTS = 32
 _CARD_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
+_WORDS = ChildJobWords(
+    "quality", "quality run", "quality", "A quality run of {model} is already going; cancel it first.",
+    "No quality run is going.",
+)  # fmt: skip
 
 
 class BadQualityRequest(Exception):
@@ -151,72 +149,15 @@ class QualityRun:
         }  # fmt: skip
 
 
-class QualityRuns:
+class QualityRuns(ChildJobs[QualityRequest, QualityRun]):
     """The quality runs of this service: at most one running; saved cards read from `cards_dir`."""
 
     def __init__(self, bus: EventBus, cards_dir: Path) -> None:
-        self._bus = bus
+        super().__init__(bus, QualityRun, _WORDS, QualityConflict, log, STOP_GRACE_S)
         self._cards_dir = cards_dir
-        self._ids = itertools.count(1)
-        self._run: QualityRun | None = None
-        self._process: asyncio.subprocess.Process | None = None
-        self._task: asyncio.Task[None] | None = None
-        self._last_published = 0.0
 
-    @property
-    def current(self) -> QualityRun | None:
-        return self._run
-
-    async def start(self, request: QualityRequest) -> QualityRun:
-        if self._run is not None and self._run.state == "running":
-            raise QualityConflict(f"A quality run of {self._run.request.model} is already going; cancel it first.")
-        run = QualityRun(f"quality-{next(self._ids)}", request)
-        process, _ = await spawn_engine(request.argv(), {}, run.id, whole_environment=True)
-        self._run, self._process = run, process
-        self._task = asyncio.create_task(self._follow(run, process))
-        self._publish(run)
-        log.info("quality run %s of %s started (pid %s)", run.id, request.model, process.pid)
-        return run
-
-    async def cancel(self) -> QualityRun:
-        run, process, task = self._run, self._process, self._task
-        if run is None or run.state != "running" or process is None or task is None:
-            raise QualityConflict("No quality run is going.")
-        run.state = "cancelled"  # before the child ends, so its exit is not a failure
-        # The child's group and every descendant: llama-perplexity runs in a session of its own.
-        await stop_process_tree(process, STOP_GRACE_S)
-        await task
-        return run
-
-    async def stop(self) -> None:
-        if self._run is not None and self._run.state == "running":
-            await self.cancel()
-
-    async def _follow(self, run: QualityRun, process: asyncio.subprocess.Process) -> None:
-        said: deque[str] = deque(maxlen=ERROR_LINES)
-        assert process.stdout is not None
-        try:
-            async for raw in process.stdout:
-                line = raw.decode("utf-8", errors="replace").strip()
-                event = _event(line)
-                if event is None:
-                    if line:
-                        said.append(line)
-                elif run.state == "running":
-                    self._apply(run, event)
-        except ValueError:
-            said.append("The quality process wrote a line too long to read; it was stopped.")
-            await stop_process_tree(process, STOP_GRACE_S)
-        code = await process.wait()
-        if run.state == "running":
-            if run.card_id is not None and code == 0:
-                run.state = "completed"
-            else:
-                run.state = "failed"
-                run.error = "\n".join(said) or f"The quality process exited with code {code}."
-        run.finished = time.time()
-        self._publish(run)
-        log.info("quality run %s %s", run.id, run.state)
+    def _succeeded(self, run: QualityRun, code: int) -> bool:
+        return run.card_id is not None and code == 0
 
     def _apply(self, run: QualityRun, event: dict[str, Any]) -> None:
         kind = event.get("type")
@@ -235,13 +176,6 @@ class QualityRuns:
         except (KeyError, TypeError, ValueError) as exc:
             log.warning("quality run %s: an event that could not be read (%s): %s", run.id, exc, event)
         self._publish(run)
-
-    def _publish(self, run: QualityRun, throttled: bool = False) -> None:
-        now = time.monotonic()
-        if throttled and now - self._last_published < PROGRESS_INTERVAL_S:
-            return
-        self._last_published = now
-        self._bus.publish({"type": "quality", "run": run.to_dict()})
 
     # Saved cards (blocking: file reads; call on a thread) ----------------------------------------------------
 
@@ -263,16 +197,6 @@ class QualityRuns:
 
     def compare(self, first: str, second: str) -> list[tuple[str, str, str]]:
         return compare_rows(self.card(first), self.card(second))
-
-
-def _event(line: str) -> dict[str, Any] | None:
-    if not line.startswith("{"):
-        return None
-    try:
-        event = json.loads(line)
-    except ValueError:
-        return None
-    return event if isinstance(event, dict) and "type" in event else None
 
 
 def _summary(card: QualityCard) -> dict[str, Any]:
