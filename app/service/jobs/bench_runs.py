@@ -8,9 +8,7 @@ level and the end at once).
 
 from __future__ import annotations
 
-import json
 import logging
-import re
 import time
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
@@ -20,6 +18,7 @@ from typing import Any
 from app.bench.card import BenchCard, LevelResult, compare_rows, with_gains
 from app.bench.prompts import DEFAULT_PROMPT_MODE, DEFAULT_TURNS, MAX_TURNS, PROMPT_MODES, PromptMode
 from app.bench.sweep import SweepOptions, parse_concurrency
+from app.card_files import read_saved_card, saved_cards
 from app.self_command import modeldeck_command
 from app.service.events import EventBus
 from app.service.http.json_body import load_json
@@ -35,8 +34,6 @@ MAX_SEED = 2**32 - 1
 _FIELDS = {"model", "concurrency", "prompt_tokens", "output_tokens", "requests", "prompt_mode", "prefix_tokens",
            "conversations", "turns", "seed"}  # fmt: skip
 STOP_GRACE_S = 3.0
-MAX_CARDS_LISTED = 500
-_CARD_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 _WORDS = ChildJobWords("bench", "benchmark", "benchmark", "A benchmark of {model} is already running; cancel it first.",
                        "No benchmark is running.")  # fmt: skip
 
@@ -237,32 +234,20 @@ class BenchRuns(ChildJobs[BenchRequest, BenchRun]):
 
     def cards(self) -> list[dict[str, Any]]:
         """The saved cards, newest first, each as a one-line summary."""
-        paths = sorted(self._bench_dir.glob("*.json"), reverse=True) if self._bench_dir.is_dir() else []
-        summaries = []
-        for path in paths[:MAX_CARDS_LISTED]:
-            try:
-                card = BenchCard.from_dict(json.loads(path.read_text(encoding="utf-8")))
-            except (OSError, ValueError, KeyError, TypeError) as exc:
-                log.warning("skipping unreadable benchmark card %s: %s", path.name, exc)
-                continue
-            summaries.append(_summary(card))
-        return summaries
+        return [_summary(card) for card in saved_cards(self._bench_dir, BenchCard.from_dict, skipped=_skipped)]
 
     def card(self, card_id: str) -> BenchCard:
-        if not _CARD_ID.fullmatch(card_id):
-            raise BadBenchRequest(f"Not a card id: {card_id!r}.", "id")
-        path = self._bench_dir / f"{card_id}.json"
-        try:
-            text = path.read_text(encoding="utf-8")
-        except FileNotFoundError:
-            raise CardNotFound(f"No benchmark card {card_id!r}.") from None
-        try:
-            return BenchCard.from_dict(json.loads(text))
-        except (ValueError, KeyError, TypeError) as exc:
-            raise BadBenchRequest(f"The card {card_id!r} cannot be read: {exc}", "id") from None
+        return read_saved_card(
+            self._bench_dir, card_id, BenchCard.from_dict, lambda message: BadBenchRequest(message, "id"),
+            lambda: CardNotFound(f"No benchmark card {card_id!r}."),
+        )  # fmt: skip
 
     def compare(self, first: str, second: str) -> list[tuple[str, str, str]]:
         return compare_rows(self.card(first), self.card(second))
+
+
+def _skipped(path: Path, exc: Exception) -> None:
+    log.warning("skipping unreadable benchmark card %s: %s", path.name, exc)
 
 
 def _summary(card: BenchCard) -> dict[str, Any]:

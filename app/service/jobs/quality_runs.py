@@ -7,15 +7,14 @@ run's state, published as `quality` events (chunk progress a few times a second,
 
 from __future__ import annotations
 
-import json
 import logging
-import re
 import time
 from collections.abc import Collection
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from app.card_files import read_saved_card
 from app.quality.card import QualityCard, compare_rows, saved_cards
 from app.quality.measure import MAX_TOKENS, MIN_TOKENS
 from app.self_command import modeldeck_command
@@ -28,7 +27,6 @@ log = logging.getLogger("modeldeck.quality")
 _FIELDS = {"model", "variants", "reference", "data", "tokens"}
 STOP_GRACE_S = 10.0  # the child stops its tool and removes its scratch files on SIGTERM: seconds on a busy machine
 MAX_VARIANTS = 32
-_CARD_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 _WORDS = ChildJobWords(
     "quality", "quality run", "quality", "A quality run of {model} is already going; cancel it first.",
     "No quality run is going.",
@@ -184,16 +182,10 @@ class QualityRuns(ChildJobs[QualityRequest, QualityRun]):
         return [_summary(card) for card in saved_cards(self._cards_dir)]
 
     def card(self, card_id: str) -> QualityCard:
-        if not _CARD_ID.fullmatch(card_id):
-            raise BadQualityRequest(f"Not a card id: {card_id!r}.", "id")
-        try:
-            text = (self._cards_dir / f"{card_id}.json").read_text(encoding="utf-8")
-        except FileNotFoundError:
-            raise QualityCardNotFound(f"No quality card {card_id!r}.") from None
-        try:
-            return QualityCard.from_dict(json.loads(text))
-        except (ValueError, KeyError, TypeError) as exc:
-            raise BadQualityRequest(f"The card {card_id!r} cannot be read: {exc}", "id") from None
+        return read_saved_card(
+            self._cards_dir, card_id, QualityCard.from_dict, lambda message: BadQualityRequest(message, "id"),
+            lambda: QualityCardNotFound(f"No quality card {card_id!r}."),
+        )  # fmt: skip
 
     def compare(self, first: str, second: str) -> list[tuple[str, str, str]]:
         return compare_rows(self.card(first), self.card(second))
