@@ -22,7 +22,7 @@ from app.card_files import read_saved_card, saved_cards
 from app.self_command import modeldeck_command
 from app.service.events import EventBus
 from app.service.http.json_body import load_json
-from app.service.jobs.child_jobs import ChildJobs, ChildJobWords, RunState
+from app.service.jobs.child_jobs import BadJobRequest, ChildJobs, ChildJobWords, JobCardNotFound, JobConflict, RunState
 
 log = logging.getLogger("modeldeck.bench")
 
@@ -38,21 +38,16 @@ _WORDS = ChildJobWords("bench", "benchmark", "benchmark", "A benchmark of {model
                        "No benchmark is running.")  # fmt: skip
 
 
-class BadBenchRequest(Exception):
-    """The request cannot be run as asked; the message says why, `param` names the field."""
-
-    def __init__(self, message: str, param: str | None = None, status: int = 400) -> None:
-        super().__init__(message)
-        self.param = param
-        self.status = status
+class BadBenchRequest(BadJobRequest):
+    """The benchmark cannot be run as asked; the message says why, `param` names the field."""
 
 
-class BenchConflict(Exception):
-    """A run is already going (or none is, for a cancel)."""
+class BenchConflict(JobConflict):
+    """A benchmark is already running (or none is, for a cancel)."""
 
 
-class CardNotFound(Exception):
-    """No saved card has that id."""
+class CardNotFound(JobCardNotFound):
+    """No saved benchmark card has that id."""
 
 
 def _whole(value: Any, name: str, high: int, low: int = 1) -> int:

@@ -26,6 +26,23 @@ PROGRESS_INTERVAL_S = 0.25
 ERROR_LINES = 8  # the child's last lines that are not JSON: what it said when it failed
 
 
+class BadJobRequest(Exception):
+    """The request cannot be run as asked; the message says why, `param` names the field."""
+
+    def __init__(self, message: str, param: str | None = None, status: int = 400) -> None:
+        super().__init__(message)
+        self.param = param
+        self.status = status
+
+
+class JobConflict(Exception):
+    """A run is already going (or none is, for a cancel)."""
+
+
+class JobCardNotFound(Exception):
+    """No saved card has that id."""
+
+
 class ChildRequest(Protocol):
     """What a child job is asked to do: a model, and the command that does it."""
 
@@ -73,7 +90,7 @@ class ChildJobs(Generic[RequestT, RunT]):
         bus: EventBus,
         new_run: Callable[[str, RequestT], RunT],
         words: ChildJobWords,
-        conflict: Callable[[str], Exception],
+        conflict: Callable[[str], JobConflict],
         log: logging.Logger,
         stop_grace_s: float,
     ) -> None:
@@ -176,4 +193,5 @@ def _event(line: str) -> dict[str, Any] | None:
     return event if isinstance(event, dict) and "type" in event else None
 
 
-__all__ = ["ChildJobWords", "ChildJobs", "ChildRequest", "ChildRun", "RunState"]
+__all__ = ["BadJobRequest", "ChildJobWords", "ChildJobs", "ChildRequest", "ChildRun", "JobCardNotFound", "JobConflict",
+           "RunState"]  # fmt: skip

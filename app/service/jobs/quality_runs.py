@@ -20,7 +20,7 @@ from app.quality.measure import MAX_TOKENS, MIN_TOKENS
 from app.self_command import modeldeck_command
 from app.service.events import EventBus
 from app.service.http.json_body import load_json
-from app.service.jobs.child_jobs import ChildJobs, ChildJobWords, RunState
+from app.service.jobs.child_jobs import BadJobRequest, ChildJobs, ChildJobWords, JobCardNotFound, JobConflict, RunState
 
 log = logging.getLogger("modeldeck.quality")
 
@@ -33,21 +33,16 @@ _WORDS = ChildJobWords(
 )  # fmt: skip
 
 
-class BadQualityRequest(Exception):
-    """The request cannot be run as asked; the message says why, `param` names the field."""
-
-    def __init__(self, message: str, param: str | None = None, status: int = 400) -> None:
-        super().__init__(message)
-        self.param = param
-        self.status = status
+class BadQualityRequest(BadJobRequest):
+    """The quality run cannot be done as asked; the message says why, `param` names the field."""
 
 
-class QualityConflict(Exception):
-    """A run is already going (or none is, for a cancel)."""
+class QualityConflict(JobConflict):
+    """A quality run is already going (or none is, for a cancel)."""
 
 
-class QualityCardNotFound(Exception):
-    """No saved card has that id."""
+class QualityCardNotFound(JobCardNotFound):
+    """No saved quality card has that id."""
 
 
 def _text(value: Any, name: str) -> str:
