@@ -21,8 +21,8 @@ from app.bench.sweep import SweepOptions, parse_concurrency
 from app.card_files import read_saved_card, saved_cards
 from app.self_command import modeldeck_command
 from app.service.events import EventBus
-from app.service.http.json_body import load_json
-from app.service.jobs.child_jobs import BadJobRequest, ChildJobs, ChildJobWords, JobCardNotFound, JobConflict, RunState
+from app.service.jobs import child_jobs
+from app.service.jobs.child_jobs import ChildJobs, ChildJobWords, RunState, request_body
 
 log = logging.getLogger("modeldeck.bench")
 
@@ -38,15 +38,15 @@ _WORDS = ChildJobWords("bench", "benchmark", "benchmark", "A benchmark of {model
                        "No benchmark is running.")  # fmt: skip
 
 
-class BadBenchRequest(BadJobRequest):
+class BadBenchRequest(child_jobs.BadJobRequest):
     """The benchmark cannot be run as asked; the message says why, `param` names the field."""
 
 
-class BenchConflict(JobConflict):
+class BenchConflict(child_jobs.JobConflict):
     """A benchmark is already running (or none is, for a cancel)."""
 
 
-class CardNotFound(JobCardNotFound):
+class CardNotFound(child_jobs.JobCardNotFound):
     """No saved benchmark card has that id."""
 
 
@@ -80,18 +80,7 @@ class BenchRequest:
 
     @classmethod
     def from_json(cls, raw: bytes, known_models: Collection[str]) -> BenchRequest:
-        try:
-            body = load_json(raw or b"null")
-        except ValueError:
-            raise BadBenchRequest("The body must be JSON.") from None
-        if not isinstance(body, dict):
-            raise BadBenchRequest('The body must be a JSON object such as {"model": "ID", "concurrency": [1, 4]}.')
-        unknown = sorted(set(body) - _FIELDS)
-        if unknown:
-            raise BadBenchRequest(f"Unknown field {unknown[0]!r}.", unknown[0])
-        model = body.get("model")
-        if not isinstance(model, str) or not model:
-            raise BadBenchRequest("`model` is required: a model id from GET /api/models.", "model")
+        body, model = request_body(raw, _FIELDS, '{"model": "ID", "concurrency": [1, 4]}', BadBenchRequest)
         if model not in known_models:
             raise BadBenchRequest(
                 f"Unknown model {model!r}. Known models: {', '.join(sorted(known_models)) or 'none'}.", "model", 404

@@ -14,11 +14,12 @@ import json
 import logging
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from typing import Any, Generic, Literal, Protocol, TypeVar
 
 from app.service.events import EventBus
+from app.service.http.json_body import load_json
 from engines.processes import spawn_engine, stop_process_tree
 
 RunState = Literal["running", "completed", "failed", "cancelled"]
@@ -41,6 +42,26 @@ class JobConflict(Exception):
 
 class JobCardNotFound(Exception):
     """No saved card has that id."""
+
+
+def request_body(
+    raw: bytes, fields: Collection[str], example: str, bad: type[BadJobRequest]
+) -> tuple[dict[str, Any], str]:
+    """A start request's JSON object and the `model` it names; `bad` (a BadJobRequest) says what is wrong with it.
+    `example` shows a right body in the message for one that is no object."""
+    try:
+        body = load_json(raw or b"null")
+    except ValueError:
+        raise bad("The body must be JSON.") from None
+    if not isinstance(body, dict):
+        raise bad(f"The body must be a JSON object such as {example}.")
+    unknown = sorted(set(body) - set(fields))
+    if unknown:
+        raise bad(f"Unknown field {unknown[0]!r}.", unknown[0])
+    model = body.get("model")
+    if not isinstance(model, str) or not model:
+        raise bad("`model` is required: a model id from GET /api/models.", "model")
+    return body, model
 
 
 class ChildRequest(Protocol):
@@ -194,4 +215,4 @@ def _event(line: str) -> dict[str, Any] | None:
 
 
 __all__ = ["BadJobRequest", "ChildJobWords", "ChildJobs", "ChildRequest", "ChildRun", "JobCardNotFound", "JobConflict",
-           "RunState"]  # fmt: skip
+           "RunState", "request_body"]  # fmt: skip

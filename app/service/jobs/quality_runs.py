@@ -19,8 +19,8 @@ from app.quality.card import QualityCard, compare_rows, saved_cards
 from app.quality.measure import MAX_TOKENS, MIN_TOKENS
 from app.self_command import modeldeck_command
 from app.service.events import EventBus
-from app.service.http.json_body import load_json
-from app.service.jobs.child_jobs import BadJobRequest, ChildJobs, ChildJobWords, JobCardNotFound, JobConflict, RunState
+from app.service.jobs import child_jobs
+from app.service.jobs.child_jobs import ChildJobs, ChildJobWords, RunState, request_body
 
 log = logging.getLogger("modeldeck.quality")
 
@@ -33,15 +33,15 @@ _WORDS = ChildJobWords(
 )  # fmt: skip
 
 
-class BadQualityRequest(BadJobRequest):
+class BadQualityRequest(child_jobs.BadJobRequest):
     """The quality run cannot be done as asked; the message says why, `param` names the field."""
 
 
-class QualityConflict(JobConflict):
+class QualityConflict(child_jobs.JobConflict):
     """A quality run is already going (or none is, for a cancel)."""
 
 
-class QualityCardNotFound(JobCardNotFound):
+class QualityCardNotFound(child_jobs.JobCardNotFound):
     """No saved quality card has that id."""
 
 
@@ -63,18 +63,7 @@ class QualityRequest:
 
     @classmethod
     def from_json(cls, raw: bytes, known_models: Collection[str]) -> QualityRequest:
-        try:
-            body = load_json(raw or b"null")
-        except ValueError:
-            raise BadQualityRequest("The body must be JSON.") from None
-        if not isinstance(body, dict):
-            raise BadQualityRequest('The body must be a JSON object such as {"model": "ID"}.')
-        unknown = sorted(set(body) - _FIELDS)
-        if unknown:
-            raise BadQualityRequest(f"Unknown field {unknown[0]!r}.", unknown[0])
-        model = body.get("model")
-        if not isinstance(model, str) or not model:
-            raise BadQualityRequest("`model` is required: a model id from GET /api/models.", "model")
+        body, model = request_body(raw, _FIELDS, '{"model": "ID"}', BadQualityRequest)
         if model not in known_models:
             raise BadQualityRequest(f"Unknown model {model!r}.", "model", 404)
         variants = body.get("variants", [])
