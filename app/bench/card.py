@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import hashlib
 import json
-import re
 import shlex
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from app import card_files
 from app.bench.load import RequestResult
 from app.bench.prompts import LEGACY_PROMPT_MODE, mode_label
 
@@ -163,22 +163,16 @@ class BenchCard:
 
     def save(self, directory: Path) -> tuple[Path, Path]:
         """Write `<id>.json` and `<id>.md`; return both paths."""
-        directory.mkdir(parents=True, exist_ok=True)
-        json_path, md_path = directory / f"{self.id}.json", directory / f"{self.id}.md"
-        json_path.write_text(json.dumps(self.to_dict(), indent=2) + "\n", encoding="utf-8")
-        md_path.write_text(to_markdown(self), encoding="utf-8")
-        return json_path, md_path
+        return card_files.write_card(directory, self.id, self.to_dict(), to_markdown(self))
 
 
 def card_id(created_compact: str, model_id: str) -> str:
-    return f"{created_compact}-{re.sub(r'[^A-Za-z0-9._-]+', '_', model_id)[:60]}"
+    return f"{created_compact}-{card_files.id_part(model_id)}"
 
 
 def load_card(reference: str, directory: Path) -> BenchCard:
     """A card from a path to its JSON, or its id among the saved cards."""
-    path = Path(reference)
-    if not path.is_file():
-        path = directory / (reference if reference.endswith(".json") else f"{reference}.json")
+    path = card_files.card_file(reference, directory)
     return BenchCard.from_dict(json.loads(path.read_text(encoding="utf-8")))
 
 
@@ -330,7 +324,4 @@ def compare_rows(a: BenchCard, b: BenchCard) -> list[tuple[str, str, str]]:
 
 def compare(a: BenchCard, b: BenchCard) -> str:
     """Two cards side by side as text: what differs in their setup, then each level's figures for A and B."""
-    rows = compare_rows(a, b)
-    width = max(len(row[0]) for row in rows)
-    column = max(len(row[1]) for row in rows)
-    return "\n".join(f"{name:<{width}}  {left:>{column}}  {right}" for name, left, right in rows) + "\n"
+    return card_files.side_by_side(compare_rows(a, b))

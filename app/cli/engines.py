@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import argparse
 import sys
-import threading
 from pathlib import Path
 
+from app.cli.cancellable import run_cancellable
 from app.cli.progress import ProgressBar
 from app.hub.task import Stopped, TaskState
 from app.paths import AppPaths
@@ -87,41 +87,22 @@ def _build(args: argparse.Namespace, paths: AppPaths) -> int:
         return 2
 
     state = TaskState(ProgressBar(unit="percent"), interval_s=0.5)  # the build reports percent done
-    outcome: list[object] = []
-    done = threading.Event()
 
-    def work() -> None:
-        try:
-            if args.engine == "llama-server":
-                built: object = build_llama_server(
-                    source, dest, state, backend=backend, jobs=args.jobs, portable=args.portable
-                )
-            else:
-                built = build_llama_tools(source, dest, state, backend=backend, jobs=args.jobs)
-            outcome.append(built)
-        except (BuildError, Stopped) as exc:
-            outcome.append(exc)
-        finally:
-            done.set()
+    def work() -> Path:
+        if args.engine == "llama-server":
+            return build_llama_server(
+                source, dest, state, backend=backend, jobs=args.jobs, portable=args.portable
+            ).executable
+        return build_llama_tools(source, dest, state, backend=backend, jobs=args.jobs).folder
 
-    # The build runs on a thread so that Ctrl-C here cancels it (and kills the compiler) instead of orphaning it.
-    # Waited for on an event, not with Thread.join: a KeyboardInterrupt inside join() can leave the thread marked
-    # as stopped while it runs (CPython 3.11), and the process then exited with the compiler still at work.
-    worker = threading.Thread(target=work, name=f"{args.engine}-build")
-    worker.start()
+    # On a thread so that Ctrl-C here cancels the build (and kills the compiler) instead of orphaning it.
     try:
-        while not done.wait(0.2):
-            pass
-    except KeyboardInterrupt:
-        state.cancel()
-        done.wait()
-    worker.join()
-    result = outcome[0] if outcome else None
-    if isinstance(result, Stopped):
+        built = run_cancellable(work, state, f"{args.engine}-build")
+    except Stopped:
         print("\nmodeldeck: build cancelled", file=sys.stderr)
         return 130
-    if isinstance(result, BuildError) or result is None:
-        print(f"\nmodeldeck: {result or 'the build stopped'}", file=sys.stderr)
+    except BuildError as exc:
+        print(f"\nmodeldeck: {exc}", file=sys.stderr)
         return 1
-    print(f"built {getattr(result, 'executable', None) or getattr(result, 'folder', '')}")
+    print(f"built {built}")
     return 0

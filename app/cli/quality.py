@@ -7,14 +7,13 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
-import signal
 import sys
 import tempfile
-import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
+from app.cli.cancellable import run_cancellable
 from app.hub.task import Stopped, TaskState
 from app.paths import AppPaths
 
@@ -59,39 +58,10 @@ def _fail(message: str, code: int = 2) -> int:
     return code
 
 
-def _interrupt(_signum: int, _frame: object) -> None:
-    raise KeyboardInterrupt
-
-
 def _in_thread(work: Callable[[], T], state: TaskState) -> T:
-    """Run `work` on a thread so that Ctrl-C here, or the service's SIGTERM when it cancels the run, cancels it:
-    the tool is stopped and the scratch files (reference logits of hundreds of MB) removed, not orphaned."""
-    if threading.current_thread() is threading.main_thread():
-        signal.signal(signal.SIGTERM, _interrupt)
-    outcome: list[T | BaseException] = []
-    done = threading.Event()
-
-    def target() -> None:
-        try:
-            outcome.append(work())
-        except BaseException as exc:  # handed over to the main thread, which raises it
-            outcome.append(exc)
-        finally:
-            done.set()
-
-    worker = threading.Thread(target=target, name="quality")
-    worker.start()
-    try:
-        while not done.wait(0.2):
-            pass
-    except KeyboardInterrupt:
-        state.cancel()
-        done.wait()
-    worker.join()
-    result = outcome[0]
-    if isinstance(result, BaseException):
-        raise result
-    return result
+    """Run `work` so that Ctrl-C here, or the service's SIGTERM when it cancels the run, cancels it: the tool is
+    stopped and the scratch files (reference logits of hundreds of MB) removed, not orphaned."""
+    return run_cancellable(work, state, "quality", sigterm_cancels=True)
 
 
 def _quality(args: argparse.Namespace, paths: AppPaths) -> int:

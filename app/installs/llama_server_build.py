@@ -16,10 +16,10 @@ import subprocess
 import sys
 import tarfile
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TextIO
+from typing import TextIO, TypeVar
 
 from app.hub.task import Stopped, TaskState
 from app.installs.child_output import output_lines, stop_group
@@ -157,6 +157,46 @@ def build_llama_server(
     """Configure and build the `llama-server` target of `source` (an sdist or a source tree), install it under
     `dest`; `portable`: one CPU library per instruction-set level, the best loaded at start. Raises BuildError
     (with the compiler's last lines) or Stopped (pause or cancel)."""
+
+    def install(tree: CmakeTree) -> BuildResult:
+        return _install(tree.build, dest, tree.version, tree.backend, tree.flags, source, portable=portable)
+
+    return cmake_build(source, dest, state, (EXECUTABLE,), install, work_prefix=".build", log_prefix=EXECUTABLE,
+                       backend=backend, version=version, jobs=jobs, portable=portable)  # fmt: skip
+
+
+@dataclass(frozen=True)
+class CmakeTree:
+    """A configured and compiled cmake tree of llama.cpp: its build folder and what it was built from and with."""
+
+    build: Path
+    version: str
+    backend: str
+    flags: list[str]
+
+
+InstalledT = TypeVar("InstalledT")
+
+
+def cmake_build(
+    source: Path,
+    dest: Path,
+    state: TaskState,
+    targets: Sequence[str],
+    install: Callable[[CmakeTree], InstalledT],
+    *,
+    work_prefix: str,
+    log_prefix: str,
+    backend: str | None = None,
+    version: str | None = None,
+    jobs: int | None = None,
+    portable: bool = False,
+) -> InstalledT:
+    """Configure and build `targets` of `source` (an sdist or a source tree) in
+    `<dest>/<work_prefix>-<stem>-<backend>`, its output in `<dest>/<log_prefix>-<stem>-<backend>.log`, then
+    `install` what was built. The build folder is kept after a failure or a pause, so that running again continues
+    where cmake stopped; a cancel or a success removes it. Raises BuildError (with the compiler's last lines) or
+    Stopped (pause or cancel)."""
     if not shutil.which("cmake"):
         raise BuildError(
             "cmake is not installed: install it (apt install cmake, brew install cmake, pip install cmake)"
@@ -167,9 +207,9 @@ def build_llama_server(
     dest.mkdir(parents=True, exist_ok=True)
     stem = source.name.removesuffix(".tar.gz")
     flavour = f"{backend}-portable" if portable else backend
-    work = dest / f".build-{stem}-{flavour}"
+    work = dest / f"{work_prefix}-{stem}-{flavour}"
     work.mkdir(exist_ok=True)
-    log_path = dest / f"{EXECUTABLE}-{stem}-{flavour}.log"
+    log_path = dest / f"{log_prefix}-{stem}-{flavour}.log"
     try:
         tree, found_version = _source_tree(source, work)
         version = version or (found_version if found_version != "unknown" else stem.rpartition("-")[2] or stem)
@@ -179,9 +219,9 @@ def build_llama_server(
             state.working_on("configuring")
             _run(["cmake", "-S", str(tree), "-B", str(work / "build"), *flags], log, steps, log_path, progress=False)
             state.working_on("compiling")
-            _run(["cmake", "--build", str(work / "build"), "--target", EXECUTABLE, "-j", str(jobs)], log, steps,
+            _run(["cmake", "--build", str(work / "build"), "--target", *targets, "-j", str(jobs)], log, steps,
                  log_path, progress=True)  # fmt: skip
-        result = _install(work / "build", dest, version, backend, flags, source, portable=portable)
+        result = install(CmakeTree(work / "build", version, backend, flags))
     except Stopped as stopped:
         if stopped.reason == "cancel":
             shutil.rmtree(work, ignore_errors=True)

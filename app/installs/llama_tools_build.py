@@ -14,15 +14,8 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-from app.hub.task import Stopped, TaskState
-from app.installs.llama_server_build import (
-    BuildError,
-    _Percent,
-    _run,
-    _source_tree,
-    cmake_flags,
-    detect_backend,
-)
+from app.hub.task import TaskState
+from app.installs.llama_server_build import BuildError, CmakeTree, cmake_build
 
 TOOLS = ("llama-perplexity", "llama-quantize", "llama-imatrix")
 TOOLS_PREFIX = "llama-tools"
@@ -85,41 +78,16 @@ def build_llama_tools(
 ) -> ToolsBuild:
     """Configure and build the three tools of `source` (an sdist or a source tree), install them under `dest`.
     Raises BuildError (with the compiler's last lines) or Stopped (pause or cancel)."""
-    if not shutil.which("cmake"):
-        raise BuildError(
-            "cmake is not installed: install it (apt install cmake, brew install cmake, pip install cmake)"
-        )
-    backend = backend or detect_backend()[0]
-    steps = _Percent(state)
-    state.working_on("unpacking the sources")
-    dest.mkdir(parents=True, exist_ok=True)
-    stem = source.name.removesuffix(".tar.gz")
-    work = dest / f".build-tools-{stem}-{backend}"
-    work.mkdir(exist_ok=True)
-    log_path = dest / f"{TOOLS_PREFIX}-{stem}-{backend}.log"
-    try:
-        tree, found_version = _source_tree(source, work)
-        version = found_version if found_version != "unknown" else stem.rpartition("-")[2] or stem
-        flags = cmake_flags(tree, backend)
-        with log_path.open("w", encoding="utf-8") as log:
-            state.working_on("configuring")
-            _run(["cmake", "-S", str(tree), "-B", str(work / "build"), *flags], log, steps, log_path, progress=False)
-            state.working_on("compiling")
-            _run(["cmake", "--build", str(work / "build"), "--target", *TOOLS, "-j", str(jobs or os.cpu_count() or 1)],
-                 log, steps, log_path, progress=True)  # fmt: skip
-        result = _install(work / "build", dest, version, backend, flags, source)
-    except Stopped as stopped:
-        if stopped.reason == "cancel":
-            shutil.rmtree(work, ignore_errors=True)
-        raise
-    shutil.rmtree(work, ignore_errors=True)
-    state.working_on("done")
-    steps.to(100)
-    state.finish()
-    return result
+
+    def install(tree: CmakeTree) -> ToolsBuild:
+        return _install(tree, dest, source)
+
+    return cmake_build(source, dest, state, TOOLS, install, work_prefix=".build-tools", log_prefix=TOOLS_PREFIX,
+                       backend=backend, jobs=jobs)  # fmt: skip
 
 
-def _install(build: Path, dest: Path, version: str, backend: str, flags: list[str], source: Path) -> ToolsBuild:
+def _install(tree: CmakeTree, dest: Path, source: Path) -> ToolsBuild:
+    build, version, backend, flags = tree.build, tree.version, tree.backend, tree.flags
     target = dest / f"{TOOLS_PREFIX}-{version}-{backend}"
     staging = dest / f".{target.name}.partial"
     shutil.rmtree(staging, ignore_errors=True)

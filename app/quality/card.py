@@ -4,16 +4,15 @@ text source and size), as JSON and Markdown beside each other under the data dir
 from __future__ import annotations
 
 import json
-import re
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from app import card_files
 from app.paths import AppPaths
 from app.quality.measure import VariantResult
 
 SCHEMA_VERSION = 1
-_CARD_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 
 
 def quality_dir(paths: AppPaths) -> Path:
@@ -22,7 +21,7 @@ def quality_dir(paths: AppPaths) -> Path:
 
 
 def card_id(created_compact: str, model_id: str) -> str:
-    return f"{created_compact}-quality-{re.sub(r'[^A-Za-z0-9._-]+', '_', model_id)[:60]}"
+    return f"{created_compact}-quality-{card_files.id_part(model_id)}"
 
 
 @dataclass(frozen=True)
@@ -54,34 +53,18 @@ class QualityCard:
 
     def save(self, directory: Path) -> tuple[Path, Path]:
         """Write `<id>.json` and `<id>.md`; return both paths."""
-        directory.mkdir(parents=True, exist_ok=True)
-        json_path, md_path = directory / f"{self.id}.json", directory / f"{self.id}.md"
-        json_path.write_text(json.dumps(self.to_dict(), indent=2) + "\n", encoding="utf-8")
-        md_path.write_text(to_markdown(self), encoding="utf-8")
-        return json_path, md_path
+        return card_files.write_card(directory, self.id, self.to_dict(), to_markdown(self))
 
 
 def load_card(reference: str, directory: Path) -> QualityCard:
     """A card from a path to its JSON, or its id among the saved cards."""
-    path = Path(reference)
-    if not path.is_file():
-        if not _CARD_ID.fullmatch(reference.removesuffix(".json")):
-            raise ValueError(f"not a card id: {reference!r}")
-        path = directory / (reference if reference.endswith(".json") else f"{reference}.json")
+    path = card_files.card_file(reference, directory, check_id=True)
     return QualityCard.from_dict(json.loads(path.read_text(encoding="utf-8")))
 
 
-def saved_cards(directory: Path, limit: int = 500) -> list[QualityCard]:
+def saved_cards(directory: Path, limit: int = card_files.MAX_LISTED) -> list[QualityCard]:
     """The readable saved cards, newest first (an unreadable one is left out)."""
-    cards: list[QualityCard] = []
-    if not directory.is_dir():
-        return cards
-    for path in sorted(directory.glob("*.json"), reverse=True)[:limit]:
-        try:
-            cards.append(QualityCard.from_dict(json.loads(path.read_text(encoding="utf-8"))))
-        except (OSError, ValueError, KeyError, TypeError):
-            continue
-    return cards
+    return card_files.saved_cards(directory, QualityCard.from_dict, limit)
 
 
 def _num(value: float | None, pattern: str = "{:.4f}") -> str:
@@ -176,7 +159,4 @@ def compare_rows(a: QualityCard, b: QualityCard) -> list[tuple[str, str, str]]:
 
 
 def compare(a: QualityCard, b: QualityCard) -> str:
-    rows = compare_rows(a, b)
-    width = max(len(row[0]) for row in rows)
-    column = max(len(row[1]) for row in rows)
-    return "\n".join(f"{name:<{width}}  {left:>{column}}  {right}" for name, left, right in rows) + "\n"
+    return card_files.side_by_side(compare_rows(a, b))

@@ -125,9 +125,21 @@ def test_bad_quality_requests_get_a_clear_error(quality_service: RunningService)
         with pytest.raises(ControlError) as refused:
             client._call("POST", "/api/quality", json=body)
         assert refused.value.status == status and words in str(refused.value), body
+    # The body itself (read by the routes it shares with benchmarks): not JSON, no object, over the limit.
+    for content, status, words in [
+        (b"{not json", 400, "The body must be JSON."),
+        (b"[1]", 400, 'The body must be a JSON object such as {"model": "ID"}.'),
+        (b'{"model": "' + b"m" * 20_000 + b'"}', 413, "The body is over 16384 bytes."),
+    ]:
+        with pytest.raises(ControlError) as body_refused:
+            client._call("POST", "/api/quality", content=content, headers={"content-type": "application/json"})
+        assert (body_refused.value.status, str(body_refused.value)) == (status, words), content
+    with pytest.raises(ControlError) as one_card:
+        client._call("GET", "/api/quality/compare", params={"a": "one"})
+    assert one_card.value.status == 400 and "`a` and `b`" in str(one_card.value)
     with pytest.raises(ControlError) as missing:
         client.quality_card("20260101-000000-nothing")
-    assert missing.value.status == 404
+    assert missing.value.status == 404 and "No quality card" in str(missing.value)
     with pytest.raises(ControlError) as odd:
         client.quality_card("..%2Fsecret")
     assert odd.value.status in (400, 404)

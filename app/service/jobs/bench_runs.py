@@ -1,36 +1,31 @@
 """Benchmarks the service runs for its clients, one at a time.
 
-Each run is `modeldeck bench --progress-jsonl` in a child process: the load generator then never competes with the
-gateway for this interpreter's lock, and a cancel is a signal to one process group. The child's JSON lines become
-the run's state, published as `bench` events (progress a few times a second, every level and the end at once).
-The run's state changes only on the event loop.
+Each run is `modeldeck bench --progress-jsonl` in a child process (app.service.jobs.child_jobs): the load generator
+then never competes with the gateway for this interpreter's lock, and a cancel is a signal to one process group.
+The child's JSON lines become the run's state, published as `bench` events (progress a few times a second, every
+level and the end at once).
 """
 
 from __future__ import annotations
 
-import asyncio
-import itertools
-import json
 import logging
-import re
 import time
-from collections import deque
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from app.bench.card import BenchCard, LevelResult, compare_rows, with_gains
 from app.bench.prompts import DEFAULT_PROMPT_MODE, DEFAULT_TURNS, MAX_TURNS, PROMPT_MODES, PromptMode
 from app.bench.sweep import SweepOptions, parse_concurrency
+from app.card_files import read_saved_card, saved_cards
 from app.self_command import modeldeck_command
 from app.service.events import EventBus
-from app.service.http.json_body import load_json
-from engines.processes import spawn_engine, stop_process_tree
+from app.service.jobs import child_jobs
+from app.service.jobs.child_jobs import ChildJobs, ChildJobWords, RunState, request_body
 
 log = logging.getLogger("modeldeck.bench")
 
-RunState = Literal["running", "completed", "failed", "cancelled"]
 MAX_PROMPT_TOKENS = 32_768
 MAX_OUTPUT_TOKENS = 8_192
 MAX_REQUESTS = 10_000
@@ -38,28 +33,21 @@ MAX_CONVERSATIONS = 4096
 MAX_SEED = 2**32 - 1
 _FIELDS = {"model", "concurrency", "prompt_tokens", "output_tokens", "requests", "prompt_mode", "prefix_tokens",
            "conversations", "turns", "seed"}  # fmt: skip
-PROGRESS_INTERVAL_S = 0.25
 STOP_GRACE_S = 3.0
-ERROR_LINES = 8  # the child's last lines that are not JSON: what it said when it failed
-MAX_CARDS_LISTED = 500
-_CARD_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
+_WORDS = ChildJobWords("bench", "benchmark", "benchmark", "A benchmark of {model} is already running; cancel it first.",
+                       "No benchmark is running.")  # fmt: skip
 
 
-class BadBenchRequest(Exception):
-    """The request cannot be run as asked; the message says why, `param` names the field."""
-
-    def __init__(self, message: str, param: str | None = None, status: int = 400) -> None:
-        super().__init__(message)
-        self.param = param
-        self.status = status
+class BadBenchRequest(child_jobs.BadJobRequest):
+    """The benchmark cannot be run as asked; the message says why, `param` names the field."""
 
 
-class BenchConflict(Exception):
-    """A run is already going (or none is, for a cancel)."""
+class BenchConflict(child_jobs.JobConflict):
+    """A benchmark is already running (or none is, for a cancel)."""
 
 
-class CardNotFound(Exception):
-    """No saved card has that id."""
+class CardNotFound(child_jobs.JobCardNotFound):
+    """No saved benchmark card has that id."""
 
 
 def _whole(value: Any, name: str, high: int, low: int = 1) -> int:
@@ -92,18 +80,7 @@ class BenchRequest:
 
     @classmethod
     def from_json(cls, raw: bytes, known_models: Collection[str]) -> BenchRequest:
-        try:
-            body = load_json(raw or b"null")
-        except ValueError:
-            raise BadBenchRequest("The body must be JSON.") from None
-        if not isinstance(body, dict):
-            raise BadBenchRequest('The body must be a JSON object such as {"model": "ID", "concurrency": [1, 4]}.')
-        unknown = sorted(set(body) - _FIELDS)
-        if unknown:
-            raise BadBenchRequest(f"Unknown field {unknown[0]!r}.", unknown[0])
-        model = body.get("model")
-        if not isinstance(model, str) or not model:
-            raise BadBenchRequest("`model` is required: a model id from GET /api/models.", "model")
+        body, model = request_body(raw, _FIELDS, '{"model": "ID", "concurrency": [1, 4]}', BadBenchRequest)
         if model not in known_models:
             raise BadBenchRequest(
                 f"Unknown model {model!r}. Known models: {', '.join(sorted(known_models)) or 'none'}.", "model", 404
@@ -202,75 +179,15 @@ class BenchRun:
         }  # fmt: skip
 
 
-class BenchRuns:
+class BenchRuns(ChildJobs[BenchRequest, BenchRun]):
     """The benchmark runs of this service: at most one running; saved cards listed and read from `bench_dir`."""
 
     def __init__(self, bus: EventBus, bench_dir: Path) -> None:
-        self._bus = bus
+        super().__init__(bus, BenchRun, _WORDS, BenchConflict, log, STOP_GRACE_S)
         self._bench_dir = bench_dir
-        self._ids = itertools.count(1)
-        self._run: BenchRun | None = None
-        self._process: asyncio.subprocess.Process | None = None
-        self._task: asyncio.Task[None] | None = None
-        self._last_published = 0.0
 
-    @property
-    def current(self) -> BenchRun | None:
-        """The running run, else the last one (None before the first)."""
-        return self._run
-
-    async def start(self, request: BenchRequest) -> BenchRun:
-        if self._run is not None and self._run.state == "running":
-            raise BenchConflict(f"A benchmark of {self._run.request.model} is already running; cancel it first.")
-        run = BenchRun(f"bench-{next(self._ids)}", request)
-        process, _ = await spawn_engine(request.argv(), {}, run.id, whole_environment=True)  # ModelDeck's own
-        self._run, self._process = run, process
-        self._task = asyncio.create_task(self._follow(run, process))
-        self._publish(run)
-        log.info("benchmark %s of %s started (pid %s)", run.id, request.model, process.pid)
-        return run
-
-    async def cancel(self) -> BenchRun:
-        run, process, task = self._run, self._process, self._task
-        if run is None or run.state != "running" or process is None or task is None:
-            raise BenchConflict("No benchmark is running.")
-        run.state, run.phase = "cancelled", "cancelled"  # before the child ends, so its exit is not a failure
-        # SIGTERM ends the child at once: its connections close, and the gateway cancels their requests upstream.
-        await stop_process_tree(process, STOP_GRACE_S)
-        await task
-        return run
-
-    async def stop(self) -> None:
-        """Cancel a running benchmark (the service is stopping)."""
-        if self._run is not None and self._run.state == "running":
-            await self.cancel()
-
-    async def _follow(self, run: BenchRun, process: asyncio.subprocess.Process) -> None:
-        said: deque[str] = deque(maxlen=ERROR_LINES)
-        assert process.stdout is not None  # spawn_engine pipes it
-        try:
-            async for raw in process.stdout:
-                line = raw.decode("utf-8", errors="replace").strip()
-                event = _event(line)
-                if event is None:
-                    if line:
-                        said.append(line)
-                    continue
-                if run.state == "running":
-                    self._apply(run, event)
-        except ValueError:  # a line over the stream's limit: nothing this program prints
-            said.append("The benchmark process wrote a line too long to read; it was stopped.")
-            await stop_process_tree(process, STOP_GRACE_S)
-        code = await process.wait()
-        if run.state == "running":
-            if run.card_id is not None:
-                run.state, run.phase = "completed", "completed"  # exit 1 only says some requests failed
-            else:
-                run.state, run.phase = "failed", "failed"
-                run.error = "\n".join(said) or f"The benchmark process exited with code {code}."
-        run.finished = time.time()
-        self._publish(run)
-        log.info("benchmark %s %s", run.id, run.state)
+    def _end(self, run: BenchRun, state: RunState) -> None:
+        run.state, run.phase = state, state
 
     def _apply(self, run: BenchRun, event: dict[str, Any]) -> None:
         try:
@@ -297,53 +214,24 @@ class BenchRuns:
             run.card_id = str(event["id"])
         self._publish(run)
 
-    def _publish(self, run: BenchRun, throttled: bool = False) -> None:
-        now = time.monotonic()
-        if throttled and now - self._last_published < PROGRESS_INTERVAL_S:
-            return
-        self._last_published = now
-        self._bus.publish({"type": "bench", "run": run.to_dict()})
-
     # Saved cards (blocking: file reads; call on a thread) ----------------------------------------------------
 
     def cards(self) -> list[dict[str, Any]]:
         """The saved cards, newest first, each as a one-line summary."""
-        paths = sorted(self._bench_dir.glob("*.json"), reverse=True) if self._bench_dir.is_dir() else []
-        summaries = []
-        for path in paths[:MAX_CARDS_LISTED]:
-            try:
-                card = BenchCard.from_dict(json.loads(path.read_text(encoding="utf-8")))
-            except (OSError, ValueError, KeyError, TypeError) as exc:
-                log.warning("skipping unreadable benchmark card %s: %s", path.name, exc)
-                continue
-            summaries.append(_summary(card))
-        return summaries
+        return [_summary(card) for card in saved_cards(self._bench_dir, BenchCard.from_dict, skipped=_skipped)]
 
     def card(self, card_id: str) -> BenchCard:
-        if not _CARD_ID.fullmatch(card_id):
-            raise BadBenchRequest(f"Not a card id: {card_id!r}.", "id")
-        path = self._bench_dir / f"{card_id}.json"
-        try:
-            text = path.read_text(encoding="utf-8")
-        except FileNotFoundError:
-            raise CardNotFound(f"No benchmark card {card_id!r}.") from None
-        try:
-            return BenchCard.from_dict(json.loads(text))
-        except (ValueError, KeyError, TypeError) as exc:
-            raise BadBenchRequest(f"The card {card_id!r} cannot be read: {exc}", "id") from None
+        return read_saved_card(
+            self._bench_dir, card_id, BenchCard.from_dict, lambda message: BadBenchRequest(message, "id"),
+            lambda: CardNotFound(f"No benchmark card {card_id!r}."),
+        )  # fmt: skip
 
     def compare(self, first: str, second: str) -> list[tuple[str, str, str]]:
         return compare_rows(self.card(first), self.card(second))
 
 
-def _event(line: str) -> dict[str, Any] | None:
-    if not line.startswith("{"):
-        return None
-    try:
-        event = json.loads(line)
-    except ValueError:
-        return None
-    return event if isinstance(event, dict) and "type" in event else None
+def _skipped(path: Path, exc: Exception) -> None:
+    log.warning("skipping unreadable benchmark card %s: %s", path.name, exc)
 
 
 def _summary(card: BenchCard) -> dict[str, Any]:
