@@ -83,6 +83,6 @@ def test_engines_build_llama_perplexity_builds_the_tools_with_a_progress_bar(tmp
         capture_output=True, text=True, timeout=300, cwd=REPO, env=env, check=False,
     )  # fmt: skip
     assert built.returncode == 0, built.stderr
-    assert "[" + "#" * 30 + "] 100% done" in built.stderr
+    assert "[" + "#" * 30 + "] 100.0% done" in built.stderr
     folder = installed_tools(dest)[0].folder
     assert f"built {folder}" in built.stdout
