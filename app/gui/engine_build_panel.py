@@ -63,6 +63,7 @@ class EngineBuildPanel(QWidget):
         self.intro_label.setTextFormat(Qt.TextFormat.PlainText)
         self.intro_label.setAccessibleName("Missing engine")
         self.build_button = QPushButton()
+        self.build_button.setAccessibleName("Build the missing engine")
         self.cancel_button = QPushButton("Cancel")
         self.cancel_button.setAccessibleName("Cancel the engine build")
         self.progress_bar = QProgressBar()

@@ -112,7 +112,7 @@ class HubModelPanel(QWidget):
                 cell(size_text(variant["size"]), align_right=True),
                 cell(str(len(variant["files"])), align_right=True),
                 _fit_cell(variant["fit"]),
-                cell(loss_text(variant["quality_loss"])),
+                cell(loss_text(variant.get("quality_loss"))),
             ]
             for column, item in enumerate(items):
                 if mark:

@@ -70,13 +70,16 @@ class QualityPanel(QWidget):
         self.tokens_spin.setRange(MIN_TOKENS, MAX_TOKENS)
         self.tokens_spin.setValue(4096)
         self.run_button = QPushButton("Measure quality")
+        self.run_button.setAccessibleName("Measure quality")
         self.cancel_button = QPushButton("Cancel")
+        self.cancel_button.setAccessibleName("Cancel the quality run")
         self.progress_bar = QProgressBar()
         self.progress_bar.setRange(0, PROGRESS_STEPS)
         self.status_label = QLabel("Measures each variant of a model against its most precise one (llama.cpp).")
         self.status_label.setWordWrap(True)
         self.cards_table = _table(list(CARD_COLUMNS), multi=True)
         self.compare_button = QPushButton("Compare the two selected quality cards")
+        self.compare_button.setAccessibleName("Compare the two selected quality cards")
         self.compare_table = _table(["", "A", "B"], multi=False)
         for widget, name in (
             (self.model_combo, "Model to measure"), (self.tokens_spin, "Tokens of text to score"),
