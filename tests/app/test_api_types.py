@@ -4,7 +4,6 @@ recommendations) checked key by key and value by value against the TypedDicts th
 
 from __future__ import annotations
 
-import threading
 import types
 import typing
 from collections.abc import Iterator
@@ -48,6 +47,7 @@ from app.client import ControlClient, ControlError
 from app.hub.library import BUNDLED_ID
 from app.paths import AppPaths
 from engines.states import ACTIVE_STATES, EngineState
+from tests.support.events import EventRecorder
 from tests.support.hub_server import FakeHub, add_repo
 from tests.support.newer_service import UNKNOWN_STATE, newer_service
 from tests.support.service import RunningService, start_service_process, stop_service_process, wait_for
@@ -170,27 +170,6 @@ def test_the_checker_finds_what_drifted() -> None:
 
 
 # A real service --------------------------------------------------------------------------------------------------
-
-
-class EventRecorder:
-    """Every event of the real stream, read on a thread."""
-
-    def __init__(self, client: ControlClient) -> None:
-        self.events: list[ServiceEvent] = []
-        self._stream = client.events()
-        self._thread = threading.Thread(target=self._read, daemon=True)
-        self._thread.start()
-
-    def _read(self) -> None:
-        for event in self._stream:
-            self.events.append(event)
-
-    def of_type(self, kind: str) -> list[ServiceEvent]:
-        return [event for event in list(self.events) if event["type"] == kind]
-
-    def close(self) -> None:
-        self._stream.close()
-        self._thread.join(10)
 
 
 @pytest.fixture

@@ -3,7 +3,6 @@ a sweep through the control API with progress events and a complete card, cancel
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -15,6 +14,7 @@ import pytest
 from app.client import ControlClient, ControlError
 from app.hub.library import BUNDLED_ID
 from app.paths import AppPaths
+from tests.support.events import EventRecorder
 from tests.support.service import RunningService, start_service_process, stop_service_process, wait_for
 
 RUN_TIMEOUT_S = 600.0  # a busy 2-core machine decodes the bundled model at 0.5-2 tokens/s
@@ -31,31 +31,10 @@ def wait_for_run(client: ControlClient, done: Any, timeout_s: float = RUN_TIMEOU
     raise AssertionError(f"the benchmark did not get there in {timeout_s:.0f} s: {client.bench()['run']}")
 
 
-class EventRecorder:
-    """The service's `bench` events, read on a thread from the real event stream."""
-
-    def __init__(self, client: ControlClient) -> None:
-        self.runs: list[dict[str, Any]] = []
-        self.subscribed = threading.Event()  # set on the snapshot, which the service sends once it has subscribed
-        self._stream = client.events()
-        self._thread = threading.Thread(target=self._read, daemon=True)
-        self._thread.start()
-
-    def _read(self) -> None:
-        for event in self._stream:
-            self.subscribed.set()
-            if event.get("type") == "bench":
-                self.runs.append(event["run"])
-
-    def close(self) -> None:
-        self._stream.close()
-        self._thread.join(10)
-
-
 @pytest.fixture
 def events(service: RunningService) -> Iterator[EventRecorder]:
-    recorder = EventRecorder(service.client)
-    assert recorder.subscribed.wait(30), "the event stream did not open"  # before the run starts
+    recorder = EventRecorder(service.client, "bench")
+    assert recorder.opened.wait(30), "the event stream did not open"  # before the run starts
     yield recorder
     recorder.close()
 
@@ -102,8 +81,9 @@ def test_a_sweep_through_the_api_saves_a_complete_card(
     assert listed[0]["best_output_tokens_per_s"] == max(level["output_tokens_per_s"] for level in card["results"])
 
     # Progress came live: requests of each level counted up, then every level, then the card.
-    wait_for(lambda: events.runs and events.runs[-1]["state"] == "completed", 30, "the completed run's event")
-    states = events.runs
+    wait_for(lambda: events.values("run") and events.values("run")[-1]["state"] == "completed", 30,
+             "the completed run's event")  # fmt: skip
+    states = events.values("run")
     assert states[0]["state"] == "running" and states[-1]["state"] == "completed"
     assert any(s["phase"] == "warmup" for s in states)
     assert any(s["phase"] == "level" and 0 < s["fraction"] < 1 for s in states)

@@ -7,9 +7,6 @@ that leaves no process, bad requests refused with a reason."""
 from __future__ import annotations
 
 import contextlib
-import io
-import tarfile
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -24,47 +21,12 @@ from app.paths import AppPaths
 from app.service.jobs.engine_builds import SDIST_ENV
 from engines.llama_server import installed_builds
 from tests.app.test_api_types import assert_event_fits, assert_fits
-from tests.app.test_llama_server_build import tiny_project
+from tests.app.test_llama_server_build import sdist_of, tiny_project
+from tests.support.events import EventRecorder
 from tests.support.service import RunningService, start_service_process, stop_service_process, wait_for
 
 BUILD_TIMEOUT_S = 300.0  # the tiny project builds in seconds; a busy 2-core machine is slower
 SLOW_STEP = "add_custom_target(slow COMMAND ${CMAKE_COMMAND} -E sleep 120)\nadd_dependencies(llama-server slow)\n"
-
-
-def sdist_of(project: Path, folder: Path, version: str = "9.9.9") -> Path:
-    """`project` laid out as llama-cpp-python's sdist: vendor/llama.cpp and a PKG-INFO with the version."""
-    sdist = folder / f"llama_cpp_python-{version}.tar.gz"
-    top = f"llama_cpp_python-{version}"
-    with tarfile.open(sdist, "w:gz") as archive:
-        archive.add(project, arcname=f"{top}/vendor/llama.cpp")
-        info = f"Metadata-Version: 2.1\nName: llama_cpp_python\nVersion: {version}\n".encode()
-        entry = tarfile.TarInfo(f"{top}/PKG-INFO")
-        entry.size = len(info)
-        archive.addfile(entry, io.BytesIO(info))
-    return sdist
-
-
-class BuildEvents:
-    """The service's `engine_build` events, read on a thread from the real event stream."""
-
-    def __init__(self, client: ControlClient) -> None:
-        self.builds: list[dict[str, Any]] = []
-        self.events: list[Any] = []  # as they came, checked against their type on the test's thread
-        self._stream = client.events()
-        self.opened = threading.Event()
-        self._thread = threading.Thread(target=self._read, daemon=True)
-        self._thread.start()
-
-    def _read(self) -> None:
-        for event in self._stream:
-            self.opened.set()  # the snapshot came: the stream is open
-            if event.get("type") == "engine_build":
-                self.builds.append(dict(event["build"]))
-                self.events.append(event)
-
-    def close(self) -> None:
-        self._stream.close()
-        self._thread.join(10)
 
 
 def build_service(paths: AppPaths, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, extra: str = "") -> RunningService:
@@ -104,7 +66,7 @@ def test_a_build_publishes_progress_and_the_next_recommendation_uses_it(
     # Asked before the build: the service detects llama-server missing and keeps that answer for minutes.
     assert not client.about()["engines"]["llama-server"]["installed"]
     assert client.recommend(BUNDLED_ID, "serve", 3)["best"]["engine"] == "llama-cpp-python"  # type: ignore[index]
-    events = BuildEvents(client)
+    events = EventRecorder(client, "engine_build")
     try:
         assert events.opened.wait(30)
         started = client.start_engine_build("llama-server")
@@ -114,7 +76,9 @@ def test_a_build_publishes_progress_and_the_next_recommendation_uses_it(
             client.start_engine_build("llama-server")
         assert busy.value.status == 409 and "already going" in str(busy.value)
         build = finished(client)
-        wait_for(lambda: events.builds and events.builds[-1]["state"] != "running", 30, "the last event")
+        wait_for(
+            lambda: events.values("build") and events.values("build")[-1]["state"] != "running", 30, "the last event"
+        )
     finally:
         events.close()
     assert build["state"] == "completed", build
@@ -123,11 +87,11 @@ def test_a_build_publishes_progress_and_the_next_recommendation_uses_it(
     assert [b.executable for b in installed_builds(paths.engine_builds)] == [executable]
     assert build["log_path"] and "Building C object" in Path(build["log_path"]).read_text()
     # Progress: the steps in order, the percent rising to 100, the last event the completed build.
-    percents = [b["percent"] for b in events.builds]
+    percents = [b["percent"] for b in events.values("build")]
     assert percents == sorted(percents) and percents[-1] == 100
-    steps = [b["step"] for b in events.builds]
+    steps = [b["step"] for b in events.values("build")]
     assert steps.index("configuring") < steps.index("compiling") < len(steps) - 1
-    assert events.builds[-1] == build
+    assert events.values("build")[-1] == build
     for event in events.events:
         assert_event_fits(event)
     # The advisor's engine detections were refreshed: the new llama-server is seen at once, and recommended.

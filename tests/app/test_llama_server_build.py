@@ -51,9 +51,13 @@ def tiny_project(root: Path, main_c: str = MAIN_C, extra: str = "") -> Path:
 
 
 def tiny_sdist(tmp_path: Path, version: str = "9.9.9") -> Path:
-    """The tiny project laid out as llama-cpp-python's sdist: vendor/llama.cpp and a PKG-INFO with the version."""
-    project = tiny_project(tmp_path / "project")
-    sdist = tmp_path / f"llama_cpp_python-{version}.tar.gz"
+    """The tiny project laid out as llama-cpp-python's sdist."""
+    return sdist_of(tiny_project(tmp_path / "project"), tmp_path, version)
+
+
+def sdist_of(project: Path, folder: Path, version: str = "9.9.9") -> Path:
+    """`project` laid out as llama-cpp-python's sdist: vendor/llama.cpp and a PKG-INFO with the version."""
+    sdist = folder / f"llama_cpp_python-{version}.tar.gz"
     top = f"llama_cpp_python-{version}"
     with tarfile.open(sdist, "w:gz") as archive:
         archive.add(project, arcname=f"{top}/vendor/llama.cpp")

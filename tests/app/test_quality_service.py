@@ -4,42 +4,20 @@ no process; one run at a time; bad requests refused with a reason."""
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import psutil
 import pytest
 
-from app.client import ControlClient, ControlError
+from app.client import ControlError
 from app.hub.library import BUNDLED_ID
 from app.paths import AppPaths
+from tests.support.events import EventRecorder
 from tests.support.quality_tools import Q2_K, Q4_0, TOKENS
 from tests.support.service import RunningService, start_service_process, stop_service_process, wait_for
 
 RUN_TIMEOUT_S = 600.0
-
-
-class QualityEvents:
-    """The service's `quality` events, read on a thread from the real event stream."""
-
-    def __init__(self, client: ControlClient) -> None:
-        self.runs: list[dict[str, Any]] = []
-        self._stream = client.events()
-        self.opened = threading.Event()
-        self._thread = threading.Thread(target=self._read, daemon=True)
-        self._thread.start()
-
-    def _read(self) -> None:
-        for event in self._stream:
-            self.opened.set()  # the snapshot came: the stream is open
-            if event.get("type") == "quality":
-                self.runs.append(event["run"])
-
-    def close(self) -> None:
-        self._stream.close()
-        self._thread.join(10)
 
 
 @pytest.fixture
@@ -63,7 +41,7 @@ def perplexity_processes(service: RunningService) -> list[psutil.Process]:
 
 def test_a_run_through_the_api_publishes_progress_and_saves_a_card(quality_service: RunningService) -> None:
     client = quality_service.client
-    events = QualityEvents(client)
+    events = EventRecorder(client, "quality")
     try:
         assert events.opened.wait(30)
         started = client.start_quality(BUNDLED_ID, tokens=int(TOKENS))
@@ -79,10 +57,12 @@ def test_a_run_through_the_api_publishes_progress_and_saves_a_card(quality_servi
             Q4_0,
             Q2_K,
         }
-        wait_for(lambda: events.runs and events.runs[-1]["state"] == "completed", 30, "the last event")
+        wait_for(
+            lambda: events.values("run") and events.values("run")[-1]["state"] == "completed", 30, "the last event"
+        )
     finally:
         events.close()
-    steps = [r["step"] for r in events.runs]
+    steps = [r["step"] for r in events.values("run")]
     assert steps == sorted(steps) and max(steps) == 2, "one step per variant, in order"
     listed = client.quality()["cards"]
     assert [c["id"] for c in listed] == [run["card_id"]]

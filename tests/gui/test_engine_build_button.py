@@ -23,8 +23,8 @@ from app.hub.library import BUNDLED_ID
 from app.paths import AppPaths
 from app.service.jobs.engine_builds import SDIST_ENV
 from engines.llama_server import installed_builds
-from tests.app.test_engine_build_service import SLOW_STEP, sdist_of
-from tests.app.test_llama_server_build import tiny_project
+from tests.app.test_engine_build_service import SLOW_STEP
+from tests.app.test_llama_server_build import sdist_of, tiny_project
 
 ANSWER_TIMEOUT_MS = 30_000
 BUILD_TIMEOUT_MS = 300_000
