@@ -412,12 +412,12 @@ class EngineManager:
         if overrides is not None and overrides.engine:
             engine_name = overrides.engine
         else:
-            engine_name = await asyncio.to_thread(self._default_gguf_engine, spec.engine)
+            engine_name = await asyncio.to_thread(self.default_gguf_engine, spec.engine)
         installation = await asyncio.to_thread(self.engines[engine_name].detect)
         if not installation.installed:
             self._refuse(model_id, f"{engine_name} cannot run here: {installation.detail}")
             return None
-        plan = await self._offloaded(default_plan(model_id, info, engine_name), info, engine_name)
+        plan = await asyncio.to_thread(self.default_gguf_plan, model_id, info, engine_name)
         if overrides is not None:
             try:
                 plan = overrides.apply(plan, info.context_length)
@@ -427,17 +427,19 @@ class EngineManager:
             plan = replace(plan, spin_wait=spin_wait_fits(plan.threads))  # the threads asked for may differ
         return _Prepared(plan, engine_name, self._footprint(spec, info, plan, engine_name), info=info)
 
-    async def _offloaded(self, plan: LaunchPlan, info: GGUFInfo, engine_name: str) -> LaunchPlan:
-        """`plan` with as many layers on this machine's GPU as fit, where the engine's build has a GPU backend."""
+    def default_gguf_plan(self, model_id: str, info: GGUFInfo, engine_name: str) -> LaunchPlan:
+        """The plan of a start that names no parameters: the CPU defaults, with as many layers on this machine's
+        GPU as fit where the engine's build has a GPU backend (blocking: it asks the engine and the hardware)."""
+        plan = default_plan(model_id, info, engine_name)
         engine = self.engines[engine_name]
-        if not isinstance(engine, OffloadingEngine) or not await asyncio.to_thread(engine.gpu_offload):
+        if not isinstance(engine, OffloadingEngine) or not engine.gpu_offload():
             return plan
-        hardware = await asyncio.to_thread(self._hardware)
+        hardware = self._hardware()
         server = engine_name == LLAMA_SERVER
         layers = gpu_layers_that_fit(hardware, facts_from_gguf(info), plan.context_length, plan.parallel, server)
         return replace(plan, gpu_layers=layers)
 
-    def _default_gguf_engine(self, engine_name: str) -> str:
+    def default_gguf_engine(self, engine_name: str) -> str:
         """llama-server in place of llama-cpp-python where it is installed: its slots serve several clients at once,
         each keeping its prompt cache (blocking: it runs `llama-server --version`)."""
         server = self.engines.get(LLAMA_SERVER)

@@ -16,7 +16,6 @@ from typing import Any
 
 import psutil
 
-from app.planner.defaults import LLAMA_CPP_PYTHON, LLAMA_SERVER, default_plan
 from app.planner.facts import facts_from_gguf
 from app.planner.memory import MissingFacts, plan_memory
 from app.service.control.advisor import Advisor
@@ -141,11 +140,11 @@ class ModelSettingsRoutes:
             raise _NotPlannable(422, f"Cannot read {spec.path}: {exc.strerror or exc}", "model_unreadable") from None
         wanted = overrides or PlanOverrides()
         wanted.check_context(info.context_length)
-        engine_name = wanted.engine or self._default_engine(spec.engine)
+        engine_name = wanted.engine or self._manager.default_gguf_engine(spec.engine)
         installation = self._manager.engines[engine_name].detect()
         if wanted.engine is not None and not installation.installed:
             raise BadOverrides(f"{engine_name} cannot run here: {installation.detail}", "engine")
-        plan = wanted.apply(default_plan(model_id, info, engine_name), info.context_length)
+        plan = wanted.apply(self._manager.default_gguf_plan(model_id, info, engine_name), info.context_length)
         facts = facts_from_gguf(info)
         try:
             predicted = plan_memory(engine_name, facts, plan)
@@ -172,13 +171,6 @@ class ModelSettingsRoutes:
                 "engine": installed,
             },
         }
-
-    def _default_engine(self, library_engine: str) -> str:
-        """As the manager chooses: llama-server in place of llama-cpp-python where it is installed."""
-        server = self._manager.engines.get(LLAMA_SERVER)
-        if library_engine == LLAMA_CPP_PYTHON and server is not None and server.detect().installed:
-            return LLAMA_SERVER
-        return library_engine
 
 
 __all__ = ["ModelSettingsRoutes"]
