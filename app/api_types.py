@@ -73,8 +73,8 @@ class LaunchRecord(TypedDict):
     env: dict[str, str]  # what the service added to the environment, secrets redacted
 
 
-class StartupRecord(TypedDict):
-    """What vLLM said while starting (None until said), and the facts in words."""
+class StartupFacts(TypedDict):
+    """What vLLM said while starting; None until said."""
 
     kv_cache_tokens: int | None
     max_concurrency: float | None
@@ -83,6 +83,11 @@ class StartupRecord(TypedDict):
     model_load_s: float | None
     kv_cache_bytes: int | None
     init_engine_s: float | None
+
+
+class StartupRecord(StartupFacts):
+    """The start-up facts so far, and the same in words."""
+
     summary: list[str]
 
 
@@ -696,18 +701,11 @@ class LogEvent(TypedDict):
     line: str
 
 
-class StartupEvent(TypedDict):
-    """vLLM said more about its start: the StartupRecord's facts so far (without the summary)."""
+class StartupEvent(StartupFacts):
+    """vLLM said more about its start: its facts so far (the record's, without the summary)."""
 
     type: Literal["startup"]
     model_id: str
-    kv_cache_tokens: int | None
-    max_concurrency: float | None
-    concurrency_length: int | None
-    model_load_bytes: int | None
-    model_load_s: float | None
-    kv_cache_bytes: int | None
-    init_engine_s: float | None
 
 
 class DownloadEvent(TypedDict):
@@ -875,6 +873,7 @@ __all__ = [
     "SettingsFree",
     "SnapshotEvent",
     "StartupEvent",
+    "StartupFacts",
     "StartupRecord",
     "TlsRecord",
     "TokenPresence",
