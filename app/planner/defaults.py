@@ -35,13 +35,27 @@ def logical_cores() -> int:
     return psutil.cpu_count(logical=True) or os.cpu_count() or 1
 
 
-def spin_wait_fits(threads: int, load: float | None = None) -> bool:
+# How long the machine's CPU use is sampled before an engine starts: long enough to see work that holds a core,
+# short beside the engine's own start.
+BUSY_SAMPLE_S = 0.5
+
+
+def busy_cores(sample_s: float = BUSY_SAMPLE_S) -> float:
+    """Cores' worth of work this machine is doing now, measured over `sample_s` (blocking).
+
+    Not the load average: its one-minute memory still counts work that has just ended (a download, the engine a
+    restart replaces, a benchmark's previous round), and an engine started idle after it waited passively,
+    at 41-45 tokens/s instead of 113 (llama-server, bundled model, tests/bench/engine_defaults.py)."""
+    return psutil.cpu_percent(interval=sample_s) / 100 * logical_cores()
+
+
+def spin_wait_fits(threads: int, busy: float | None = None) -> bool:
     """Whether the engine's threads may spin while they wait for each other (engines.base.openmp_wait_env): only
-    where each of them finds a core free of other work. `load`: the one-minute load average, read now when None;
-    half a core of background work is tolerated."""
-    if load is None:
-        load = psutil.getloadavg()[0]
-    return load + threads <= logical_cores() + 0.5
+    where each of them finds a core free of other work. `busy`: cores' worth of other work, sampled now when
+    None (busy_cores); half a core of background work is tolerated."""
+    if busy is None:
+        busy = busy_cores()
+    return busy + threads <= logical_cores() + 0.5
 
 
 def prompt_cache_state_bytes(facts: ModelFacts, context: int, batch: int) -> int | None:
@@ -66,9 +80,9 @@ def prompt_cache_bytes(facts: ModelFacts, context: int, batch: int, room: int | 
 
 
 def default_plan(
-    model_id: str, info: GGUFInfo, engine: str = LLAMA_CPP_PYTHON, load: float | None = None
+    model_id: str, info: GGUFInfo, engine: str = LLAMA_CPP_PYTHON, busy: float | None = None
 ) -> LaunchPlan:
-    """A plan for serving a GGUF model on the CPU with `engine`; `load` as for spin_wait_fits (None: read now).
+    """A plan for serving a GGUF model on the CPU with `engine`; `busy` as for spin_wait_fits (None: sampled now).
 
     One thread per physical core: llama-cpp-python's own default, half the logical CPUs, is one thread on 2 cores
     and costs 1.6-1.9x; on a busy machine one thread was no better than two with passive waits (10.9 against 20.5
@@ -82,7 +96,7 @@ def default_plan(
         model_path=info.path,
         context_length=context,
         threads=threads,
-        spin_wait=spin_wait_fits(threads, load),
+        spin_wait=spin_wait_fits(threads, busy),
         batch_size=DEFAULT_BATCH,
         gpu_layers=0,
         parallel=DEFAULT_SLOTS if server else 1,

@@ -19,7 +19,14 @@ from app.hardware.profile import HardwareProfile
 from app.hub.library import ModelSpec
 from app.paths import AppPaths
 from app.planner.calibration import CalibrationStore
-from app.planner.defaults import DEFAULT_CONTEXT, LLAMA_CPP_PYTHON, LLAMA_SERVER, default_plan, spin_wait_fits
+from app.planner.defaults import (
+    DEFAULT_CONTEXT,
+    LLAMA_CPP_PYTHON,
+    LLAMA_SERVER,
+    busy_cores,
+    default_plan,
+    spin_wait_fits,
+)
 from app.planner.facts import facts_from_gguf
 from app.planner.memory import MissingFacts, llama_cpp_memory, plan_memory
 from app.planner.recommend import gpu_layers_that_fit
@@ -417,20 +424,24 @@ class EngineManager:
         if not installation.installed:
             self._refuse(model_id, f"{engine_name} cannot run here: {installation.detail}")
             return None
-        plan = await asyncio.to_thread(self.default_gguf_plan, model_id, info, engine_name)
+        busy = await asyncio.to_thread(busy_cores)
+        plan = await asyncio.to_thread(self.default_gguf_plan, model_id, info, engine_name, busy)
         if overrides is not None:
             try:
                 plan = overrides.apply(plan, info.context_length)
             except BadOverrides as exc:  # checked before the start; the file changed since
                 self._refuse(model_id, str(exc))
                 return None
-            plan = replace(plan, spin_wait=spin_wait_fits(plan.threads))  # the threads asked for may differ
+            plan = replace(plan, spin_wait=spin_wait_fits(plan.threads, busy))  # the threads asked for may differ
         return _Prepared(plan, engine_name, self._footprint(spec, info, plan, engine_name), info=info)
 
-    def default_gguf_plan(self, model_id: str, info: GGUFInfo, engine_name: str) -> LaunchPlan:
+    def default_gguf_plan(
+        self, model_id: str, info: GGUFInfo, engine_name: str, busy: float | None = None
+    ) -> LaunchPlan:
         """The plan of a start that names no parameters: the CPU defaults, with as many layers on this machine's
-        GPU as fit where the engine's build has a GPU backend (blocking: it asks the engine and the hardware)."""
-        plan = default_plan(model_id, info, engine_name)
+        GPU as fit where the engine's build has a GPU backend (blocking: it asks the engine and the hardware, and
+        samples the machine's CPU use unless `busy` says it, as for spin_wait_fits)."""
+        plan = default_plan(model_id, info, engine_name, busy)
         engine = self.engines[engine_name]
         if not isinstance(engine, OffloadingEngine) or not engine.gpu_offload():
             return plan

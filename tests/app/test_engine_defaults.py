@@ -4,12 +4,21 @@ one), one thread per physical core, and the wait policy reaching both llama.cpp 
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import psutil
 import pytest
 
-from app.planner.defaults import DEFAULT_SLOTS, default_plan, logical_cores, physical_cores, spin_wait_fits
+from app.planner.defaults import (
+    DEFAULT_SLOTS,
+    busy_cores,
+    default_plan,
+    logical_cores,
+    physical_cores,
+    spin_wait_fits,
+)
 from engines.gguf import read_gguf_info
 from engines.llama_cpp import LlamaCppPythonEngine
 from engines.llama_server import LlamaServerEngine
@@ -17,23 +26,39 @@ from engines.llama_server import LlamaServerEngine
 
 def test_threads_spin_only_where_each_finds_a_free_core() -> None:
     cores = logical_cores()
-    assert spin_wait_fits(1, load=cores - 1.5)
-    assert spin_wait_fits(1, load=cores - 0.5)  # half a core of background work is tolerated
-    assert not spin_wait_fits(1, load=cores - 0.4)
-    assert not spin_wait_fits(cores, load=1.0)  # one busy core: a peer of the engine's would wait for it
+    assert spin_wait_fits(1, busy=cores - 1.5)
+    assert spin_wait_fits(1, busy=cores - 0.5)  # half a core of background work is tolerated
+    assert not spin_wait_fits(1, busy=cores - 0.4)
+    assert not spin_wait_fits(cores, busy=1.0)  # one busy core: a peer of the engine's would wait for it
 
 
-def test_without_a_load_given_the_plan_reads_the_machines(bundled_gguf: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_without_a_figure_given_the_plan_samples_the_machine_now(
+    bundled_gguf: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What the CPU does now decides, not the load average (which still counts work that has just ended)."""
     info = read_gguf_info(bundled_gguf)
-    monkeypatch.setattr(psutil, "getloadavg", lambda: (0.0, 0.0, 0.0))
+    monkeypatch.setattr(psutil, "getloadavg", lambda: (logical_cores() + 1.0,) * 3)  # busy a minute ago
+    monkeypatch.setattr(psutil, "cpu_percent", lambda interval=None, percpu=False: 0.0)
     assert default_plan("m", info).spin_wait is (physical_cores() <= logical_cores())
-    monkeypatch.setattr(psutil, "getloadavg", lambda: (logical_cores() + 1.0, 0.0, 0.0))
+    monkeypatch.setattr(psutil, "cpu_percent", lambda interval=None, percpu=False: 100.0)
     assert default_plan("m", info).spin_wait is False
+
+
+def test_work_spinning_on_every_core_reads_as_busy() -> None:
+    """Real processes holding every core: the sample sees them (whatever else the machine is doing adds to it)."""
+    spinners = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(logical_cores())]
+    try:
+        assert busy_cores() >= logical_cores() - 0.5
+        assert not spin_wait_fits(1)
+    finally:
+        for spinner in spinners:
+            spinner.kill()
+            spinner.wait()
 
 
 def test_the_wait_policy_reaches_both_llama_cpp_engines(bundled_gguf: Path) -> None:
     info = read_gguf_info(bundled_gguf)
-    busy, idle = default_plan("m", info, load=100.0), default_plan("m", info, load=0.0)
+    busy, idle = default_plan("m", info, busy=100.0), default_plan("m", info, busy=0.0)
     assert busy.threads == idle.threads == physical_cores()
     for engine in (LlamaCppPythonEngine(), LlamaServerEngine()):
         assert engine.build_command(busy, 1, "k").env["OMP_WAIT_POLICY"] == "passive"

@@ -81,6 +81,8 @@ CANDIDATES = {
         Candidate("ls-b2048", "llama-server", batch=2048),
         Candidate("ls-ub256", "llama-server", flags=("-ub", "256")),
         Candidate("ls-ub128", "llama-server", flags=("-ub", "128")),
+        Candidate("ls-slots4", "llama-server", parallel=4),  # ModelDeck's default slots, for --streams 4
+        Candidate("ls-slots4-c16k", "llama-server", parallel=4, flags=("-c", "16384")),
         Candidate("lcp-default", "llama-cpp-python"),
         Candidate("lcp-omp-unset", "llama-cpp-python", env=_UNSET),
         Candidate("lcp-passive", "llama-cpp-python", env={**_UNSET, "OMP_WAIT_POLICY": "passive"}),
@@ -268,22 +270,26 @@ def main() -> None:
     spec = bundled_model()
     if spec is None or spec.path is None:
         raise SystemExit("needs the bundled model: run installers/test.sh")
-    base = default_plan("m", read_gguf_info(spec.path))
-    print(f"load average before: {load()}; {os.cpu_count()} CPUs; plan threads {base.threads}", flush=True)
+    info = read_gguf_info(spec.path)
+    print(f"load average before: {load()}; {os.cpu_count()} CPUs; plan threads {default_plan('m', info).threads}",
+          flush=True)  # fmt: skip
     results: dict[tuple[str, str], list[Figures]] = {(c, k.name): [] for c in conditions for k in candidates}
     for round_index in range(args.rounds):
         for condition in conditions:
             order = candidates[round_index % len(candidates) :] + candidates[: round_index % len(candidates)]
             with busy(args.busy_workers if condition == "busy" else 0):
                 for candidate in order:
-                    command, env = command_for(candidate, replace(base, context_length=4096), free_loopback_port())
+                    # As the service does at every start: the wait policy from the CPU use sampled now.
+                    base = replace(default_plan("m", info), context_length=4096)
+                    command, env = command_for(candidate, base, free_loopback_port())
                     with running(command, env) as url:
                         figures = measure(url, args.prompt_words, args.max_tokens, args.streams)
                     results[condition, candidate.name].append(figures)
                     many = f", {figures.streams:6.1f} tokens/s over {args.streams}" if figures.streams else ""
                     print(f"round {round_index + 1} {condition:4} {candidate.name:22} TTFT {figures.ttft_ms:7.1f} ms "
                           f"({figures.prompt_tokens} tokens), decode {figures.decode:6.1f} tokens/s{many}  "
-                          f"load {load()}", flush=True)  # fmt: skip
+                          f"load {load()}, default plan {'spins' if base.spin_wait else 'passive'}",
+                          flush=True)  # fmt: skip
     print(f"load average after: {load()}")
     report(results, conditions, candidates, args.streams)
 

@@ -10,11 +10,12 @@ the command ModelDeck would run (the engine's adapter and the default plan at th
 bundled model. Resident memory (RSS of the engine process) is read once it is ready, and again after prompts that
 fill `--fill` of the context, one per slot at once, each with its own start so that no cache serves it: the worst
 case the planner must cover, since that is when the compute buffers are touched. The prediction is what the service
-predicts for that engine and plan (`app.planner.memory.plan_memory`) with the model's built-in runtime figure
-("uncalibrated"), and with the calibration correction learned leave-one-out from the other contexts of the same
-engine and slot count ("calibrated": what a user's second launch would be told). Target: |error| <= 5 % at every
-context, at load and after the prompts. llama-server is found at `--llama-server`, else in
-$MODELDECK_TEST_ENGINES (where installers/test.sh builds it).
+predicts for that engine and plan (`app.planner.memory.plan_memory`; for llama-cpp-python plus the one entry of its
+prompt cache that the run's answer leaves, `prompt_cache_state_bytes`, which the service counts in the plan's cache
+allowance) with the model's built-in runtime figure ("uncalibrated"), and with the calibration correction learned
+leave-one-out from the other contexts of the same engine and slot count ("calibrated": what a user's second launch
+would be told). Target: |error| <= 5 % at every context, at load and after the prompts. llama-server is found at
+`--llama-server`, else in $MODELDECK_TEST_ENGINES (where installers/test.sh builds it).
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ import psutil
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from app.hub.library import BUNDLED_ID, bundled_model
-from app.planner.defaults import default_plan
+from app.planner.defaults import default_plan, prompt_cache_bytes, prompt_cache_state_bytes
 from app.planner.facts import facts_from_gguf
 from app.planner.memory import plan_memory
 from engines.base import Engine, EngineCommand, LaunchPlan
@@ -116,8 +117,14 @@ def measure(engine: Engine, parallel: int, context: int, fill: float, log_dir: P
     spec = bundled_model()
     assert spec is not None and spec.path is not None, "the bundled model is not installed"
     info = read_gguf_info(spec.path)
+    facts = facts_from_gguf(info)
     plan: LaunchPlan = dataclasses.replace(default_plan(BUNDLED_ID, info), context_length=context, parallel=parallel)
-    estimate = plan_memory(engine.name, facts_from_gguf(info), plan)
+    cache_entry = 0
+    if plan.prompt_cache_bytes:  # llama-cpp-python: its prompt cache, sized for this context as a start would
+        plan = dataclasses.replace(plan, prompt_cache_bytes=prompt_cache_bytes(facts, context, plan.batch_size))
+        # the run's answer leaves one entry in it, which the service counts (in the plan's cache allowance)
+        cache_entry = min(prompt_cache_state_bytes(facts, context, plan.batch_size) or 0, plan.prompt_cache_bytes)
+    estimate = plan_memory(engine.name, facts, plan)
     port = free_loopback_port()
     command: EngineCommand = engine.build_command(plan, port, KEY)
     log = (log_dir / f"{engine.name}-p{parallel}-c{context}.log").open("wb")
@@ -149,7 +156,7 @@ def measure(engine: Engine, parallel: int, context: int, fill: float, log_dir: P
         process.wait(timeout=30)
         log.close()
     tokens = sum(count for _, count in prompts)
-    return Point(engine.name, parallel, context, estimate.ram, estimate.ram_at_load, ready, after, tokens)
+    return Point(engine.name, parallel, context, estimate.ram + cache_entry, estimate.ram_at_load, ready, after, tokens)
 
 
 def _report(points: list[Point]) -> float:

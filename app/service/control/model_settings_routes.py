@@ -144,7 +144,9 @@ class ModelSettingsRoutes:
         installation = self._manager.engines[engine_name].detect()
         if wanted.engine is not None and not installation.installed:
             raise BadOverrides(f"{engine_name} cannot run here: {installation.detail}", "engine")
-        plan = wanted.apply(self._manager.default_gguf_plan(model_id, info, engine_name), info.context_length)
+        # The wait policy is chosen when the engine starts and not shown here: no need to sample the machine.
+        default = self._manager.default_gguf_plan(model_id, info, engine_name, busy=0.0)
+        plan = wanted.apply(default, info.context_length)
         facts = facts_from_gguf(info)
         try:
             predicted = plan_memory(engine_name, facts, plan)
