@@ -37,7 +37,7 @@ def logical_cores() -> int:
 
 # How long the machine's CPU use is sampled before an engine starts: long enough to see work that holds a core,
 # short beside the engine's own start.
-BUSY_SAMPLE_S = 0.5
+BUSY_SAMPLE_S = 0.25
 
 
 def busy_cores(sample_s: float = BUSY_SAMPLE_S) -> float:
