@@ -39,19 +39,25 @@ class LaunchPlan:
     parallel: int = 1
     # llama-cpp-python: bytes its RAM prompt cache may hold (the states of recent conversations); 0: no cache
     prompt_cache_bytes: int = 0
-    # llama.cpp engines: OpenMP threads spin a while before they sleep (the runtime's default), or sleep at once
+    # llama.cpp engines: OpenMP threads spin briefly before they sleep (SPIN_COUNT rounds), or sleep at once
     spin_wait: bool = False
+
+
+# Rounds an idle OpenMP thread spins before it sleeps, when the engine may spin (openmp_wait_env).
+SPIN_COUNT = 1000
 
 
 def openmp_wait_env(plan: LaunchPlan) -> dict[str, str]:
     """How llama.cpp's OpenMP threads wait for each other, between the steps of every token and between tokens.
 
-    Spinning (GNU OpenMP's default, 300,000 spins before sleeping) doubles decode on an idle machine: on 2 cores,
-    102-107 tokens/s against 52-55 with passive waits (llama-server, SmolLM2). On a machine whose cores are busy
-    a spinning thread holds the core its descheduled peer needs, and every step waits for the scheduler: there it
-    collapses (0.6-0.9 tokens/s against 20-38 passive, tests/bench/engine_defaults.py; a shorter spin of 10,000
-    collapsed as often). The planner chooses from the machine's load when the engine starts."""
-    return {} if plan.spin_wait else {"OMP_WAIT_POLICY": "passive"}
+    Spinning nearly triples decode on an idle machine: on 2 cores, 128-136 tokens/s against 41-47 with passive
+    waits (llama-server, SmolLM2, tests/bench/engine_defaults.py). GNU OpenMP's default spin (300,000 rounds before
+    sleeping) collapses where the cores are busy, as a spinning thread holds the core its descheduled peer needs:
+    7-25 tokens/s against passive's 34-43 with one busy process per core. A spin bounded to 1,000 rounds keeps the
+    idle speed (132) and beats passive there (54), so an engine started idle survives the machine getting busy
+    later; with two busy processes per core only passive waits hold up (32 against 17.5), so the planner samples
+    the machine when the engine starts (app.planner.defaults.spin_wait_fits) and waits passively where it is busy."""
+    return {"GOMP_SPINCOUNT": str(SPIN_COUNT)} if plan.spin_wait else {"OMP_WAIT_POLICY": "passive"}
 
 
 @dataclass(frozen=True)

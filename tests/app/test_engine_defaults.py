@@ -19,6 +19,7 @@ from app.planner.defaults import (
     physical_cores,
     spin_wait_fits,
 )
+from engines.base import SPIN_COUNT
 from engines.gguf import read_gguf_info
 from engines.llama_cpp import LlamaCppPythonEngine
 from engines.llama_server import LlamaServerEngine
@@ -63,7 +64,8 @@ def test_the_wait_policy_reaches_both_llama_cpp_engines(bundled_gguf: Path) -> N
     for engine in (LlamaCppPythonEngine(), LlamaServerEngine()):
         assert engine.build_command(busy, 1, "k").env["OMP_WAIT_POLICY"] == "passive"
         if idle.spin_wait:
-            assert "OMP_WAIT_POLICY" not in engine.build_command(idle, 1, "k").env
+            spinning = engine.build_command(idle, 1, "k").env
+            assert "OMP_WAIT_POLICY" not in spinning and spinning["GOMP_SPINCOUNT"] == str(SPIN_COUNT)
 
 
 def test_llama_server_gets_its_slots_and_llama_cpp_python_its_cache(bundled_gguf: Path) -> None:

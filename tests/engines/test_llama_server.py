@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from engines.base import LaunchPlan
+from engines.base import SPIN_COUNT, LaunchPlan
 from engines.llama_server import LlamaServerEngine, find_executable, installed_builds
 from engines.metrics import METRICS_CONFIGS, MetricTranslator
 
@@ -116,6 +116,7 @@ def test_the_key_travels_in_the_environment_variable_llama_server_reads() -> Non
     assert command.env["OMP_WAIT_POLICY"] == "passive"
     spinning = LlamaServerEngine().build_command(replace(PLANS["cpu, one slot"], spin_wait=True), 8123, "sekret")
     assert "OMP_WAIT_POLICY" not in spinning.env and spinning.env["LLAMA_API_KEY"] == "sekret"
+    assert spinning.env["GOMP_SPINCOUNT"] == str(SPIN_COUNT)  # bounded: the runtime's own spin collapses when busy
     idle_env = _options()["--cache-idle-slots"]["env"]  # the pinned build's name for it
     assert command.env[idle_env] == "false"  # idle slots keep their KV for the gateway's slot routing
     assert command.secrets == ("sekret",)
