@@ -19,7 +19,14 @@ from app.hardware.profile import HardwareProfile
 from app.hub.library import ModelSpec
 from app.paths import AppPaths
 from app.planner.calibration import CalibrationStore
-from app.planner.defaults import DEFAULT_CONTEXT, LLAMA_CPP_PYTHON, LLAMA_SERVER, default_plan, spin_wait_fits
+from app.planner.defaults import (
+    DEFAULT_CONTEXT,
+    LLAMA_CPP_PYTHON,
+    LLAMA_SERVER,
+    default_plan,
+    default_slots,
+    spin_wait_fits,
+)
 from app.planner.facts import facts_from_gguf
 from app.planner.memory import MissingFacts, llama_cpp_memory, plan_memory
 from app.planner.recommend import gpu_layers_that_fit
@@ -230,8 +237,13 @@ class EngineManager:
         if self.remotes.model(model_id) is not None:
             return None
         record = self._records.get(model_id)
-        plan = record.plan if record else None
-        return plan.context_length if plan else DEFAULT_CONTEXT  # the default plan never uses more
+        plan, info = (record.plan, record.info) if record else (None, None)
+        if plan is None:  # the most a default plan gives one request (llama-server's slots may share more)
+            known = model_id in self.models  # the gateway checks a request before it refuses an unknown model
+            return DEFAULT_CONTEXT * (default_slots(self.engine_name(model_id)) if known else 1)
+        trained = info.context_length if info is not None else None
+        # llama-server lets one slot use the whole shared context, up to the trained context.
+        return min(plan.context_length, trained) if trained else plan.context_length
 
     def chat_template(self, model_id: str) -> str | None:
         record = self._records.get(model_id)
@@ -309,7 +321,10 @@ class EngineManager:
             info = await asyncio.to_thread(read_gguf_info, spec.path)
         except GGUFError:
             return  # the start itself refuses the file, with the reason, as it does without overrides
-        overrides.check_context(info.context_length)
+        engine = overrides.engine
+        if engine is None:
+            engine = await asyncio.to_thread(self.default_gguf_engine, spec.engine)
+        overrides.check_context(info.context_length, overrides.slots(engine))
         if overrides.engine is not None:
             installation = await asyncio.to_thread(self.engines[overrides.engine].detect)
             if not installation.installed:
@@ -417,7 +432,8 @@ class EngineManager:
         if not installation.installed:
             self._refuse(model_id, f"{engine_name} cannot run here: {installation.detail}")
             return None
-        plan = await asyncio.to_thread(self.default_gguf_plan, model_id, info, engine_name)
+        parallel = overrides.parallel if overrides is not None else None
+        plan = await asyncio.to_thread(self.default_gguf_plan, model_id, info, engine_name, parallel)
         if overrides is not None:
             try:
                 plan = overrides.apply(plan, info.context_length)
@@ -427,10 +443,14 @@ class EngineManager:
             plan = replace(plan, spin_wait=spin_wait_fits(plan.threads))  # the threads asked for may differ
         return _Prepared(plan, engine_name, self._footprint(spec, info, plan, engine_name), info=info)
 
-    def default_gguf_plan(self, model_id: str, info: GGUFInfo, engine_name: str) -> LaunchPlan:
-        """The plan of a start that names no parameters: the CPU defaults, with as many layers on this machine's
-        GPU as fit where the engine's build has a GPU backend (blocking: it asks the engine and the hardware)."""
-        plan = default_plan(model_id, info, engine_name)
+    def default_gguf_plan(
+        self, model_id: str, info: GGUFInfo, engine_name: str, parallel: int | None = None
+    ) -> LaunchPlan:
+        """The plan of a start that names no parameters (or only `parallel`, llama-server's slots): the CPU
+        defaults, with as many layers on this machine's GPU as fit at its context (llama-server's: one default
+        context per slot) where the engine's build has a GPU backend (blocking: it asks the engine and the
+        hardware)."""
+        plan = default_plan(model_id, info, engine_name, parallel=parallel)
         engine = self.engines[engine_name]
         if not isinstance(engine, OffloadingEngine) or not engine.gpu_offload():
             return plan
