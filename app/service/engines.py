@@ -98,7 +98,7 @@ class ModelRecord:
     """What the manager knows of one model it serves from here: its supervisor, its current plan and what was
     checked for it, its queue and when it was last used. Created on first use; remote models have none."""
 
-    engine_name: str | None = None  # the engine of its current plan, when it was started (else the library's)
+    engine_name: str | None = None  # the engine of its current plan, once it was started
     supervisor: EngineSupervisor | None = None
     preflight_error: str | None = None  # why its file or plan was refused at the last start
     info: GGUFInfo | None = None
@@ -151,6 +151,10 @@ class EngineManager:
         self.companions = EmbeddingCompanions(self._engine_supervisor, self.internal_key, bus.publish)
         self._companion_stops: set[asyncio.Task[None]] = set()
         self.remotes = RemoteTable()
+        # Whether llama-server was installed at the last detection (None: not detected yet), so that engine_name()
+        # names the engine a start would choose without running `llama-server --version` on the event loop.
+        self._server_installed: bool | None = None
+        self._detections: set[asyncio.Task[None]] = set()
 
     def _record(self, model_id: str) -> ModelRecord:
         record = self._records.get(model_id)
@@ -206,11 +210,20 @@ class EngineManager:
         return record.supervisor if record else None
 
     def engine_name(self, model_id: str) -> str:
-        """The engine that serves the model: the one its last start chose, else the library's."""
+        """The engine that serves the model: the one its last start chose; before its first start, the one a start
+        without parameters would choose (its saved settings' engine, else the default engine for its file), as last
+        detected (detect_engines), so that a JIT start's first request is checked and adapted for the engine that
+        will serve it. Never blocks."""
         record = self._records.get(model_id)
         if record is not None and record.engine_name is not None:
             return record.engine_name
-        return self.models[model_id].engine
+        spec = self.models[model_id]
+        if spec.path is None:  # a remote or an --upstream server (a folder model's engine is never replaced below)
+            return spec.engine
+        saved = self.model_settings.known(model_id)
+        if saved is not None and saved.engine is not None:
+            return saved.engine
+        return self._default_engine_as_detected(spec.engine)
 
     def engine(self, model_id: str) -> Engine:
         return self.engines[self.engine_name(model_id)]
@@ -461,11 +474,35 @@ class EngineManager:
 
     def default_gguf_engine(self, engine_name: str) -> str:
         """llama-server in place of llama-cpp-python where it is installed: its slots serve several clients at once,
-        each keeping its prompt cache (blocking: it runs `llama-server --version`)."""
+        each keeping its prompt cache (blocking: it runs `llama-server --version`; the answer is kept for
+        engine_name)."""
         server = self.engines.get(LLAMA_SERVER)
         if engine_name != LLAMA_CPP_PYTHON or server is None:
             return engine_name
-        return LLAMA_SERVER if server.detect().installed else engine_name
+        self._server_installed = server.detect().installed
+        return self._default_engine_as_detected(engine_name)
+
+    def _default_engine_as_detected(self, engine_name: str) -> str:
+        """default_gguf_engine's answer from the last detection; the library's engine before any."""
+        if engine_name == LLAMA_CPP_PYTHON and LLAMA_SERVER in self.engines and self._server_installed:
+            return LLAMA_SERVER
+        return engine_name
+
+    async def detect_engines(self) -> None:
+        """Detect the default engine and read the saved load settings, off the event loop: at start-up, before
+        anything asks engine_name(), and after an engine was built or installed."""
+
+        def detect() -> None:
+            self.default_gguf_engine(LLAMA_CPP_PYTHON)
+            self.model_settings.get("")  # loads the file, which known() then reads without blocking
+
+        await asyncio.to_thread(detect)
+
+    def engines_changed(self) -> None:
+        """An engine was just built or installed: detect again, in the background (on the event loop)."""
+        detecting = asyncio.create_task(self.detect_engines())
+        self._detections.add(detecting)
+        detecting.add_done_callback(self._detections.discard)
 
     async def _prepare_folder(self, spec: ModelSpec, overrides: PlanOverrides | None) -> _Prepared | None:
         """A safetensors folder for vLLM: planned from its config.json and headers for this machine."""

@@ -1,6 +1,7 @@
 """A model started without parameters where llama-server is built (the test build of installers/test.sh, the bundled
 model, the real service and the official `openai` client): its slots each get a default context, so concurrent
-requests that together outgrow one conversation's context are all served.
+requests that together outgrow one conversation's context are all served; and before its first start the service
+already names llama-server, so that the request that starts it is checked and adapted for llama-server.
 
 Found on an H200: with `-c 4096 --parallel 8 --kv-unified`, 7 of 16 concurrent requests of 576 tokens were answered
 HTTP 500 "Context size has been exceeded"."""
@@ -91,5 +92,39 @@ def test_a_default_start_serves_concurrent_requests_that_together_outgrow_one_co
         settings = service.client.model_settings(BUNDLED_ID)
         assert settings["plan"]["context"] == total and settings["plan"]["engine"] == "llama-server"
         assert settings["bounds"]["context"][1] == trained * DEFAULT_SLOTS
+    finally:
+        stop_service_process(service)
+
+
+def test_a_model_never_started_is_listed_on_llama_server(
+    paths: AppPaths, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, llama_server_binary: Path
+) -> None:
+    monkeypatch.setenv(LLAMA_SERVER_ENV, str(llama_server_binary))
+    service = start_service_process(paths, tmp_path)
+    try:
+        model = _model(service)
+        assert model["state"] == "stopped" and model["pid"] is None
+        assert model["engine"] == "llama-server"
+    finally:
+        stop_service_process(service)
+
+
+def test_a_logprobs_request_that_starts_the_model_on_llama_server_is_served(
+    paths: AppPaths, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, llama_server_binary: Path
+) -> None:
+    """The first request starts the model (JIT) on llama-server, which answers `logprobs`: not refused for
+    llama-cpp-python's sake."""
+    monkeypatch.setenv(LLAMA_SERVER_ENV, str(llama_server_binary))
+    service = start_service_process(paths, tmp_path)
+    try:
+        assert _model(service)["state"] == "stopped"
+        reply = service.openai_client().chat.completions.create(
+            model=BUNDLED_ID, messages=[{"role": "user", "content": "Hi"}], max_tokens=4, logprobs=True,
+            top_logprobs=2,
+        )  # fmt: skip
+        logprobs = reply.choices[0].logprobs
+        assert logprobs is not None and logprobs.content
+        assert all(len(token.top_logprobs) == 2 for token in logprobs.content)
+        assert _model(service)["engine"] == "llama-server"
     finally:
         stop_service_process(service)
