@@ -1,6 +1,9 @@
 """The Load dialog: a model's load settings (context, GPU layers, threads, batch, engine, parallel slots) with the
 memory they need, by the service's planner, against what is free. Saved settings are used by every later start of
-the model (app.service.launch.model_settings); "Save and load" also (re)starts it with them."""
+the model (app.service.launch.model_settings); "Save and load" also (re)starts it with them.
+
+llama-server's slots share the context (its total is what the dialog shows), so changing the slots keeps what each
+slot gets: the context grows or shrinks with them, up to the trained context per slot."""
 
 from __future__ import annotations
 
@@ -27,14 +30,14 @@ from app.gui.service_connection import LatestCall, ServiceConnection
 ELLIPSIS_TEXT = "\N{HORIZONTAL ELLIPSIS}"
 ESTIMATE_DELAY_MS = 300  # ask the planner once typing pauses, not on every keystroke
 NUMBER_FIELDS = {
-    "context": "&Context (tokens):",
+    "context": "&Context (tokens, all slots):",
     "gpu_layers": "&GPU layers:",
     "threads": "&Threads:",
     "batch": "&Batch size:",
     "parallel": "&Parallel slots:",
 }
 NAMES = {
-    "context": "Context length in tokens",
+    "context": "Context length in tokens, shared by the parallel slots",
     "gpu_layers": "Layers offloaded to the GPU",
     "threads": "CPU threads",
     "batch": "Prompt batch size",
@@ -87,6 +90,8 @@ class LoadDialog(QDialog):
         self._latest = LatestCall(connection)
         self._filling = False
         self._loading = False  # the save in flight also loads the model
+        self._per_slot = 0  # the context each slot gets, as shown
+        self._trained: int | None = None  # the most one slot may have (the model's trained context), if known
         self.answer: ModelSettingsRecord | None = None
         self.setWindowTitle(f"Load settings: {model_id}")
         self.spins: dict[str, QSpinBox] = {}
@@ -136,6 +141,9 @@ class LoadDialog(QDialog):
         for spin in self.spins.values():
             spin.valueChanged.connect(self._on_value_edited)
         self.engine_combo.currentIndexChanged.connect(self._on_value_edited)
+        self.spins["context"].valueChanged.connect(self._on_context_edited)
+        self.spins["parallel"].valueChanged.connect(self._on_slots_edited)
+        self.engine_combo.currentIndexChanged.connect(self._on_slots_edited)
         self.save_button.clicked.connect(self._on_save_button_clicked)
         self.load_button.clicked.connect(self._on_load_button_clicked)
         self.defaults_button.clicked.connect(self._on_defaults_button_clicked)
@@ -150,6 +158,10 @@ class LoadDialog(QDialog):
         if values["engine"] != "llama-server":
             values.pop("parallel")  # only llama-server serves more than one request at once
         return values
+
+    def slots(self) -> int:
+        """The requests served at once as shown: llama-server's parallel slots, one on the other engines."""
+        return self.spins["parallel"].value() if self.engine_combo.currentText() == "llama-server" else 1
 
     def save(self, then_load: bool = False) -> None:
         values = self.values()
@@ -180,6 +192,10 @@ class LoadDialog(QDialog):
             self.engine_combo.setCurrentText(str(plan["engine"]))
             self.engine_combo.setEnabled(self.engine_combo.count() > 1)
             self.spins["parallel"].setEnabled(plan["engine"] == "llama-server")
+            # The route bounds the context by the trained context per slot of the plan it answers.
+            high, slots = bounds["context"][1], max(1, int(plan["parallel"]))
+            self._trained = int(high) // slots if high is not None else None
+            self._per_slot = max(1, int(plan["context"]) // slots)
         finally:
             self._filling = False
         self._show_memory(answer)
@@ -199,6 +215,21 @@ class LoadDialog(QDialog):
         self.spins["parallel"].setEnabled(self.engine_combo.currentText() == "llama-server")
         self.status_label.setText("Changed, not saved yet.")
         self._estimate_timer.start()
+
+    @Slot()
+    def _on_context_edited(self) -> None:
+        if not self._filling:
+            self._per_slot = max(1, self.spins["context"].value() // self.slots())
+
+    @Slot()
+    def _on_slots_edited(self) -> None:
+        """Other slots, or another engine: each slot keeps the context it had (within its trained context)."""
+        if self._filling or self.answer is None:
+            return
+        slots, per_slot, context = self.slots(), self._per_slot, self.spins["context"]
+        context.setMaximum(self._trained * slots if self._trained is not None else 1_000_000)
+        context.setValue(per_slot * slots)  # clamped to the range
+        self._per_slot = per_slot  # not what a clamped value divides into
 
     @Slot()
     def _on_estimate_timer_timeout(self) -> None:

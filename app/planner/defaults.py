@@ -1,5 +1,6 @@
 """The plan a model starts with when nobody chose one: llama-server where it is installed (parallel slots, each
-keeping its own prompt cache), else llama-cpp-python with a prompt cache of its own; CPU only, sound defaults."""
+keeping its own prompt cache, with a default context each), else llama-cpp-python with a prompt cache of its own;
+CPU only, sound defaults."""
 
 from __future__ import annotations
 
@@ -21,6 +22,16 @@ DEFAULT_SLOTS = 4
 # llama-cpp-python keeps the state after each answer in its prompt cache; this many conversations at full context
 # can take turns (measured with three: 2.3-2.8 s to the first token of every turn without it).
 PROMPT_CACHE_STATES = 3
+
+
+def default_context(trained: int | None) -> int:
+    """The context one conversation gets when nobody chose one: DEFAULT_CONTEXT, or the trained context if less."""
+    return min(DEFAULT_CONTEXT, trained) if trained else DEFAULT_CONTEXT
+
+
+def default_slots(engine: str, parallel: int | None = None) -> int:
+    """The requests `engine` serves at once: `parallel` (or DEFAULT_SLOTS) on llama-server, one on the others."""
+    return (parallel or DEFAULT_SLOTS) if engine == LLAMA_SERVER else 1
 
 
 def physical_cores() -> int:
@@ -80,16 +91,27 @@ def prompt_cache_bytes(facts: ModelFacts, context: int, batch: int, room: int | 
 
 
 def default_plan(
-    model_id: str, info: GGUFInfo, engine: str = LLAMA_CPP_PYTHON, busy: float | None = None
+    model_id: str,
+    info: GGUFInfo,
+    engine: str = LLAMA_CPP_PYTHON,
+    busy: float | None = None,
+    parallel: int | None = None,
 ) -> LaunchPlan:
-    """A plan for serving a GGUF model on the CPU with `engine`; `busy` as for spin_wait_fits (None: sampled now).
+    """A plan for serving a GGUF model on the CPU with `engine`; `busy` as for spin_wait_fits (None: sampled now);
+    `parallel`: llama-server's slots (None: DEFAULT_SLOTS).
 
     One thread per physical core: llama-cpp-python's own default, half the logical CPUs, is one thread on 2 cores
     and costs 1.6-1.9x; on a busy machine one thread was no better than two with passive waits (10.9 against 20.5
-    tokens/s, tests/bench/engine_defaults.py)."""
-    trained = info.context_length
-    context = min(DEFAULT_CONTEXT, trained) if trained else DEFAULT_CONTEXT
+    tokens/s, tests/bench/engine_defaults.py).
+
+    llama-server's context is one default context per slot. Its slots share `-c` (a unified KV cache): sized for
+    one conversation, concurrent requests that together outgrow it are answered HTTP 500 "Context size has been
+    exceeded" (7 of 16 requests of 576 tokens at 8 slots on an H200; 6 of 64 at 32 streams on the bundled model),
+    and conversations taking turns evict each other's cache. Shared, one long conversation may still use more
+    while the others are idle; llama-server caps each slot at the trained context."""
     server = engine == LLAMA_SERVER
+    slots = default_slots(engine, parallel)
+    context = default_context(info.context_length) * slots
     threads = physical_cores()
     return LaunchPlan(
         model_id=model_id,
@@ -99,6 +121,6 @@ def default_plan(
         spin_wait=spin_wait_fits(threads, busy),
         batch_size=DEFAULT_BATCH,
         gpu_layers=0,
-        parallel=DEFAULT_SLOTS if server else 1,
+        parallel=slots,
         prompt_cache_bytes=0 if server else prompt_cache_bytes(facts_from_gguf(info), context, DEFAULT_BATCH),
     )

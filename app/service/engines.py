@@ -25,6 +25,7 @@ from app.planner.defaults import (
     LLAMA_SERVER,
     busy_cores,
     default_plan,
+    default_slots,
     spin_wait_fits,
 )
 from app.planner.facts import facts_from_gguf
@@ -98,7 +99,7 @@ class ModelRecord:
     """What the manager knows of one model it serves from here: its supervisor, its current plan and what was
     checked for it, its queue and when it was last used. Created on first use; remote models have none."""
 
-    engine_name: str | None = None  # the engine of its current plan, when it was started (else the library's)
+    engine_name: str | None = None  # the engine of its current plan, once it was started
     supervisor: EngineSupervisor | None = None
     preflight_error: str | None = None  # why its file or plan was refused at the last start
     info: GGUFInfo | None = None
@@ -151,6 +152,10 @@ class EngineManager:
         self.companions = EmbeddingCompanions(self._engine_supervisor, self.internal_key, bus.publish)
         self._companion_stops: set[asyncio.Task[None]] = set()
         self.remotes = RemoteTable()
+        # Whether llama-server was installed at the last detection (None: not detected yet), so that engine_name()
+        # names the engine a start would choose without running `llama-server --version` on the event loop.
+        self._server_installed: bool | None = None
+        self._detections: set[asyncio.Task[None]] = set()
 
     def _record(self, model_id: str) -> ModelRecord:
         record = self._records.get(model_id)
@@ -206,11 +211,20 @@ class EngineManager:
         return record.supervisor if record else None
 
     def engine_name(self, model_id: str) -> str:
-        """The engine that serves the model: the one its last start chose, else the library's."""
+        """The engine that serves the model: the one its last start chose; before its first start, the one a start
+        without parameters would choose (its saved settings' engine, else the default engine for its file), as last
+        detected (detect_engines), so that a JIT start's first request is checked and adapted for the engine that
+        will serve it. Never blocks."""
         record = self._records.get(model_id)
         if record is not None and record.engine_name is not None:
             return record.engine_name
-        return self.models[model_id].engine
+        spec = self.models[model_id]
+        if spec.path is None:  # a remote or an --upstream server (a folder model's engine is never replaced below)
+            return spec.engine
+        saved = self.model_settings.known(model_id)
+        if saved is not None and saved.engine is not None:
+            return saved.engine
+        return self._default_engine_as_detected(spec.engine)
 
     def engine(self, model_id: str) -> Engine:
         return self.engines[self.engine_name(model_id)]
@@ -237,8 +251,13 @@ class EngineManager:
         if self.remotes.model(model_id) is not None:
             return None
         record = self._records.get(model_id)
-        plan = record.plan if record else None
-        return plan.context_length if plan else DEFAULT_CONTEXT  # the default plan never uses more
+        plan, info = (record.plan, record.info) if record else (None, None)
+        if plan is None:  # the most a default plan gives one request (llama-server's slots may share more)
+            known = model_id in self.models  # the gateway checks a request before it refuses an unknown model
+            return DEFAULT_CONTEXT * (default_slots(self.engine_name(model_id)) if known else 1)
+        trained = info.context_length if info is not None else None
+        # llama-server lets one slot use the whole shared context, up to the trained context.
+        return min(plan.context_length, trained) if trained else plan.context_length
 
     def chat_template(self, model_id: str) -> str | None:
         record = self._records.get(model_id)
@@ -316,7 +335,10 @@ class EngineManager:
             info = await asyncio.to_thread(read_gguf_info, spec.path)
         except GGUFError:
             return  # the start itself refuses the file, with the reason, as it does without overrides
-        overrides.check_context(info.context_length)
+        engine = overrides.engine
+        if engine is None:
+            engine = await asyncio.to_thread(self.default_gguf_engine, spec.engine)
+        overrides.check_context(info.context_length, overrides.slots(engine))
         if overrides.engine is not None:
             installation = await asyncio.to_thread(self.engines[overrides.engine].detect)
             if not installation.installed:
@@ -424,8 +446,9 @@ class EngineManager:
         if not installation.installed:
             self._refuse(model_id, f"{engine_name} cannot run here: {installation.detail}")
             return None
+        parallel = overrides.parallel if overrides is not None else None
         busy = await asyncio.to_thread(busy_cores)
-        plan = await asyncio.to_thread(self.default_gguf_plan, model_id, info, engine_name, busy)
+        plan = await asyncio.to_thread(self.default_gguf_plan, model_id, info, engine_name, parallel, busy)
         if overrides is not None:
             try:
                 plan = overrides.apply(plan, info.context_length)
@@ -436,12 +459,13 @@ class EngineManager:
         return _Prepared(plan, engine_name, self._footprint(spec, info, plan, engine_name), info=info)
 
     def default_gguf_plan(
-        self, model_id: str, info: GGUFInfo, engine_name: str, busy: float | None = None
+        self, model_id: str, info: GGUFInfo, engine_name: str, parallel: int | None = None, busy: float | None = None
     ) -> LaunchPlan:
-        """The plan of a start that names no parameters: the CPU defaults, with as many layers on this machine's
-        GPU as fit where the engine's build has a GPU backend (blocking: it asks the engine and the hardware, and
-        samples the machine's CPU use unless `busy` says it, as for spin_wait_fits)."""
-        plan = default_plan(model_id, info, engine_name, busy)
+        """The plan of a start that names no parameters (or only `parallel`, llama-server's slots): the CPU
+        defaults, with as many layers on this machine's GPU as fit at its context (llama-server's: one default
+        context per slot) where the engine's build has a GPU backend (blocking: it asks the engine and the
+        hardware, and samples the machine's CPU use unless `busy` says it, as for spin_wait_fits)."""
+        plan = default_plan(model_id, info, engine_name, busy, parallel)
         engine = self.engines[engine_name]
         if not isinstance(engine, OffloadingEngine) or not engine.gpu_offload():
             return plan
@@ -452,11 +476,35 @@ class EngineManager:
 
     def default_gguf_engine(self, engine_name: str) -> str:
         """llama-server in place of llama-cpp-python where it is installed: its slots serve several clients at once,
-        each keeping its prompt cache (blocking: it runs `llama-server --version`)."""
+        each keeping its prompt cache (blocking: it runs `llama-server --version`; the answer is kept for
+        engine_name)."""
         server = self.engines.get(LLAMA_SERVER)
         if engine_name != LLAMA_CPP_PYTHON or server is None:
             return engine_name
-        return LLAMA_SERVER if server.detect().installed else engine_name
+        self._server_installed = server.detect().installed
+        return self._default_engine_as_detected(engine_name)
+
+    def _default_engine_as_detected(self, engine_name: str) -> str:
+        """default_gguf_engine's answer from the last detection; the library's engine before any."""
+        if engine_name == LLAMA_CPP_PYTHON and LLAMA_SERVER in self.engines and self._server_installed:
+            return LLAMA_SERVER
+        return engine_name
+
+    async def detect_engines(self) -> None:
+        """Detect the default engine and read the saved load settings, off the event loop: at start-up, before
+        anything asks engine_name(), and after an engine was built or installed."""
+
+        def detect() -> None:
+            self.default_gguf_engine(LLAMA_CPP_PYTHON)
+            self.model_settings.get("")  # loads the file, which known() then reads without blocking
+
+        await asyncio.to_thread(detect)
+
+    def engines_changed(self) -> None:
+        """An engine was just built or installed: detect again, in the background (on the event loop)."""
+        detecting = asyncio.create_task(self.detect_engines())
+        self._detections.add(detecting)
+        detecting.add_done_callback(self._detections.discard)
 
     async def _prepare_folder(self, spec: ModelSpec, overrides: PlanOverrides | None) -> _Prepared | None:
         """A safetensors folder for vLLM: planned from its config.json and headers for this machine."""

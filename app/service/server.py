@@ -277,6 +277,7 @@ class Service:
             options.idle_ttl_s, budget.bytes, options.max_waiting, dict(options.model_ttls), budget.source
         )
         manager = EngineManager(models, paths, bus, self._policy, lifecycle, available_engines(paths))
+        await manager.detect_engines()  # /api/models and the gateway name the engine a start would choose
         request_log = RequestLog(paths.requests_db, bus)
         gateway_port = gateway_sock.getsockname()[1]
         control_port = control_sock.getsockname()[1]
@@ -319,13 +320,15 @@ class Service:
             log.info("the API key was replaced (kept in: %s)", fresh.source)
             return dict(info.__dict__)
 
+        def engines_built() -> None:
+            advisor.forget_installations()
+            manager.engines_changed()
+
         settings = SettingsRoutes(paths, running, api_key, use_key, options.settings_problem)
         bench = BenchRoutes(BenchRuns(bus, paths.bench_dir), manager.models.keys())
         quality = QualityRoutes(QualityRuns(bus, quality_dir(paths)), manager.models.keys())
         # The CLI's destination and sdist cache: a build made here is the one `modeldeck engines` lists.
-        builds = EngineRoutes(
-            EngineBuilds(bus, paths.engine_builds, paths.cache / "sdists", advisor.forget_installations)
-        )
+        builds = EngineRoutes(EngineBuilds(bus, paths.engine_builds, paths.cache / "sdists", engines_built))
         control = ControlApi(
             manager,
             bus,

@@ -50,6 +50,10 @@ def slow_service(paths: AppPaths, tmp_path: Path, monkeypatch: pytest.MonkeyPatc
     stop_service_process(running)
 
 
+def _listed_engine(client: ControlClient) -> str:
+    return next(str(m["engine"]) for m in client.models() if m["id"] == BUNDLED_ID)
+
+
 def finished(client: ControlClient) -> dict[str, Any]:
     build = wait_for(lambda: (b := client.engine_builds()["build"]) and b["state"] != "running" and b,
                      BUILD_TIMEOUT_S, "the build's end")  # fmt: skip
@@ -65,6 +69,7 @@ def test_a_build_publishes_progress_and_the_next_recommendation_uses_it(
     assert_fits(client.engine_builds(), EngineBuildListing)
     # Asked before the build: the service detects llama-server missing and keeps that answer for minutes.
     assert not client.about()["engines"]["llama-server"]["installed"]
+    assert _listed_engine(client) == "llama-cpp-python"
     assert client.recommend(BUNDLED_ID, "serve", 3)["best"]["engine"] == "llama-cpp-python"  # type: ignore[index]
     events = EventRecorder(client, "engine_build")
     try:
@@ -98,6 +103,8 @@ def test_a_build_publishes_progress_and_the_next_recommendation_uses_it(
     engine = client.about()["engines"]["llama-server"]
     assert engine["installed"] and engine["version"] == "tiny-1 (test)"
     assert client.recommend(BUNDLED_ID, "serve", 3)["best"]["engine"] == "llama-server"  # type: ignore[index]
+    # The engine manager detects again too: a model not started yet is listed with the engine a start would choose.
+    wait_for(lambda: _listed_engine(client) == "llama-server", 30, "the model listed on the new llama-server")
 
 
 def service_children(service: RunningService) -> list[str]:

@@ -6,12 +6,14 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import psutil
 import pytest
 
 from app.planner.defaults import (
+    DEFAULT_CONTEXT,
     DEFAULT_SLOTS,
     busy_cores,
     default_plan,
@@ -73,3 +75,21 @@ def test_llama_server_gets_its_slots_and_llama_cpp_python_its_cache(bundled_gguf
     server, single = default_plan("m", info, "llama-server"), default_plan("m", info)
     assert server.parallel == DEFAULT_SLOTS >= 2 and server.prompt_cache_bytes == 0
     assert single.parallel == 1 and single.prompt_cache_bytes > 0
+
+
+def test_llama_server_gets_a_default_context_per_slot(bundled_gguf: Path) -> None:
+    """Its slots share `-c` (--kv-unified): sized for one conversation, concurrent requests that together outgrow
+    it are refused with HTTP 500 "Context size has been exceeded". llama-cpp-python's one slot keeps 4096."""
+    info = read_gguf_info(bundled_gguf)
+    assert info.context_length is not None and info.context_length >= DEFAULT_CONTEXT  # 8192
+    server = default_plan("m", info, "llama-server")
+    assert server.context_length == DEFAULT_CONTEXT * DEFAULT_SLOTS and server.parallel == DEFAULT_SLOTS
+    assert default_plan("m", info, "llama-server", parallel=8).context_length == DEFAULT_CONTEXT * 8
+    assert default_plan("m", info).context_length == DEFAULT_CONTEXT
+    argv = LlamaServerEngine().build_command(server, 1, "k").argv
+    assert argv[argv.index("-c") + 1] == str(DEFAULT_CONTEXT * DEFAULT_SLOTS) and "--kv-unified" in argv
+    # A model trained on less: that much per slot.
+    short = replace(info, metadata={**info.metadata, f"{info.architecture}.context_length": 2048})
+    assert short.context_length == 2048
+    assert default_plan("m", short, "llama-server").context_length == 2048 * DEFAULT_SLOTS
+    assert default_plan("m", short).context_length == 2048

@@ -14,10 +14,12 @@ from pathlib import Path
 
 import pytest
 
+import app.service.engines as engines_module
 from app.hardware.profile import HardwareProfile
 from app.hub.library import ModelSpec
 from app.paths import AppPaths
-from app.planner.facts import facts_from_gguf
+from app.planner.defaults import DEFAULT_CONTEXT, DEFAULT_SLOTS
+from app.planner.facts import ModelFacts, facts_from_gguf
 from app.planner.recommend import gpu_layers_that_fit
 from app.service.engines import EngineManager
 from app.service.events import EventBus
@@ -75,3 +77,31 @@ async def test_a_start_without_overrides_offloads_where_the_build_can(
         assert argv[argv.index("-ngl") + 1] == str(record["plan"]["gpu_layers"])
     finally:
         await manager.stop_all()
+
+
+def test_default_layers_are_fitted_at_the_total_context_of_the_slots(
+    paths: AppPaths, bundled_gguf: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """llama-server's default context is one default context per slot: the layers must fit beside that total. The
+    plan is only made (a build-info that says cuda beside an empty file, the recorded H200 asked)."""
+    folder = tmp_path / "llama-server-0.0.0-cuda"
+    folder.mkdir()
+    (folder / "llama-server").write_text("")
+    (folder / BUILD_INFO).write_text(json.dumps({"backend": "cuda"}), encoding="utf-8")
+    spec = ModelSpec("smol", "smol.gguf", bundled_gguf, bundled_gguf.stat().st_size, "local")
+    server, h200 = LlamaServerEngine(folder / "llama-server"), machine("h200")
+    manager = EngineManager({spec.id: spec}, paths, EventBus(), engines={**ENGINES, "llama-server": server},
+                            hardware=lambda: h200)  # fmt: skip
+    asked: list[tuple[int, int]] = []
+
+    def spy(hw: HardwareProfile, facts: ModelFacts, context: int, parallel: int, server: bool) -> int:
+        asked.append((context, parallel))
+        return gpu_layers_that_fit(hw, facts, context, parallel, server)
+
+    monkeypatch.setattr(engines_module, "gpu_layers_that_fit", spy)
+    info = read_gguf_info(bundled_gguf)
+    plan = manager.default_gguf_plan(spec.id, info, "llama-server")
+    assert plan.context_length == DEFAULT_CONTEXT * DEFAULT_SLOTS and plan.gpu_layers > 0
+    eight = manager.default_gguf_plan(spec.id, info, "llama-server", parallel=8)
+    assert eight.context_length == DEFAULT_CONTEXT * 8 and eight.parallel == 8
+    assert asked == [(DEFAULT_CONTEXT * DEFAULT_SLOTS, DEFAULT_SLOTS), (DEFAULT_CONTEXT * 8, 8)]

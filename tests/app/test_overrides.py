@@ -73,3 +73,15 @@ def test_llama_server_gets_slots_by_default_or_as_asked() -> None:
     asked = PlanOverrides.from_json(b'{"engine": "llama-server", "parallel": 16}', cores=4)
     assert asked is not None and asked.apply(PLAN, 8192).parallel == 16
     assert PlanOverrides(context=1024).apply(PLAN, 8192).parallel == 1
+
+
+def test_llama_server_slots_may_share_a_trained_context_each() -> None:
+    """llama-server's slots share `-c` and each uses at most the trained context: up to that much per slot."""
+    four = PlanOverrides(context=4 * 8192, engine="llama-server")
+    assert four.apply(PLAN, 8192).context_length == 4 * 8192
+    with pytest.raises(BadOverrides, match="more than 2 slots of the 8192 tokens") as refused:
+        PlanOverrides(context=4 * 8192, engine="llama-server", parallel=2).apply(PLAN, 8192)
+    assert refused.value.param == "context"
+    with pytest.raises(BadOverrides, match="8192 tokens the model was trained on"):
+        PlanOverrides(context=8193, engine="llama-cpp-python").apply(PLAN, 8192)
+    assert four.slots("llama-server") == 4 and PlanOverrides().slots("llama-cpp-python") == 1

@@ -9,11 +9,28 @@ from pathlib import Path
 from PySide6.QtCore import Qt
 from pytestqt.qtbot import QtBot
 
+from app.api_types import ModelSettingsRecord
 from app.gui.load_dialog import LoadDialog
 from app.gui.main_window import MainWindow
+from app.gui.service_connection import ServiceConnection
 from app.hub.library import BUNDLED_ID
+from app.paths import AppPaths
 
 READY_TIMEOUT_MS = 90_000
+
+
+# The defaults of a model trained on 8192 tokens on llama-server: a default context for each of 4 slots, sharing
+# `-c`, each slot bounded by the trained context (as /api/models/ID/settings answers them).
+SERVER_DEFAULTS: ModelSettingsRecord = {
+    "model_id": "m",
+    "settings": {},
+    "plan": {"context": 16384, "gpu_layers": 0, "threads": 2, "batch": 512, "parallel": 4, "engine": "llama-server"},
+    "memory": {"ram_bytes": 300 << 20, "vram_bytes": 0, "total_bytes": 300 << 20},
+    "bounds": {"context": [256, 32768], "gpu_layers": [0, 1000], "threads": [1, 2], "batch": [32, 4096],
+               "parallel": [1, 64], "engine": ["llama-cpp-python", "llama-server"]},
+    "free": {"ram_bytes": 8 << 30, "gpu_bytes": None},
+    "saved": False,
+}  # fmt: skip
 
 
 def _needs(dialog: LoadDialog) -> str:
@@ -78,3 +95,23 @@ def test_load_settings_are_shown_estimated_saved_and_used(
     qtbot.waitUntil(lambda: window.item_model.state_of(BUNDLED_ID) == "ready", timeout=READY_TIMEOUT_MS)
     assert any("(loading\N{HORIZONTAL ELLIPSIS}" in line for line in lines), lines
     assert next(m for m in client.models() if m["id"] == BUNDLED_ID)["plan"]["context"] == default_context
+
+
+def test_the_context_shown_is_the_slots_total_and_follows_them(qtbot: QtBot, paths: AppPaths) -> None:
+    """No service: the dialog is filled with an answer as the route gives it (a connection that is not connected
+    refuses the dialog's own question at once)."""
+    dialog = LoadDialog(ServiceConnection(paths), "m", "stopped")
+    qtbot.addWidget(dialog)
+    dialog._on_answer(SERVER_DEFAULTS)
+    context = dialog.spins["context"]
+    assert context.value() == 16384 and context.maximum() == 32768  # the total, not clamped to one slot's
+    dialog.spins["parallel"].setValue(8)
+    assert context.value() == 32768  # each slot keeps its 4096 tokens
+    dialog.spins["parallel"].setValue(2)
+    assert context.value() == 8192 and context.maximum() == 16384
+    context.setValue(6000)  # a person's choice: 3000 a slot from now on
+    dialog.spins["parallel"].setValue(4)
+    assert context.value() == 12000
+    dialog.engine_combo.setCurrentText("llama-cpp-python")  # one request at a time: one slot's context
+    assert context.value() == 3000 and context.maximum() == 8192
+    assert dialog.values()["context"] == 3000 and "parallel" not in dialog.values()

@@ -139,14 +139,15 @@ class ModelSettingsRoutes:
         except OSError as exc:  # gone or unreadable since it was listed
             raise _NotPlannable(422, f"Cannot read {spec.path}: {exc.strerror or exc}", "model_unreadable") from None
         wanted = overrides or PlanOverrides()
-        wanted.check_context(info.context_length)
+        trained = info.context_length
         engine_name = wanted.engine or self._manager.default_gguf_engine(spec.engine)
+        wanted.check_context(trained, wanted.slots(engine_name))
         installation = self._manager.engines[engine_name].detect()
         if wanted.engine is not None and not installation.installed:
             raise BadOverrides(f"{engine_name} cannot run here: {installation.detail}", "engine")
         # The wait policy is chosen when the engine starts and not shown here: no need to sample the machine.
-        default = self._manager.default_gguf_plan(model_id, info, engine_name, busy=0.0)
-        plan = wanted.apply(default, info.context_length)
+        default = self._manager.default_gguf_plan(model_id, info, engine_name, wanted.parallel, busy=0.0)
+        plan = wanted.apply(default, trained)
         facts = facts_from_gguf(info)
         try:
             predicted = plan_memory(engine_name, facts, plan)
@@ -165,7 +166,8 @@ class ModelSettingsRoutes:
             "plan": {**plan_summary(plan), "engine": engine_name},
             "memory": memory,
             "bounds": {
-                "context": [MIN_CONTEXT, info.context_length],
+                # llama-server's slots share the context, each using at most the trained context
+                "context": [MIN_CONTEXT, trained * plan.parallel if trained else None],
                 "gpu_layers": list(GPU_LAYERS_RANGE),
                 "threads": [1, logical_cores()],
                 "batch": list(BATCH_RANGE),

@@ -45,6 +45,12 @@ class ModelSettingsStore:
         with self._lock:
             return self._load().get(model_id)
 
+    def known(self, model_id: str) -> PlanOverrides | None:
+        """The model's saved settings as last read, without blocking (for the event loop): None before the file
+        was first read by `get` or `put`. Each save replaces the whole mapping, so a reader sees one or the other."""
+        saved = self._saved
+        return saved.get(model_id) if saved is not None else None
+
     def put(self, model_id: str, overrides: PlanOverrides | None) -> None:
         """Save the model's settings, replacing what it had; None or an empty set forgets them."""
         with self._lock:

@@ -81,16 +81,28 @@ class PlanOverrides:
                                "at a time.", "parallel")  # fmt: skip
         return cls(**data)
 
-    def check_context(self, trained_context: int | None) -> None:
-        if self.context is not None and trained_context and self.context > trained_context:
+    def slots(self, engine: str) -> int:
+        """The requests a start with these values serves at once on `engine`."""
+        return self.parallel or (LLAMA_SERVER_PARALLEL if engine == "llama-server" else 1)
+
+    def check_context(self, trained_context: int | None, slots: int = 1) -> None:
+        """The context is at most the trained context per slot: llama-server's slots share it (a unified KV
+        cache), each of them using at most the trained context."""
+        if self.context is None or not trained_context or self.context <= trained_context * slots:
+            return
+        if slots == 1:
             raise BadOverrides(
                 f"`context` {self.context} is more than the {trained_context} tokens the model was trained on.",
                 "context",
             )
+        raise BadOverrides(
+            f"`context` {self.context} is more than {slots} slots of the {trained_context} tokens the model was "
+            "trained on.",
+            "context",
+        )
 
     def apply(self, plan: LaunchPlan, trained_context: int | None) -> LaunchPlan:
         """`plan` with these values in place of its own."""
-        self.check_context(trained_context)
         changes: dict[str, Any] = {
             "context_length": self.context,
             "gpu_layers": self.gpu_layers,
@@ -98,7 +110,9 @@ class PlanOverrides:
             "batch_size": self.batch,
             "parallel": self.parallel or (LLAMA_SERVER_PARALLEL if self.engine == "llama-server" else None),
         }
-        return replace(plan, **{name: value for name, value in changes.items() if value is not None})
+        applied = replace(plan, **{name: value for name, value in changes.items() if value is not None})
+        self.check_context(trained_context, applied.parallel)
+        return applied
 
 
 def _check(name: str, value: object, low: int, high: int | None) -> None:
