@@ -223,12 +223,15 @@ def _llama_option(
 
     parallel = min(max(need.users, DEFAULT_SLOTS), MAX_PARALLEL)
     server = llama_server
+    # `context` below is what one conversation gets; llama-server's slots share a KV cache of one each, else
+    # concurrent requests that together outgrow it are refused (HTTP 500, "Context size has been exceeded").
+    slots = parallel if server else 1
 
     def estimate(context: int, gpu_layers: int) -> MemoryEstimate:
         on = backend if gpu_layers else None
         if server:
-            return correction.apply(llama_server_memory(facts, context, parallel=parallel, gpu_layers=gpu_layers,
-                                                        gpu_backend=on))  # fmt: skip
+            return correction.apply(llama_server_memory(facts, context * slots, parallel=parallel,
+                                                        gpu_layers=gpu_layers, gpu_backend=on))  # fmt: skip
         return correction.apply(llama_cpp_memory(facts, context, gpu_layers=gpu_layers, gpu_backend=on))
 
     low, high = min(need.min_context, CONTEXT_STEP * 8), facts.trained_context or need.context
@@ -251,8 +254,8 @@ def _llama_option(
         clients = f"{need.users} users" if need.users > 1 else "a chat and a script"
         engine_reason = (
             f"engine llama-server: {where}; continuous batching serves {clients} at once in {parallel} "
-            f"parallel slots sharing the {context}-token context, each slot keeping its prompt cache "
-            "(llama-cpp-python answers one at a time)"
+            f"parallel slots of {context} tokens each ({context * slots} in one shared KV cache), each slot keeping "
+            "its prompt cache (llama-cpp-python answers one at a time)"
         )
     elif need.users == 1:
         engine_reason = f"engine llama.cpp: one user, {where}"
@@ -267,12 +270,15 @@ def _llama_option(
         f"quantization {variant.name}: {_bits(facts)} bits per weight, the best quality that fits"
         if fits
         else f"quantization {variant.name}: {_bits(facts)} bits per weight",
-        f"context {context} tokens: {'what the use asks for' if context >= need.context else 'the most that fits'}"
+        f"context {context} tokens{' per slot' if server else ''}: "
+        f"{'what the use asks for' if context >= need.context else 'the most that fits'}"
         f" (trained on {facts.trained_context or 'unknown'})",
         f"threads {threads}: one per physical core",
         "batch 512: llama.cpp's prompt batch; larger batches grow the compute buffer",
     )
-    parameters: dict[str, Any] = {"gpu_layers": gpu_layers, "context": context, "threads": threads, "batch": 512}
+    # the launch's context is the engine's `-c`: on llama-server, all the slots' together
+    parameters: dict[str, Any] = {"gpu_layers": gpu_layers, "context": context * slots, "threads": threads,
+                                  "batch": 512}  # fmt: skip
     if server:
         parameters["parallel"] = parallel
     else:

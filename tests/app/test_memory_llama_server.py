@@ -82,4 +82,6 @@ def test_the_llama_server_option_is_costed_with_llama_servers_model(bundled_gguf
     best = result.best
     assert best is not None and best.engine == "llama-server"
     facts = bundled_variants(bundled_gguf)[0].facts
-    assert best.memory == llama_server_memory(facts, best.context, parallel=8)
+    # each slot gets the option's context, in one KV cache the slots share: the launch's `-c` is all of them
+    assert best.parameters["context"] == best.context * 8
+    assert best.memory == llama_server_memory(facts, best.context * 8, parallel=8)
