@@ -82,7 +82,6 @@ CANDIDATES = {
         Candidate("ls-ub256", "llama-server", flags=("-ub", "256")),
         Candidate("ls-ub128", "llama-server", flags=("-ub", "128")),
         Candidate("ls-slots4", "llama-server", parallel=4),  # ModelDeck's default slots, for --streams 4
-        Candidate("ls-slots4-c16k", "llama-server", parallel=4, flags=("-c", "16384")),
         Candidate("lcp-default", "llama-cpp-python"),
         Candidate("lcp-omp-unset", "llama-cpp-python", env=_UNSET),
         Candidate("lcp-passive", "llama-cpp-python", env={**_UNSET, "OMP_WAIT_POLICY": "passive"}),
@@ -124,6 +123,7 @@ def command_for(candidate: Candidate, plan: LaunchPlan, port: int) -> tuple[Engi
         threads=candidate.threads or plan.threads,
         batch_size=candidate.batch or plan.batch_size,
         parallel=candidate.parallel,
+        context_length=plan.context_length * candidate.parallel,  # one context per slot, as ModelDeck sizes them
         embeddings=False,
     )
     command = engine_for(candidate.engine).build_command(plan, port, KEY)
