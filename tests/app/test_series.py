@@ -99,3 +99,15 @@ def test_ticks_reach_disk_while_the_history_stays_open(tmp_path: Path) -> None:
     assert SeriesHistory(database).load_into(restored, T0 + 300) == 2
     x = next(series for series in restored.query(T0, max_points=10_000) if series.name == "x")
     assert x.v == [float(second) for second in range(300)]
+
+
+def test_a_series_younger_than_the_window_reads_its_own_points_after_a_minute_closed() -> None:
+    """Seen on a busy machine: a service 62 s old asked for 120 s got the closed minute's average in place of
+    its 60 one-second points, so a stream of those seconds showed as one flat point."""
+    store = SeriesStore()
+    start = T0 - 2  # two seconds before a whole minute
+    for second in range(62):
+        store.add(start + second, [Point.of("rate", float(second), model="m")])
+    found = store.query(start + 61 - 120, max_points=10_000)[0]
+    assert found.t == [start + second for second in range(62)]
+    assert found.v == [float(second) for second in range(62)]

@@ -73,7 +73,9 @@ class _Series:
         return closed
 
     def read(self, since: float) -> list[tuple[float, float]]:
-        if self.raw and self.raw[0][0] <= since:
+        # The raw ring reaches back to `since`, or holds all there is (no minute closed before its first point: a
+        # series younger than the window, whose minutes would otherwise stand in for its own points).
+        if self.raw and (self.raw[0][0] <= since or not self.minutes or self.minutes[0][0] + MINUTE_S > self.raw[0][0]):
             return [point for point in self.raw if point[0] >= since]
         # Older than the raw ring reaches: whole minutes, then the raw points after the last whole minute.
         older = [point for point in self.minutes if point[0] >= since]
