@@ -102,7 +102,7 @@ def test_generation_rate_is_booked_per_chunk_while_a_stream_flows(service: Runni
     at once after it ended."""
     client = service.openai_client()
     # SmolLM2's end tokens (0 and 2) are barred, so that the stream lasts its max_tokens.
-    stream = client.completions.create(model=BUNDLED_ID, prompt="1, 2, 3, 4, 5, 6,", max_tokens=240, temperature=0,
+    stream = client.completions.create(model=BUNDLED_ID, prompt="1, 2, 3, 4, 5, 6,", max_tokens=640, temperature=0,
                                        logit_bias={"0": -100, "2": -100}, stream=True,
                                        stream_options={"include_usage": True})  # fmt: skip
     arrivals: list[float] = []
