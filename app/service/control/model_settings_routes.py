@@ -16,6 +16,7 @@ from typing import Any
 
 import psutil
 
+from app.planner.defaults import logical_cores
 from app.planner.facts import facts_from_gguf
 from app.planner.memory import MissingFacts, plan_memory
 from app.service.control.advisor import Advisor
@@ -32,7 +33,6 @@ from app.service.launch.overrides import (
     PARALLEL_RANGE,
     BadOverrides,
     PlanOverrides,
-    logical_cores,
     plan_summary,
 )
 from engines.gguf import GGUFError, read_gguf_info

@@ -3,12 +3,10 @@ checked against fixed bounds and against the model before anything starts."""
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, fields, replace
 from typing import Any
 
-import psutil
-
+from app.planner.defaults import DEFAULT_SLOTS, LLAMA_SERVER, default_slots, logical_cores
 from app.service.http.json_body import load_json
 from engines.base import LaunchPlan
 
@@ -20,12 +18,6 @@ GPU_LAYERS_RANGE = (0, 1000)
 PARALLEL_RANGE = (1, 64)
 # The engines a GGUF model can be started with; which of them is installed here is the manager's to say.
 GGUF_ENGINES = ("llama-cpp-python", "llama-server")
-# llama-server's slots when a start names the engine but not `parallel`: what llama-server itself picks.
-LLAMA_SERVER_PARALLEL = 4
-
-
-def logical_cores() -> int:
-    return psutil.cpu_count(logical=True) or os.cpu_count() or 1
 
 
 class BadOverrides(ValueError):
@@ -83,7 +75,7 @@ class PlanOverrides:
 
     def slots(self, engine: str) -> int:
         """The requests a start with these values serves at once on `engine`."""
-        return self.parallel or (LLAMA_SERVER_PARALLEL if engine == "llama-server" else 1)
+        return default_slots(engine, self.parallel)
 
     def check_context(self, trained_context: int | None, slots: int = 1) -> None:
         """The context is at most the trained context per slot: llama-server's slots share it (a unified KV
@@ -108,7 +100,7 @@ class PlanOverrides:
             "gpu_layers": self.gpu_layers,
             "threads": self.threads,
             "batch_size": self.batch,
-            "parallel": self.parallel or (LLAMA_SERVER_PARALLEL if self.engine == "llama-server" else None),
+            "parallel": self.parallel or (DEFAULT_SLOTS if self.engine == LLAMA_SERVER else None),
         }
         applied = replace(plan, **{name: value for name, value in changes.items() if value is not None})
         self.check_context(trained_context, applied.parallel)
