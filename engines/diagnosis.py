@@ -62,8 +62,9 @@ _RULES = (
         Diagnosis(
             "cpu_instructions",
             "The engine uses processor instructions this CPU does not have (illegal instruction).",
-            "Reinstall llama-cpp-python built on this machine: CMAKE_ARGS='-DGGML_NATIVE=on' pip install "
-            "--force-reinstall --no-binary llama-cpp-python llama-cpp-python.",
+            "Build the engine again on this machine: ModelDeck's builds leave out AMX, which some virtual machines "
+            "report but cannot run (installers/setup-env.sh for llama-cpp-python, `modeldeck engines build "
+            "llama-server` for llama-server).",
         ),
         ("illegal instruction",),
         (-signal.SIGILL,),

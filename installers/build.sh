@@ -48,6 +48,10 @@ if [ -z "$server_build" ]; then
     server_build="$("$python" -c 'import sys; from pathlib import Path; from engines.llama_server import installed_builds
 print([b for b in installed_builds(Path(sys.argv[1])) if b.executable.parent.name.endswith("-portable")][0].executable.parent)' "$cache/engines")"
 fi
+# A build cached from before AMX was left out (app/installs/llama_server_build.py) loses its AMX variant.
+"$python" -c 'import sys; from pathlib import Path; from app.installs.llama_server_build import drop_amx_variants, uses_amx
+folder = Path(sys.argv[1])
+if uses_amx(folder): drop_amx_variants(folder)' "$server_build"
 
 echo "==> system libraries Qt's xcb plugin loads"
 plugin="$("$python" -c 'from app.gui.system_libraries import xcb_plugin; print(xcb_plugin())')"

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import platform
 import re
 import shutil
 import subprocess
@@ -98,6 +99,19 @@ _PORTABLE_FLAGS = (
 )
 
 
+# Intel's AMX tile instructions are left out of every build: under some virtual machines (seen on this project's
+# Xeon machines, Firecracker) the CPU and the kernel report AMX and grant it, yet ggml's first tile instruction
+# dies with SIGILL, so the engine crashed on any prompt long enough for ggml's AMX kernels. The cost is on Xeons
+# whose AMX works: their prompt processing on the CPU falls back to AVX-512.
+NO_AMX = "-mno-amx-tile -mno-amx-int8 -mno-amx-bf16"
+AMX_VARIANTS = frozenset({"sapphirerapids"})  # a portable build's CPU variants that use AMX: not installed
+
+
+def _builds_amx() -> bool:
+    """Whether a build for this machine would use AMX unless told not to: GCC or Clang on x86-64 (MSVC has none)."""
+    return platform.machine().lower() in ("x86_64", "amd64") and sys.platform != "win32"
+
+
 def cmake_flags(source: Path, backend: str, *, portable: bool = False) -> list[str]:
     """The configure flags for `source` (a llama.cpp tree) and `backend`; `portable`: for any CPU of this
     architecture, not only this machine's (what a package ships)."""
@@ -112,7 +126,49 @@ def cmake_flags(source: Path, backend: str, *, portable: bool = False) -> list[s
     flags.append(f"-DGGML_CUDA={'ON' if backend == 'cuda' else 'OFF'}")
     if backend == "metal":
         flags.append("-DGGML_METAL=ON")
+    if not portable and _builds_amx():  # -march=native would add AMX; an explicit -mno- wins over it
+        flags += [f"-DCMAKE_C_FLAGS={NO_AMX}", f"-DCMAKE_CXX_FLAGS={NO_AMX}"]
     return flags
+
+
+def _cpu_reports_amx() -> bool:
+    """Whether this CPU says it has AMX (where -march=native compiles it in); only Linux says so here."""
+    try:
+        return " amx_tile" in Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return False
+
+
+def uses_amx(folder: Path) -> bool:
+    """Whether the build in `folder` (its build-info.json) may run AMX code: a build for this machine, an AMX CPU,
+    made before AMX was left out, or a portable one that carries an AMX variant."""
+    try:
+        info = json.loads((folder / BUILD_INFO).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    if not isinstance(info, dict):
+        return False
+    if info.get("portable"):
+        return any(_variant(name) in AMX_VARIANTS for name in info.get("cpu_variants") or ())
+    return _cpu_reports_amx() and f"-DCMAKE_C_FLAGS={NO_AMX}" not in info.get("flags", ())
+
+
+def drop_amx_variants(folder: Path) -> None:
+    """Remove the AMX CPU variants from a portable build made before they were left out; ggml then loads the best
+    of the others."""
+    info_path = folder / BUILD_INFO
+    info = json.loads(info_path.read_text(encoding="utf-8"))
+    kept = [name for name in info.get("cpu_variants") or () if _variant(name) not in AMX_VARIANTS]
+    for library in folder.glob("libggml-cpu-*.so"):
+        if _variant(library.name) in AMX_VARIANTS:
+            library.unlink()
+    info["cpu_variants"] = kept
+    info_path.write_text(json.dumps(info, indent=2) + "\n", encoding="utf-8")
+
+
+def _variant(library: str) -> str:
+    match = CPU_VARIANT.fullmatch(library)
+    return match.group(1) if match else ""
 
 
 def _unpack(sdist: Path, work: Path) -> tuple[Path, str]:
@@ -287,6 +343,7 @@ def _install(
     shutil.copy2(built, staging / EXECUTABLE)
     # A shared build's libraries (and a portable one's CPU variants) go beside the executable, links kept as links.
     libraries = sorted(p for p in built.parent.iterdir() if p.name.startswith("lib") and ".so" in p.name)
+    libraries = [p for p in libraries if _variant(p.name) not in AMX_VARIANTS]
     for library in libraries:
         shutil.copy2(library, staging / library.name, follow_symlinks=False)
     variants = [p.name for p in libraries if CPU_VARIANT.fullmatch(p.name)]

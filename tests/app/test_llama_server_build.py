@@ -16,7 +16,14 @@ import psutil
 import pytest
 
 from app.hub.task import Progress, Stopped, TaskState
-from app.installs.llama_server_build import BuildError, build_llama_server, cmake_flags
+from app.installs.llama_server_build import (
+    NO_AMX,
+    BuildError,
+    build_llama_server,
+    cmake_flags,
+    drop_amx_variants,
+    uses_amx,
+)
 from engines.llama_server import LlamaServerEngine, cpu_variant, installed_builds
 
 MAIN_C = r"""
@@ -170,17 +177,20 @@ def test_an_unknown_backend_is_refused(tmp_path: Path) -> None:
 
 
 # ggml's CPU variants as a portable build makes them: MODULE libraries beside the executable, built with it, each
-# scoring itself for this CPU (ggml loads the highest; 0: it cannot run here).
+# scoring itself for this CPU (ggml loads the highest; 0: it cannot run here). sapphirerapids, ggml's AMX variant,
+# would score highest on an AMX CPU.
 PORTABLE_EXTRA = """
 file(WRITE ${CMAKE_BINARY_DIR}/x64.c "int ggml_backend_score(void) { return 1; }")
 file(WRITE ${CMAKE_BINARY_DIR}/haswell.c "int ggml_backend_score(void) { return 64; }")
 file(WRITE ${CMAKE_BINARY_DIR}/zen9.c "int ggml_backend_score(void) { return 0; }")
+file(WRITE ${CMAKE_BINARY_DIR}/sapphirerapids.c "int ggml_backend_score(void) { return 128; }")
 add_library(ggml-cpu-x64 MODULE ${CMAKE_BINARY_DIR}/x64.c)
 add_library(ggml-cpu-haswell MODULE ${CMAKE_BINARY_DIR}/haswell.c)
 add_library(ggml-cpu-zen9 MODULE ${CMAKE_BINARY_DIR}/zen9.c)
-set_target_properties(ggml-cpu-x64 ggml-cpu-haswell ggml-cpu-zen9 PROPERTIES
+add_library(ggml-cpu-sapphirerapids MODULE ${CMAKE_BINARY_DIR}/sapphirerapids.c)
+set_target_properties(ggml-cpu-x64 ggml-cpu-haswell ggml-cpu-zen9 ggml-cpu-sapphirerapids PROPERTIES
                       LIBRARY_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/bin)
-add_dependencies(llama-server ggml-cpu-x64 ggml-cpu-haswell ggml-cpu-zen9)
+add_dependencies(llama-server ggml-cpu-x64 ggml-cpu-haswell ggml-cpu-zen9 ggml-cpu-sapphirerapids)
 """
 
 
@@ -194,13 +204,54 @@ def test_a_portable_build_carries_its_cpu_variants_and_says_which_one_loads(tmp_
     for flag in ("-DGGML_NATIVE=OFF", "-DGGML_BACKEND_DL=ON", "-DGGML_CPU_ALL_VARIANTS=ON", "-DBUILD_SHARED_LIBS=ON"):
         assert flag in result.flags
     assert "-DBUILD_SHARED_LIBS=OFF" not in result.flags
-    variants = ["libggml-cpu-haswell.so", "libggml-cpu-x64.so", "libggml-cpu-zen9.so"]
+    variants = ["libggml-cpu-haswell.so", "libggml-cpu-x64.so", "libggml-cpu-zen9.so"]  # no sapphirerapids
     assert sorted(p.name for p in directory.glob("libggml-cpu-*.so")) == variants
     info = json.loads((directory / "build-info.json").read_text())
     assert info["portable"] is True
     assert info["cpu_variants"] == variants
     installation = LlamaServerEngine(result.executable).detect()
-    assert installation.installed and installation.detail.endswith("CPU variant haswell")
+    assert installation.installed and installation.detail.endswith("CPU variant haswell")  # not the AMX one
+    assert not uses_amx(directory)
+
+
+def test_a_portable_build_cached_with_its_amx_variant_loses_it(tmp_path: Path) -> None:
+    """A build made before the AMX variant was left out (installers/build.sh keeps portable builds for weeks)."""
+    folder = tmp_path / "llama-server-9.9.9-cpu-portable"
+    folder.mkdir()
+    variants = ["libggml-cpu-haswell.so", "libggml-cpu-sapphirerapids.so", "libggml-cpu-x64.so"]
+    for name in variants:
+        (folder / name).write_bytes(b"ELF")
+    (folder / "build-info.json").write_text(json.dumps({"backend": "cpu", "portable": True, "cpu_variants": variants}))
+    assert uses_amx(folder)
+
+    drop_amx_variants(folder)
+
+    assert sorted(p.name for p in folder.glob("libggml-cpu-*.so")) == ["libggml-cpu-haswell.so", "libggml-cpu-x64.so"]
+    assert json.loads((folder / "build-info.json").read_text())["cpu_variants"] == [
+        "libggml-cpu-haswell.so", "libggml-cpu-x64.so"
+    ]  # fmt: skip
+    assert not uses_amx(folder)
+
+
+@pytest.mark.parametrize(("machine", "amx_off"), [("x86_64", True), ("aarch64", False)])
+def test_a_build_for_this_machine_leaves_out_amx_on_x86(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, machine: str, amx_off: bool
+) -> None:
+    """llama.cpp builds with -march=native, which on an AMX CPU compiles ggml's AMX kernels; under some virtual
+    machines their first tile instruction dies with SIGILL (found on this project's machines). An older build
+    without the flags, on a CPU that reports AMX, is one test.sh makes again."""
+    monkeypatch.setattr("platform.machine", lambda: machine)
+    monkeypatch.setattr("app.installs.llama_server_build._cpu_reports_amx", lambda: amx_off)
+    flags = cmake_flags(tiny_project(tmp_path / "p"), "cpu")
+    assert (f"-DCMAKE_C_FLAGS={NO_AMX}" in flags and f"-DCMAKE_CXX_FLAGS={NO_AMX}" in flags) is amx_off
+    assert not any("amx" in flag for flag in cmake_flags(tmp_path / "p", "cpu", portable=True))
+
+    folder = tmp_path / "llama-server-9.9.9-cpu"
+    folder.mkdir()
+    (folder / "build-info.json").write_text(json.dumps({"backend": "cpu", "flags": flags}))
+    assert not uses_amx(folder)
+    (folder / "build-info.json").write_text(json.dumps({"backend": "cpu", "flags": ["-DGGML_CUDA=OFF"]}))
+    assert uses_amx(folder) is amx_off
 
 
 def test_a_portable_build_without_cpu_variants_is_refused(tmp_path: Path) -> None:
