@@ -41,7 +41,7 @@ def _prompt(index: int) -> str:
 
 def _stream(service: RunningService, index: int, start: threading.Barrier, results: dict[int, Any]) -> None:
     """One streamed chat completion, begun with the others: its prompt's tokens, or the error it got."""
-    client = service.openai_client()
+    client = service.openai_client().with_options(timeout=240)  # 4 x 1,330 prompt tokens at once on 2 busy cores
     start.wait(timeout=60)
     try:
         stream = client.chat.completions.create(
