@@ -57,7 +57,9 @@ echo "==> system libraries Qt's xcb plugin loads"
 plugin="$("$python" -c 'from app.gui.system_libraries import xcb_plugin; print(xcb_plugin())')"
 if ! "$python" installers/linux/package.py qt-libs "$plugin"; then
     if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
-        missing="$("$python" installers/linux/package.py qt-libs "$plugin" 2>&1 >/dev/null | sed -n 's/.*sudo apt install \([^)]*\)).*/\1/p')"
+        # `|| true`: the check fails (it is why we are here), and under pipefail that would end the script.
+        missing="$( ("$python" installers/linux/package.py qt-libs "$plugin" 2>&1 >/dev/null || true) |
+            sed -n 's/.*sudo apt install \([^)]*\)).*/\1/p')"
         echo "    installing $missing"
         DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends $missing >/dev/null ||
             { apt-get update >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends $missing >/dev/null; }
