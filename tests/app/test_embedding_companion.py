@@ -197,8 +197,13 @@ def test_the_companion_stops_with_the_models_idle_ttl(
         service.openai_client().embeddings.create(model=BUNDLED_ID, input="hello", encoding_format="float")
         pid = model_state(service)["embedding_companion"]["pid"]
         assert psutil.pid_exists(pid)
-        stopped = wait_for(lambda: (m := model_state(service))["state"] == "stopped" and m, 30, "the idle stop")
-        assert "idle" in stopped["message"] and stopped["embedding_companion"] is None
+        # The companion stops beside the engine; it is listed (stopping) until its process has exited.
+        stopped = wait_for(
+            lambda: (m := model_state(service))["state"] == "stopped" and m["embedding_companion"] is None and m,
+            30,
+            "the idle stop",
+        )
+        assert "idle" in stopped["message"]
         assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
     finally:
         stop_service_process(service)

@@ -86,11 +86,15 @@ class EmbeddingCompanions:
         return self._footprints.get(model_id, 0) if supervisor and supervisor.state in ACTIVE_STATES else 0
 
     async def stop(self, model_id: str) -> None:
-        """Stop the model's companion, if it has one. Safe to call twice."""
-        supervisor = self._supervisors.pop(model_id, None)
-        self._footprints.pop(model_id, None)
-        if supervisor is not None:
-            await supervisor.stop()
+        """Stop the model's companion, if it has one. Safe to call twice. It is shown (stopping) until its
+        processes have exited."""
+        supervisor = self._supervisors.get(model_id)
+        if supervisor is None:
+            return
+        await supervisor.stop()
+        if self._supervisors.get(model_id) is supervisor:  # not replaced by route() meanwhile
+            del self._supervisors[model_id]
+            self._footprints.pop(model_id, None)
 
     async def stop_all(self) -> None:
         await asyncio.gather(*(self.stop(model_id) for model_id in list(self._supervisors)))
