@@ -206,6 +206,7 @@ class _Connection(asyncio.Protocol):
     def __init__(self, idle: deque[_Connection]) -> None:
         self._idle = idle  # where this connection waits between requests
         self._transport: asyncio.Transport | None = None
+        self._loop = asyncio.get_running_loop()  # asked once: asking checks the process id (a syscall a chunk)
         self._parser = httptools.HttpResponseParser(self)
         self._response: Response | None = None
         self.closed = False
@@ -254,7 +255,7 @@ class _Connection(asyncio.Protocol):
         self.received = False
         self._limits = limits
         if limits is not None:
-            now = asyncio.get_running_loop().time()
+            now = self._loop.time()
             self._size = self._head_size = 0
             self._last_read, self._deadline, self._overflow = now, now + limits.total_s, None
             self._watch()
@@ -265,7 +266,7 @@ class _Connection(asyncio.Protocol):
         """Note `size` more bytes of a limited answer; False (and the answer failed) past its size limit."""
         assert self._limits is not None
         self._size += size
-        self._last_read = asyncio.get_running_loop().time()
+        self._last_read = self._loop.time()
         if self._size > self._limits.max_bytes:
             self._abort(UpstreamError(f"the answer is over the limit of {self._limits.max_bytes} bytes"))
             return False
@@ -277,7 +278,7 @@ class _Connection(asyncio.Protocol):
         limits, self._watchdog = self._limits, None
         if limits is None or self._response is None or self.closed:
             return
-        now = asyncio.get_running_loop().time()
+        now = self._loop.time()
         if self.paused:
             self._last_read = now
         if now >= self._deadline:
@@ -286,7 +287,7 @@ class _Connection(asyncio.Protocol):
             self._abort(UpstreamError(f"nothing arrived for {limits.idle_s:g} s"))
         else:
             wake = min(self._last_read + limits.idle_s, self._deadline)
-            self._watchdog = asyncio.get_running_loop().call_at(wake, self._watch)
+            self._watchdog = self._loop.call_at(wake, self._watch)
 
     def _unwatch(self) -> None:
         self._limits = None
