@@ -15,7 +15,7 @@ from typing import Any, TypeVar
 
 from PySide6.QtCore import QObject, QThreadPool, QTimer, Signal, Slot
 
-from app.api_types import ModelRecord
+from app.api_types import ModelRecord, SettingsAnswer
 from app.client import ControlClient, ControlError, ServiceUnavailable, connect, find_service, start_service
 from app.gui.event_stream import EventStreamThread
 from app.paths import AppPaths
@@ -83,6 +83,8 @@ class ServiceConnection(QObject):
         self._stream: EventStreamThread | None = None
         self._pool = QThreadPool(self)
         self._poll_in_flight = False
+        self._settings_saves_asked = 0
+        self._settings_saves_answered = 0
         self._stop_service: bool | None = None
         self._poll_timer = QTimer(self)
         self._poll_timer.setInterval(POLL_INTERVAL_MS)
@@ -252,15 +254,30 @@ class ServiceConnection(QObject):
     # Settings and secrets ---------------------------------------------------------------------------------
 
     def load_settings(self) -> None:
-        self.call(lambda client: client.settings(), self.sig_settings_received.emit,
-                  self._on_call_failed("read the settings"))  # fmt: skip
+        """Read the settings; `sig_settings_received` follows, unless a save was in flight at any time during the
+        read: the service may have answered with the settings from before the save, and the save's own answer
+        (the settings after it) must not be undone by them."""
+        asked_before = self._settings_saves_asked
+        quiet = self._settings_saves_answered == asked_before
+
+        def received(answer: SettingsAnswer) -> None:
+            if quiet and self._settings_saves_asked == asked_before:
+                self.sig_settings_received.emit(answer)
+
+        self.call(lambda client: client.settings(), received, self._on_call_failed("read the settings"))
 
     def save_settings(self, changes: dict[str, Any], confirm_lan_exposure: bool = False) -> None:
         """Save settings; `sig_settings_saved` or `sig_settings_refused` (with the service's reason) follows."""
+        self._settings_saves_asked += 1
+
+        def answered(deliver: Callable[[T], None], result: T) -> None:
+            self._settings_saves_answered += 1
+            deliver(result)
+
         self.call(
             lambda client: client.update_settings(changes, confirm_lan_exposure),
-            self.sig_settings_saved.emit,
-            self.sig_settings_refused.emit,
+            functools.partial(answered, self.sig_settings_saved.emit),
+            functools.partial(answered, self.sig_settings_refused.emit),
         )
 
     def regenerate_api_key(self) -> None:

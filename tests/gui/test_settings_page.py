@@ -5,16 +5,19 @@ and File > Quit / the tray's Quit asking whether the engines keep serving."""
 from __future__ import annotations
 
 import socket
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
 import openai
 import pytest
+from PySide6.QtCore import QCoreApplication, Qt
 from PySide6.QtGui import QPalette
 from PySide6.QtWidgets import QApplication, QSystemTrayIcon
 from pytestqt.qtbot import QtBot
 
-from app.client import find_service
+from app.api_types import SettingsAnswer
+from app.client import ControlClient, find_service
 from app.gui.main_window import MainWindow
 from app.gui.quit_dialogs import QuitChoice
 from app.gui.service_connection import Phase, ServiceConnection
@@ -237,6 +240,47 @@ def test_closing_the_window_can_leave_it_in_the_tray(
     window.quit()  # quitting never goes to the tray
     qtbot.waitUntil(lambda: window.connection.is_closed, timeout=CLOSE_TIMEOUT_MS)
     assert quit_answers.asked == ["close_to_tray", "stop_engines"]
+
+
+def test_a_settings_answer_from_before_a_save_does_not_undo_it(
+    qtbot: QtBot, main_window: MainWindow, quit_answers: QuitAnswers, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A read of the settings that the service answered before the user's choice was saved, and whose answer
+    reaches the window after the save's: the order a loaded machine produced for the window's first read. The
+    read is held back once it has its answer, until the save has been answered; nothing else is replaced."""
+    read, release, handed_over = threading.Event(), threading.Event(), threading.Event()
+    held: list[int] = []
+    read_settings = ControlClient.settings
+
+    def held_settings(client: ControlClient) -> SettingsAnswer:
+        answer = read_settings(client)
+        if not held:
+            held.append(threading.get_ident())
+            read.set()
+            release.wait(CLOSE_TIMEOUT_MS / 1000)
+        return answer
+
+    def on_call_done(_deliver: object) -> None:  # runs on the thread that hands an answer to the GUI thread
+        if held and threading.get_ident() == held[0]:
+            handed_over.set()
+
+    monkeypatch.setattr(ControlClient, "settings", held_settings)
+    window, connection = main_window, main_window.connection
+    connection.sig_call_done.connect(on_call_done, Qt.ConnectionType.DirectConnection)
+    window.tray.icon = QSystemTrayIcon(window.tray)  # offscreen has no tray: one that is never shown
+    quit_answers.close_to_tray = True
+    window.settings_page.refresh()
+    qtbot.waitUntil(read.is_set)
+    with qtbot.waitSignal(connection.sig_settings_saved):
+        window.close()
+    release.set()
+    qtbot.waitUntil(handed_over.is_set)
+    QCoreApplication.sendPostedEvents()  # the held answer, as the GUI thread would take it next
+    window.show()
+    window.close()
+    assert quit_answers.asked == ["close_to_tray"] and not window.isVisible(), "the saved answer was forgotten"
+    window.quit()
+    qtbot.waitUntil(lambda: connection.is_closed, timeout=CLOSE_TIMEOUT_MS)
 
 
 def test_hf_token_is_set_and_cleared_never_shown(
