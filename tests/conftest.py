@@ -10,10 +10,12 @@ import psutil
 import pytest
 
 from app.hub.library import BUNDLED_ID, bundled_model
+from app.installs.available import LLAMA_SERVER_ENV
 from app.paths import AppPaths, app_paths
 from tests.support.service import (
     TEST_ENGINES_ENV,
     RunningService,
+    StartService,
     start_service_process,
     stop_service_process,
     test_engines_dir,
@@ -76,6 +78,24 @@ def llama_server_binary() -> Path:
         f"no llama-server build in {root} (${TEST_ENGINES_ENV}): run installers/test.sh, which builds it there"
     )
     return builds[0].executable
+
+
+@pytest.fixture
+def llama_server_service(
+    paths: AppPaths, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, llama_server_binary: Path
+) -> Iterator[StartService]:
+    """Starts the service (`python -m app serve` with the given arguments) where llama-server is the test build;
+    what it started is stopped when the test ends."""
+    monkeypatch.setenv(LLAMA_SERVER_ENV, str(llama_server_binary))
+    started: list[RunningService] = []
+
+    def start(*args: str) -> RunningService:
+        started.append(start_service_process(paths, tmp_path, *args))
+        return started[-1]
+
+    yield start
+    for running in started:
+        stop_service_process(running)
 
 
 @pytest.fixture(scope="session")

@@ -18,19 +18,15 @@ from tests.support.service import RunningService
 MIB = 2**20
 
 
-def listing(service: RunningService) -> dict[str, object]:
-    return next(m for m in service.client.models() if m["id"] == BUNDLED_ID)
-
-
 def wait_for_memory(service: RunningService, key: str) -> dict[str, object]:
     """The model listing's memory check once it has `key` filled."""
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
-        memory = listing(service)["memory"]
+        memory = service.model()["memory"]
         if isinstance(memory, dict) and memory[key] is not None:
             return memory
         time.sleep(0.1)
-    raise AssertionError(f"no {key}: {listing(service)}")
+    raise AssertionError(f"no {key}: {service.model()}")
 
 
 def buffer_size(lines: list[str], name: str) -> int:

@@ -39,7 +39,7 @@ def test_ps_without_service_says_so() -> None:
 def test_ps_and_models_with_running_service(service: RunningService) -> None:
     ps = modeldeck("ps")
     assert ps.returncode == 0
-    pid = next(m for m in service.client.models() if m["id"] == BUNDLED_ID)["pid"]
+    pid = service.model()["pid"]
     assert BUNDLED_ID in ps.stdout and "ready" in ps.stdout and str(pid) in ps.stdout
     assert "MiB at load, predicted" in ps.stdout  # the service checked its memory prediction at load
     assert "ready" in modeldeck("models").stdout

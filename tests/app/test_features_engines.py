@@ -11,9 +11,8 @@ import openai
 import pytest
 
 from app.hub.library import BUNDLED_ID
-from app.installs.available import LLAMA_SERVER_ENV
 from app.paths import AppPaths
-from tests.support.service import RunningService, start_service_process, stop_service_process
+from tests.support.service import RunningService, StartService, start_service_process, stop_service_process
 
 PERSON = {
     "type": "object",
@@ -72,33 +71,25 @@ def test_llama_cpp_python_json_schema_and_logprobs_refused_naming_llama_server(p
         stop_service_process(service)
 
 
-def test_llama_server_json_schema_and_logprobs(
-    paths: AppPaths, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, llama_server_binary: Path
-) -> None:
-    monkeypatch.setenv(LLAMA_SERVER_ENV, str(llama_server_binary))
-    service = start_service_process(paths, tmp_path)
-    try:
-        started = service.client.start_model(BUNDLED_ID, wait=True, overrides={"engine": "llama-server",
-                                                                               "parallel": 2})  # fmt: skip
-        assert started["state"] == "ready" and started["engine"] == "llama-server", service.client.logs(BUNDLED_ID)
-        check_json_schema_and_token_limit(service)
-        reply = service.openai_client().chat.completions.create(
-            model=BUNDLED_ID, messages=[{"role": "user", "content": "Hi"}], max_tokens=6, logprobs=True,
-            top_logprobs=3,
-        )  # fmt: skip
-        logprobs = reply.choices[0].logprobs
-        assert logprobs is not None and logprobs.content and reply.usage is not None
-        assert len(logprobs.content) == reply.usage.completion_tokens
-        for token in logprobs.content:
-            assert token.logprob <= 0 and len(token.top_logprobs) == 3
-            assert max(top.logprob for top in token.top_logprobs) >= token.logprob
-        completion = service.openai_client().completions.create(
-            model=BUNDLED_ID, prompt="The sky is", max_tokens=4, logprobs=2
-        )
-        # llama-server answers legacy completions in the chat shape (`content`), not `tokens` / `token_logprobs`:
-        # the README's feature table says so; the gateway forwards the answer's bytes as they come.
-        answered = completion.choices[0].logprobs
-        assert answered is not None and answered.model_extra is not None
-        assert [entry["logprob"] <= 0 for entry in answered.model_extra["content"]] == [True] * 4
-    finally:
-        stop_service_process(service)
+def test_llama_server_json_schema_and_logprobs(llama_server_service: StartService) -> None:
+    service = llama_server_service()
+    assert service.start_on_llama_server(2)["engine"] == "llama-server"
+    check_json_schema_and_token_limit(service)
+    reply = service.openai_client().chat.completions.create(
+        model=BUNDLED_ID, messages=[{"role": "user", "content": "Hi"}], max_tokens=6, logprobs=True,
+        top_logprobs=3,
+    )  # fmt: skip
+    logprobs = reply.choices[0].logprobs
+    assert logprobs is not None and logprobs.content and reply.usage is not None
+    assert len(logprobs.content) == reply.usage.completion_tokens
+    for token in logprobs.content:
+        assert token.logprob <= 0 and len(token.top_logprobs) == 3
+        assert max(top.logprob for top in token.top_logprobs) >= token.logprob
+    completion = service.openai_client().completions.create(
+        model=BUNDLED_ID, prompt="The sky is", max_tokens=4, logprobs=2
+    )
+    # llama-server answers legacy completions in the chat shape (`content`), not `tokens` / `token_logprobs`:
+    # the README's feature table says so; the gateway forwards the answer's bytes as they come.
+    answered = completion.choices[0].logprobs
+    assert answered is not None and answered.model_extra is not None
+    assert [entry["logprob"] <= 0 for entry in answered.model_extra["content"]] == [True] * 4

@@ -35,10 +35,6 @@ def raw_post(service: RunningService, path: str, content: bytes, **headers: str)
     return httpx.post(f"{service.url}{path}", content=content, headers={**base, **headers}, timeout=60)
 
 
-def model_state(service: RunningService, model_id: str) -> dict[str, object]:
-    return next(m for m in service.client.models() if m["id"] == model_id)
-
-
 def wait_until(condition: object, timeout: float = 60.0) -> None:
     deadline = time.monotonic() + timeout
     while not condition():  # type: ignore[operator]
@@ -145,7 +141,7 @@ def test_client_disconnect_frees_the_engine(service: RunningService) -> None:
         "model": BUNDLED_ID, "prompt": "A long story:", "max_tokens": 3000, "stream": True}) as stream:  # fmt: skip
         lines = stream.iter_lines()
         assert sum(1 for line, _ in zip(lines, range(6), strict=False) if line.startswith("data: ")) >= 3
-    wait_until(lambda: model_state(service, BUNDLED_ID)["running_requests"] == 0, timeout=10)
+    wait_until(lambda: service.model()["running_requests"] == 0, timeout=10)
     reply = service.openai_client().completions.create(model=BUNDLED_ID, prompt="Hi", max_tokens=4)
     assert reply.choices[0].text
     records = service.client.logs(BUNDLED_ID, 2000)
@@ -164,7 +160,7 @@ def test_connections_to_the_engine_are_kept_alive(service: RunningService) -> No
     for _ in range(2):
         client.completions.create(model=BUNDLED_ID, prompt="Hi", max_tokens=2)
         list(client.completions.create(model=BUNDLED_ID, prompt="Hi", max_tokens=2, stream=True))
-    port = model_state(service, BUNDLED_ID)["port"]
+    port = service.model()["port"]
     gateway = psutil.Process(service.process.pid)
     to_engine = [c for c in gateway.net_connections("tcp") if c.raddr and c.raddr.port == port]
     # Reused, not one per request: a connection still finishing a stream's end may be joined by a second one.
@@ -181,7 +177,7 @@ def test_engine_killed_mid_stream_ends_stream_with_error(service: RunningService
     def read_and_kill_engine() -> None:
         for received, _ in enumerate(stream, start=1):
             if received == 3:
-                os.kill(int(model_state(service, BUNDLED_ID)["pid"]), signal.SIGKILL)  # type: ignore[arg-type]
+                os.kill(int(service.model()["pid"]), signal.SIGKILL)
 
     with pytest.raises(openai.APIError) as error:
         read_and_kill_engine()
@@ -209,8 +205,8 @@ def test_eight_clients_on_a_one_at_a_time_engine_all_complete_in_order(service: 
         """Requests the gateway has taken in: answered (asked first, so that a request answered between the two
         questions is counted in neither, never twice), running or waiting in the engine's queue."""
         answered = len(service.client.requests(100))
-        model = next(m for m in service.client.models() if m["id"] == BUNDLED_ID)
-        return answered + model["running_requests"] + model["waiting_requests"]
+        model = service.model()
+        return answered + int(model["running_requests"]) + int(model["waiting_requests"])
 
     threads = [threading.Thread(target=stream, args=(i,)) for i in range(8)]
     for index, thread in enumerate(threads):
@@ -240,7 +236,7 @@ def test_full_queue_answers_429_with_retry_after(paths: AppPaths, tmp_path: Path
             ]
             for thread in threads:
                 thread.start()
-            wait_until(lambda: model_state(service, BUNDLED_ID)["waiting_requests"] == 1, timeout=30)
+            wait_until(lambda: service.model()["waiting_requests"] == 1, timeout=30)
             refused = http.post(f"{service.url}/completions", json=body, headers=headers)
             for thread in threads:
                 thread.join()
@@ -270,11 +266,11 @@ def test_two_models_alternate_under_a_memory_cap_and_idle_ttl(
         for model in (BUNDLED_ID, "second", BUNDLED_ID, "second"):
             assert client.completions.create(model=model, prompt="Hi", max_tokens=2).choices[0].text is not None
             other = "second" if model == BUNDLED_ID else BUNDLED_ID
-            assert model_state(service, model)["state"] == "ready"
-            assert model_state(service, other)["state"] == "stopped"
-        assert "make room for second" in str(model_state(service, BUNDLED_ID)["message"])
-        wait_until(lambda: model_state(service, "second")["state"] == "stopped", timeout=20)
-        assert "idle" in str(model_state(service, "second")["message"])
+            assert service.model(model)["state"] == "ready"
+            assert service.model(other)["state"] == "stopped"
+        assert "make room for second" in str(service.model()["message"])
+        wait_until(lambda: service.model("second")["state"] == "stopped", timeout=20)
+        assert "idle" in str(service.model("second")["message"])
     finally:
         stop_service_process(service)
 
@@ -292,9 +288,9 @@ def test_a_model_ttl_overrides_the_default(paths: AppPaths, tmp_path: Path, bund
         client = service.openai_client()
         for model in ("second", BUNDLED_ID):
             assert client.completions.create(model=model, prompt="Hi", max_tokens=2).choices
-        wait_until(lambda: model_state(service, "second")["state"] == "stopped", timeout=20)
-        assert "idle (TTL 2 s)" in str(model_state(service, "second")["message"])
-        assert model_state(service, BUNDLED_ID)["state"] == "ready"
+        wait_until(lambda: service.model("second")["state"] == "stopped", timeout=20)
+        assert "idle (TTL 2 s)" in str(service.model("second")["message"])
+        assert service.model()["state"] == "ready"
     finally:
         stop_service_process(service)
 
@@ -352,7 +348,7 @@ def test_request_text_is_logged_when_turned_on(paths: AppPaths, tmp_path: Path) 
 
 def test_keys_stay_off_command_lines_and_out_of_logs(service: RunningService, paths: AppPaths) -> None:
     service.openai_client().completions.create(model=BUNDLED_ID, prompt="Hi", max_tokens=2)
-    engine = psutil.Process(int(model_state(service, BUNDLED_ID)["pid"]))  # type: ignore[arg-type]
+    engine = psutil.Process(int(service.model()["pid"]))
     internal_key = engine.environ()["API_KEY"]
     assert len(internal_key) > 30 and internal_key != service.api_key
     for process in (engine, psutil.Process(service.process.pid)):
@@ -369,7 +365,7 @@ def test_a_model_predicted_over_the_memory_cap_is_refused(paths: AppPaths, tmp_p
     service = start_service_process(paths, tmp_path, "--max-memory", "200M")
     try:
         service.client.start_model(BUNDLED_ID, wait=True)
-        state = model_state(service, BUNDLED_ID)
+        state = service.model()
         # the default plan's predicted peak is about 500 MiB: well over 200 MiB, although the file is 94 MiB
         assert state["state"] == "failed"
         assert "needs about" in str(state["message"]) and "cap of 200 MiB" in str(state["message"])

@@ -78,7 +78,7 @@ def test_starting_a_model_that_claims_two_billion_layers_fails_clearly(paths: Ap
     (paths.models_dir / "bomb-model.gguf").write_bytes(gguf_bytes(llama_metadata(block_count=(U32, 2**31))))
     service = start_service_process(paths, tmp_path, "--model", "bomb-model")
     try:
-        model = next(m for m in service.client.models() if m["id"] == "bomb-model")
+        model = service.model("bomb-model")
         assert model["state"] == "failed"
         assert "llama.block_count is 2147483648, outside the plausible range" in model["message"]
         assert service.client.health()["status"] == "ok"

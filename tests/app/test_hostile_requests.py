@@ -95,7 +95,7 @@ def test_a_model_that_cannot_start_answers_503_without_paths_or_logs(paths: AppP
         assert "could not be started" in message and "/api/models/broken-model/logs" in message
         assert str(paths.models_dir) not in message and "GGUF version" not in message
         # the reason stays where the user looks for it
-        model = next(m for m in service.client.models() if m["id"] == "broken-model")
+        model = service.model("broken-model")
         assert str(broken) in model["message"] and "unsupported GGUF version" in model["message"]
     finally:
         stop_service_process(service)

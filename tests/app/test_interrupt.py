@@ -68,7 +68,7 @@ def test_ctrl_c_ends_a_stalled_pull(hub: FakeHub, gguf_bytes: bytes, tmp_path: P
 
 def test_ctrl_c_ends_serve_with_a_stream_in_flight(paths: AppPaths, tmp_path: Path) -> None:
     service = start_service_process(paths, tmp_path, "--model", BUNDLED_ID)
-    engine = psutil.Process(next(m for m in service.client.models() if m["id"] == BUNDLED_ID)["pid"])
+    engine = psutil.Process(service.model()["pid"])
     streaming = threading.Event()
 
     def stream() -> None:

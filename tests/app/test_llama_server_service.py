@@ -8,7 +8,6 @@ import signal
 import threading
 import time
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -17,13 +16,9 @@ from app.hub.library import BUNDLED_ID
 from app.installs.available import LLAMA_SERVER_ENV
 from app.paths import AppPaths
 from app.planner.defaults import DEFAULT_SLOTS
-from tests.support.service import RunningService, start_service_process, stop_service_process, wait_for
+from tests.support.service import RunningService, StartService, start_service_process, stop_service_process, wait_for
 
 PARALLEL = 4
-
-
-def model_state(service: RunningService) -> dict[str, Any]:
-    return next(m for m in service.client.models() if m["id"] == BUNDLED_ID)
 
 
 def stream_times(service: RunningService, index: int, times: list[tuple[float, float, int]]) -> None:
@@ -37,51 +32,43 @@ def stream_times(service: RunningService, index: int, times: list[tuple[float, f
     times.append((arrivals[0], arrivals[-1], len(arrivals)))
 
 
-def test_parallel_streams_metrics_and_restart(
-    paths: AppPaths, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, llama_server_binary: Path
-) -> None:
-    monkeypatch.setenv(LLAMA_SERVER_ENV, str(llama_server_binary))
-    service = start_service_process(paths, tmp_path)
-    try:
-        started = service.client.start_model(BUNDLED_ID, wait=True, overrides={"engine": "llama-server",
-                                                                               "parallel": PARALLEL})  # fmt: skip
-        assert started["state"] == "ready", service.client.logs(BUNDLED_ID)
-        assert started["engine"] == "llama-server" and started["plan"]["parallel"] == PARALLEL
+def test_parallel_streams_metrics_and_restart(llama_server_service: StartService) -> None:
+    service = llama_server_service()
+    started = service.start_on_llama_server(PARALLEL)
+    assert started["engine"] == "llama-server" and started["plan"]["parallel"] == PARALLEL
 
-        # Four streams at once: with four slots each one starts before any of them ends.
-        times: list[tuple[float, float, int]] = []
-        threads = [threading.Thread(target=stream_times, args=(service, i, times)) for i in range(PARALLEL)]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join(timeout=120)
-        assert len(times) == PARALLEL, service.output()
-        assert all(count > 4 for _, _, count in times)
-        assert max(first for first, _, _ in times) < min(last for _, last, _ in times), times
+    # Four streams at once: with four slots each one starts before any of them ends.
+    times: list[tuple[float, float, int]] = []
+    threads = [threading.Thread(target=stream_times, args=(service, i, times)) for i in range(PARALLEL)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=120)
+    assert len(times) == PARALLEL, service.output()
+    assert all(count > 4 for _, _, count in times)
+    assert max(first for first, _, _ in times) < min(last for _, last, _ in times), times
 
-        # llama-server's own /metrics, scraped and translated into our names.
-        def generation_rate() -> float:
-            series = service.client.series(120, names=["engine_generation_tokens_per_s"], model=BUNDLED_ID)["series"]
-            return max(series[0]["v"], default=0.0) if series else 0.0
+    # llama-server's own /metrics, scraped and translated into our names.
+    def generation_rate() -> float:
+        series = service.client.series(120, names=["engine_generation_tokens_per_s"], model=BUNDLED_ID)["series"]
+        return max(series[0]["v"], default=0.0) if series else 0.0
 
-        assert wait_for(generation_rate, 15, "a generation rate from llama-server's /metrics") > 0
-        running = service.client.series(120, names=["engine_requests_running"], model=BUNDLED_ID)["series"]
-        assert running and max(running[0]["v"]) >= 1
+    assert wait_for(generation_rate, 15, "a generation rate from llama-server's /metrics") > 0
+    running = service.client.series(120, names=["engine_requests_running"], model=BUNDLED_ID)["series"]
+    assert running and max(running[0]["v"]) >= 1
 
-        # Killed: the supervisor restarts it with the same plan, and the next request is served.
-        pid = model_state(service)["pid"]
-        os.kill(pid, signal.SIGKILL)
-        restarted = wait_for(
-            lambda: (m := model_state(service))["state"] == "ready" and m["restarts"] == 1 and m, 60, "the restart"
-        )
-        assert restarted["pid"] != pid and restarted["engine"] == "llama-server"
-        assert restarted["plan"]["parallel"] == PARALLEL
-        answer = service.openai_client().chat.completions.create(
-            model=BUNDLED_ID, messages=[{"role": "user", "content": "Say hi."}], max_tokens=8
-        )
-        assert answer.choices[0].message.content
-    finally:
-        stop_service_process(service)
+    # Killed: the supervisor restarts it with the same plan, and the next request is served.
+    pid = service.model()["pid"]
+    os.kill(pid, signal.SIGKILL)
+    restarted = wait_for(
+        lambda: (m := service.model())["state"] == "ready" and m["restarts"] == 1 and m, 60, "the restart"
+    )
+    assert restarted["pid"] != pid and restarted["engine"] == "llama-server"
+    assert restarted["plan"]["parallel"] == PARALLEL
+    answer = service.openai_client().chat.completions.create(
+        model=BUNDLED_ID, messages=[{"role": "user", "content": "Say hi."}], max_tokens=8
+    )
+    assert answer.choices[0].message.content
 
 
 def test_asking_for_llama_server_where_none_is_built_is_refused_clearly(
@@ -97,7 +84,7 @@ def test_asking_for_llama_server_where_none_is_built_is_refused_clearly(
         assert refused.value.status == 400
         assert "llama-server cannot run here" in str(refused.value)
         assert "modeldeck engines build llama-server" in str(refused.value)
-        assert model_state(service)["state"] == "stopped"  # nothing was started, nothing lost
+        assert service.model()["state"] == "stopped"  # nothing was started, nothing lost
         # Without llama-server the default engine stays llama-cpp-python, one request at a time.
         started = service.client.start_model(BUNDLED_ID, wait=True)
         assert started["state"] == "ready" and started["engine"] == "llama-cpp-python"
@@ -106,25 +93,19 @@ def test_asking_for_llama_server_where_none_is_built_is_refused_clearly(
         stop_service_process(service)
 
 
-def test_llama_server_is_the_default_engine_where_it_is_built(
-    paths: AppPaths, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, llama_server_binary: Path
-) -> None:
+def test_llama_server_is_the_default_engine_where_it_is_built(llama_server_service: StartService) -> None:
     """A model started with no engine named runs on llama-server with DEFAULT_SLOTS slots, so that a chat and a
     script do not take turns in one prompt cache; naming llama-cpp-python still gets it."""
-    monkeypatch.setenv(LLAMA_SERVER_ENV, str(llama_server_binary))
-    service = start_service_process(paths, tmp_path, "--model", BUNDLED_ID)
-    try:
-        model = model_state(service)
-        assert model["state"] == "ready", service.client.logs(BUNDLED_ID)
-        assert model["engine"] == "llama-server" and model["plan"]["parallel"] == DEFAULT_SLOTS
-        reply = service.openai_client().chat.completions.create(
-            model=BUNDLED_ID, messages=[{"role": "user", "content": "Hi"}], max_tokens=4
-        )
-        assert reply.choices[0].message.content
-        assert model_state(service)["max_concurrent_requests"] == DEFAULT_SLOTS  # the gateway lets them through
-        service.client.stop_model(BUNDLED_ID)
-        started = service.client.start_model(BUNDLED_ID, wait=True, overrides={"engine": "llama-cpp-python"})
-        assert started["state"] == "ready" and started["engine"] == "llama-cpp-python"
-        assert started["plan"]["parallel"] == 1 and started["max_concurrent_requests"] == 1
-    finally:
-        stop_service_process(service)
+    service = llama_server_service("--model", BUNDLED_ID)
+    model = service.model()
+    assert model["state"] == "ready", service.client.logs(BUNDLED_ID)
+    assert model["engine"] == "llama-server" and model["plan"]["parallel"] == DEFAULT_SLOTS
+    reply = service.openai_client().chat.completions.create(
+        model=BUNDLED_ID, messages=[{"role": "user", "content": "Hi"}], max_tokens=4
+    )
+    assert reply.choices[0].message.content
+    assert service.model()["max_concurrent_requests"] == DEFAULT_SLOTS  # the gateway lets them through
+    service.client.stop_model(BUNDLED_ID)
+    started = service.client.start_model(BUNDLED_ID, wait=True, overrides={"engine": "llama-cpp-python"})
+    assert started["state"] == "ready" and started["engine"] == "llama-cpp-python"
+    assert started["plan"]["parallel"] == 1 and started["max_concurrent_requests"] == 1

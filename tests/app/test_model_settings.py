@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import stat
 from pathlib import Path
-from typing import Any
 
 import httpx
 import pytest
@@ -21,10 +20,6 @@ from tests.support.service import RunningService, start_service_process, stop_se
 SAVED = {"context": 2048, "threads": 1, "batch": 128}
 
 
-def _model(service: RunningService) -> dict[str, Any]:
-    return next(m for m in service.client.models() if m["id"] == BUNDLED_ID)
-
-
 def _chat(service: RunningService) -> None:
     answer = service.openai_client().chat.completions.create(
         model=BUNDLED_ID, messages=[{"role": "user", "content": "Hi"}], max_tokens=2
@@ -33,7 +28,7 @@ def _chat(service: RunningService) -> None:
 
 
 def _assert_started_with_saved(service: RunningService) -> None:
-    record = _model(service)
+    record = service.model()
     assert record["state"] == "ready", record["message"]
     assert {key: record["plan"][key] for key in SAVED} == SAVED
     argv = record["launch"]["argv"]
@@ -59,18 +54,18 @@ def test_settings_survive_a_restart_and_serve_every_jit_start(paths: AppPaths, t
         assert service.client.model_settings(BUNDLED_ID)["settings"]["context"] == 2048
         _chat(service)  # the first start of this service: a JIT start
         _assert_started_with_saved(service)
-        wait_for(lambda: _model(service)["state"] == "stopped", 30, "the idle stop")
+        wait_for(lambda: service.model()["state"] == "stopped", 30, "the idle stop")
         _chat(service)  # a JIT start after the idle stop
         _assert_started_with_saved(service)
         # An explicit start names its own parameters, and they win for that start.
         service.client.stop_model(BUNDLED_ID)
         service.client.start_model(BUNDLED_ID, wait=True, overrides={"context": 1024})
-        assert _model(service)["plan"]["context"] == 1024
+        assert service.model()["plan"]["context"] == 1024
         # An empty set forgets the saved one.
         service.client.stop_model(BUNDLED_ID)
         assert service.client.save_model_settings(BUNDLED_ID, {})["saved"] is False
         service.client.start_model(BUNDLED_ID, wait=True)
-        assert _model(service)["plan"]["context"] != 2048
+        assert service.model()["plan"]["context"] != 2048
     finally:
         stop_service_process(service)
 

@@ -68,7 +68,7 @@ def test_engines_and_upstreams_get_no_secret_of_the_service(
     url, seen = upstream
     service = start_service_process(paths, tmp_path, "--model", BUNDLED_ID, "--upstream", f"ext={url}")
     try:
-        model = next(m for m in service.client.models() if m["id"] == BUNDLED_ID)
+        model = service.model()
         assert model["state"] == "ready", model["message"]
         engine = psutil.Process(model["pid"])
         environment = engine.environ()

@@ -76,11 +76,11 @@ def test_two_concurrent_streams_both_complete(service: RunningService) -> None:
 
 
 def test_killed_engine_is_restarted_and_serves_again(service: RunningService) -> None:
-    model = next(m for m in service.client.models() if m["id"] == BUNDLED_ID)
+    model = service.model()
     os.kill(model["pid"], signal.SIGKILL)
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
-        model = next(m for m in service.client.models() if m["id"] == BUNDLED_ID)
+        model = service.model()
         if model["state"] == "ready" and model["restarts"] == 1:
             break
         time.sleep(0.1)
@@ -90,7 +90,7 @@ def test_killed_engine_is_restarted_and_serves_again(service: RunningService) ->
 
 
 def test_service_sigkill_leaves_no_engine(service: RunningService) -> None:
-    pid = next(m for m in service.client.models() if m["id"] == BUNDLED_ID)["pid"]
+    pid = service.model()["pid"]
     engine = psutil.Process(pid)
     service.process.kill()
     service.process.wait()
@@ -113,7 +113,7 @@ def test_leftover_engine_from_crashed_service_is_reaped(paths: AppPaths, tmp_pat
 
 
 def test_sigterm_stops_engines_and_cleans_up(service: RunningService, paths: AppPaths) -> None:
-    engine = psutil.Process(next(m for m in service.client.models() if m["id"] == BUNDLED_ID)["pid"])
+    engine = psutil.Process(service.model()["pid"])
     service.process.send_signal(signal.SIGTERM)
     assert service.process.wait(timeout=30) == 0
     assert not engine.is_running() or engine.status() == psutil.STATUS_ZOMBIE
@@ -127,7 +127,7 @@ def test_corrupt_gguf_fails_clearly_and_service_stays_up(paths: AppPaths, tmp_pa
     broken.write_bytes(bundled_gguf.read_bytes()[:1_000_000])
     service = start_service_process(paths, tmp_path, "--model", "broken-model")
     try:
-        model = next(m for m in service.client.models() if m["id"] == "broken-model")
+        model = service.model("broken-model")
         assert model["state"] == "failed"
         assert str(broken) in model["message"] and "truncated" in model["message"]
         with pytest.raises(openai.APIStatusError) as error:

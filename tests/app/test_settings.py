@@ -141,7 +141,7 @@ def test_flags_given_override_the_settings(paths: AppPaths, tmp_path: Path) -> N
     running = start_service_process(paths, tmp_path, "--idle-ttl", "30")  # and --port: a free port of its own
     try:
         assert f":{saved_port}/" not in running.url
-        assert next(m for m in running.client.models() if m["id"] == BUNDLED_ID)["idle_ttl_s"] == 30.0
+        assert running.model()["idle_ttl_s"] == 30.0
         # The saved values differ from what runs: they would apply at the next start without these flags.
         assert running.client.settings()["restart_required"] == ["gateway_port", "idle_ttl_s"]
     finally:

@@ -8,16 +8,19 @@ import itertools
 import random
 import subprocess
 import sys
-from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
 from app.hub.library import BUNDLED_ID
-from app.installs.available import LLAMA_SERVER_ENV
 from app.paths import AppPaths
-from tests.support.service import REPO, RunningService, start_service_process, stop_service_process, wait_for
+from tests.support.service import (
+    REPO,
+    RunningService,
+    StartService,
+    wait_for,
+)
 
 PARALLEL = 4
 CONVERSATIONS = 3
@@ -41,80 +44,64 @@ def metrics(service: RunningService) -> dict[str, Any]:
     return result
 
 
-def start_llama_server(service: RunningService) -> None:
-    started = service.client.start_model(BUNDLED_ID, wait=True, overrides={"engine": "llama-server",
-                                                                           "parallel": PARALLEL})  # fmt: skip
-    assert started["state"] == "ready", service.client.logs(BUNDLED_ID)
+def test_conversations_keep_their_slots_and_their_cached_prefix(llama_server_service: StartService) -> None:
+    service = llama_server_service()
+    service.start_on_llama_server(PARALLEL)
+    client = service.openai_client()
+    histories = [[{"role": "system", "content": system_prompt(n)}] for n in range(CONVERSATIONS)]
+    for turn in range(TURNS):
+        for n, history in enumerate(histories):
+            history.append({"role": "user", "content": f"Question {turn}: which note comes after {WORDS[n]}?"})
+            asked: dict[str, Any] = {"model": BUNDLED_ID, "messages": history, "max_tokens": 12, "temperature": 0}
+            if n == 0:  # streamed, without usage: the cache figures come from the stream's last event
+                stream = client.chat.completions.create(**asked, stream=True)
+                text = "".join(c.choices[0].delta.content or "" for c in stream if c.choices)
+            else:
+                text = client.chat.completions.create(**asked).choices[0].message.content or ""
+            history.append({"role": "assistant", "content": text})
 
+    records = service.client.requests(limit=100)
+    assert len(records) == CONVERSATIONS * TURNS and all(r["status"] == 200 for r in records), records
+    turns_of = [records[n::CONVERSATIONS] for n in range(CONVERSATIONS)]  # sent one at a time, in this order
+    slots = [{r["slot"] for r in turns} for turns in turns_of]
+    assert all(len(s) == 1 and None not in s for s in slots), slots  # every turn on its conversation's slot
+    assert len(set().union(*slots)) == CONVERSATIONS, slots  # each conversation on a slot of its own
+    for turns in turns_of:
+        first = turns[0]
+        assert first["prompt_tokens"] > 150 and first["prompt_cached_tokens"] < first["prompt_tokens"] // 4
+        for earlier, later in itertools.pairwise(turns):
+            # The slot still held the whole earlier prompt: the engine computed only the new messages.
+            assert later["prompt_cached_tokens"] >= earlier["prompt_tokens"] - 1, (earlier, later)
+            assert later["prompt_tokens"] > later["prompt_cached_tokens"]
 
-def test_conversations_keep_their_slots_and_their_cached_prefix(
-    paths: AppPaths, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, llama_server_binary: Path
-) -> None:
-    monkeypatch.setenv(LLAMA_SERVER_ENV, str(llama_server_binary))
-    service = start_service_process(paths, tmp_path)
-    try:
-        start_llama_server(service)
-        client = service.openai_client()
-        histories = [[{"role": "system", "content": system_prompt(n)}] for n in range(CONVERSATIONS)]
-        for turn in range(TURNS):
-            for n, history in enumerate(histories):
-                history.append({"role": "user", "content": f"Question {turn}: which note comes after {WORDS[n]}?"})
-                asked: dict[str, Any] = {"model": BUNDLED_ID, "messages": history, "max_tokens": 12, "temperature": 0}
-                if n == 0:  # streamed, without usage: the cache figures come from the stream's last event
-                    stream = client.chat.completions.create(**asked, stream=True)
-                    text = "".join(c.choices[0].delta.content or "" for c in stream if c.choices)
-                else:
-                    text = client.chat.completions.create(**asked).choices[0].message.content or ""
-                history.append({"role": "assistant", "content": text})
+    cached = sum(r["prompt_cached_tokens"] for r in records)
+    prompt = sum(r["prompt_tokens"] for r in records)
+    summary = metrics(service)["models"][BUNDLED_ID]
+    assert summary["prompt_cached_tokens"] == cached
+    assert summary["prompt_cache_reuse"] == pytest.approx(cached / prompt)
+    assert 0.3 < summary["prompt_cache_reuse"] < 1.0  # turns 2 and 3 of three conversations mostly cached
 
-        records = service.client.requests(limit=100)
-        assert len(records) == CONVERSATIONS * TURNS and all(r["status"] == 200 for r in records), records
-        turns_of = [records[n::CONVERSATIONS] for n in range(CONVERSATIONS)]  # sent one at a time, in this order
-        slots = [{r["slot"] for r in turns} for turns in turns_of]
-        assert all(len(s) == 1 and None not in s for s in slots), slots  # every turn on its conversation's slot
-        assert len(set().union(*slots)) == CONVERSATIONS, slots  # each conversation on a slot of its own
-        for turns in turns_of:
-            first = turns[0]
-            assert first["prompt_tokens"] > 150 and first["prompt_cached_tokens"] < first["prompt_tokens"] // 4
-            for earlier, later in itertools.pairwise(turns):
-                # The slot still held the whole earlier prompt: the engine computed only the new messages.
-                assert later["prompt_cached_tokens"] >= earlier["prompt_tokens"] - 1, (earlier, later)
-                assert later["prompt_tokens"] > later["prompt_cached_tokens"]
+    def reuse_series() -> list[float]:
+        found = service.client.series(120, names=["prompt_cache_reuse"], model=BUNDLED_ID)["series"]
+        return list(found[0]["v"]) if found else []
 
-        cached = sum(r["prompt_cached_tokens"] for r in records)
-        prompt = sum(r["prompt_tokens"] for r in records)
-        summary = metrics(service)["models"][BUNDLED_ID]
-        assert summary["prompt_cached_tokens"] == cached
-        assert summary["prompt_cache_reuse"] == pytest.approx(cached / prompt)
-        assert 0.3 < summary["prompt_cache_reuse"] < 1.0  # turns 2 and 3 of three conversations mostly cached
-
-        def reuse_series() -> list[float]:
-            found = service.client.series(120, names=["prompt_cache_reuse"], model=BUNDLED_ID)["series"]
-            return list(found[0]["v"]) if found else []
-
-        assert wait_for(lambda: [v for v in reuse_series() if v > 0], 15, "the prompt_cache_reuse series")
-        assert all(0.0 <= v <= 1.0 for v in reuse_series())
-    finally:
-        stop_service_process(service)
+    assert wait_for(lambda: [v for v in reuse_series() if v > 0], 15, "the prompt_cache_reuse series")
+    assert all(0.0 <= v <= 1.0 for v in reuse_series())
 
 
 def test_slot_routing_off_leaves_the_choice_to_llama_server_and_still_measures_the_cache(
-    paths: AppPaths, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, llama_server_binary: Path
+    llama_server_service: StartService,
 ) -> None:
-    monkeypatch.setenv(LLAMA_SERVER_ENV, str(llama_server_binary))
-    service = start_service_process(paths, tmp_path, "--slot-routing", "off")
-    try:
-        start_llama_server(service)
-        client = service.openai_client()
-        messages = [{"role": "system", "content": system_prompt(7)}, {"role": "user", "content": "Hello."}]
-        for _ in range(2):
-            client.chat.completions.create(model=BUNDLED_ID, messages=messages, max_tokens=4, temperature=0)
-        records = service.client.requests(limit=10)
-        assert [r["slot"] for r in records] == [None, None]  # no id_slot sent
-        # The same prompt twice: llama-server's own choice finds it in a slot.
-        assert records[1]["prompt_cached_tokens"] >= records[0]["prompt_tokens"] - 1
-    finally:
-        stop_service_process(service)
+    service = llama_server_service("--slot-routing", "off")
+    service.start_on_llama_server(PARALLEL)
+    client = service.openai_client()
+    messages = [{"role": "system", "content": system_prompt(7)}, {"role": "user", "content": "Hello."}]
+    for _ in range(2):
+        client.chat.completions.create(model=BUNDLED_ID, messages=messages, max_tokens=4, temperature=0)
+    records = service.client.requests(limit=10)
+    assert [r["slot"] for r in records] == [None, None]  # no id_slot sent
+    # The same prompt twice: llama-server's own choice finds it in a slot.
+    assert records[1]["prompt_cached_tokens"] >= records[0]["prompt_tokens"] - 1
 
 
 def test_a_wrong_slot_routing_value_is_refused_clearly(paths: AppPaths) -> None:

@@ -112,7 +112,7 @@ def test_openai_stream_starts_the_folder_model_on_vllm_and_stop_ends_it(
 
     service = start_service_process(paths, tmp_path)
     try:
-        listed = next(m for m in service.client.models() if m["id"] == MODEL_ID)
+        listed = service.model(MODEL_ID)
         assert listed["engine"] == "vllm" and listed["state"] == "stopped"
         stream = service.openai_client().chat.completions.create(
             model=MODEL_ID, messages=[{"role": "user", "content": "Say hello"}], stream=True, max_tokens=32
@@ -120,7 +120,7 @@ def test_openai_stream_starts_the_folder_model_on_vllm_and_stop_ends_it(
         pieces = [chunk.choices[0].delta.content or "" for chunk in stream if chunk.choices]
         assert "".join(pieces) == ANSWER and len([p for p in pieces if p]) == 7  # streamed, one piece per token
 
-        described = next(m for m in service.client.models() if m["id"] == MODEL_ID)
+        described = service.model(MODEL_ID)
         assert described["state"] == "ready", described["message"]
         engine = psutil.Process(described["pid"])
         port = described["port"]
@@ -173,7 +173,7 @@ def test_openai_stream_starts_the_folder_model_on_vllm_and_stop_ends_it(
         wait_for(lambda: series_of(service, "gpu_process_memory_bytes"), "the engine's GPU memory")
 
         service.client.stop_model(MODEL_ID)
-        stopped = next(m for m in service.client.models() if m["id"] == MODEL_ID)
+        stopped = service.model(MODEL_ID)
         assert stopped["state"] == "stopped" and stopped["pid"] is None
         assert not engine.is_running() or engine.status() == psutil.STATUS_ZOMBIE
         assert "INFO:     Application shutdown complete." in service.client.logs(MODEL_ID)  # SIGTERM, then clean

@@ -11,11 +11,12 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import openai
 
 from app.client import ControlClient, find_service
+from app.hub.library import BUNDLED_ID
 from app.paths import AppPaths
 
 REPO = Path(__file__).resolve().parent.parent.parent
@@ -45,6 +46,20 @@ class RunningService:
         client = openai.OpenAI(base_url=self.url, api_key=api_key or self.api_key, max_retries=0, timeout=60)
         self.openai_clients.append(client)
         return client
+
+    def model(self, model_id: str = BUNDLED_ID) -> dict[str, Any]:
+        """The model's record in the service's list (`GET /api/models`)."""
+        return cast(dict[str, Any], next(m for m in self.client.models() if m["id"] == model_id))
+
+    def start_on_llama_server(self, parallel: int, model_id: str = BUNDLED_ID) -> dict[str, Any]:
+        """Start the model on llama-server with `parallel` slots, and wait until it is ready."""
+        overrides: dict[str, int | str] = {"engine": "llama-server", "parallel": parallel}
+        started = self.client.start_model(model_id, wait=True, overrides=overrides)
+        assert started["state"] == "ready", self.client.logs(model_id)
+        return cast(dict[str, Any], started)
+
+
+StartService = Callable[..., RunningService]  # the llama_server_service fixture: serve arguments in, a service out
 
 
 def start_service_process(
