@@ -57,6 +57,8 @@ class EngineBuildPanel(QWidget):
         self._call = LatestCall(connection)
         self._engine: str | None = None
         self._build_id: str | None = None  # the build this panel follows
+        self._starting = False  # a start asked for and not answered yet: the build's events may come first
+        self._ended_id: str | None = None  # the last build seen to end: a record saying it runs is older news
         self._built: str | None = None  # what the last build here made, said until the page starts over
         self.intro_label = QLabel()
         self.intro_label.setWordWrap(True)
@@ -129,6 +131,7 @@ class EngineBuildPanel(QWidget):
         if self._engine is None:
             return
         self.build_button.setEnabled(False)
+        self._starting = True
         show_error(self.error_label, "")
         self.step_label.setText("starting")
         self.step_label.show()
@@ -145,6 +148,9 @@ class EngineBuildPanel(QWidget):
         self._call.run(job, self._show_build, self._on_build_failed)
 
     def _follow(self, build: EngineBuildRecord) -> None:
+        self._starting = False
+        if build["id"] == self._ended_id:  # it ended before this answer came (its end came on the event stream)
+            return
         self._build_id = build["id"]
         self._show_build(build)
 
@@ -152,8 +158,9 @@ class EngineBuildPanel(QWidget):
     def _on_connection_engine_build_changed(self, build: EngineBuildRecord) -> None:
         if build["engine"] != self._engine:
             return
-        if self._build_id is None and build["state"] == "running":
-            self._build_id = build["id"]  # started elsewhere (another window, or before this page opened)
+        adopt = build["state"] == "running" or self._starting  # started here, or elsewhere (another window)
+        if self._build_id is None and adopt and build["id"] != self._ended_id:
+            self._build_id = build["id"]
         if build["id"] == self._build_id:
             self._show_build(build)
 
@@ -169,7 +176,7 @@ class EngineBuildPanel(QWidget):
             self.step_label.setText(f"{build['step']} ({build['percent']} %)")
             self.step_label.show()
             return
-        self._build_id = None
+        self._build_id, self._ended_id = None, build["id"]
         if state == "completed":
             self._built = f"Built {build['engine']} {build['version'] or ''}".rstrip()
             self._show_idle(self._built + ".")
@@ -184,6 +191,7 @@ class EngineBuildPanel(QWidget):
             self.error_label.setToolTip(error + (f"\nFull log: {build['log_path']}" if build["log_path"] else ""))
 
     def _on_build_failed(self, message: str) -> None:
+        self._starting = False
         self._show_idle("")
         show_error(self.error_label, f"Could not build: {one_line(message)}")
 

@@ -25,6 +25,7 @@ from app.service.jobs.engine_builds import SDIST_ENV
 from engines.llama_server import installed_builds
 from tests.app.test_engine_build_service import SLOW_STEP
 from tests.app.test_llama_server_build import sdist_of, tiny_project
+from tests.support.held_answer import HeldAnswer
 
 ANSWER_TIMEOUT_MS = 30_000
 BUILD_TIMEOUT_MS = 300_000
@@ -164,3 +165,24 @@ def test_a_compiler_error_is_one_line_with_the_error_in_it() -> None:
         "make: *** [all] Error 2\nFull log: /tmp/x.log"
     )
     assert one_line(error) == "`cmake --build` failed (exit 2): main.c:1:24: error: 'undeclared_thing' undeclared"
+
+
+@pytest.mark.parametrize("sdist_kind", ["missing"])
+def test_a_build_that_ends_before_its_start_is_answered_shows_its_end(
+    qtbot: QtBot, main_window: MainWindow, sdist_env: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The start's answer (the build running) held back until the build's failure has come on the event stream:
+    the order a loaded machine produced. The panel keeps showing the end, not a build that runs forever."""
+    page = recommendation_for_three_users(qtbot, main_window)
+    panel, connection = page.engine_build_panel, main_window.connection
+    records: list[EngineBuildRecord] = []
+    connection.sig_engine_build_changed.connect(records.append)
+    held = HeldAnswer(monkeypatch, connection, "start_engine_build")
+    qtbot.waitUntil(panel.build_button.isEnabled, timeout=ANSWER_TIMEOUT_MS)
+    qtbot.mouseClick(panel.build_button, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: held.answered.is_set() and any(r["state"] == "failed" for r in records))
+    held.deliver(qtbot)
+    assert panel.error_label.isVisible() and panel.error_label.text().startswith("The build failed: ")
+    assert panel.build_button.isEnabled(), "it can be tried again"
+    assert not panel.progress_bar.isVisible() and not panel.cancel_button.isVisible()
+    page.wizard().reject()

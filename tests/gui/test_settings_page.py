@@ -5,19 +5,16 @@ and File > Quit / the tray's Quit asking whether the engines keep serving."""
 from __future__ import annotations
 
 import socket
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 
 import openai
 import pytest
-from PySide6.QtCore import QCoreApplication, Qt
 from PySide6.QtGui import QPalette
 from PySide6.QtWidgets import QApplication, QSystemTrayIcon
 from pytestqt.qtbot import QtBot
 
-from app.api_types import SettingsAnswer
-from app.client import ControlClient, find_service
+from app.client import find_service
 from app.gui.main_window import MainWindow
 from app.gui.quit_dialogs import QuitChoice
 from app.gui.service_connection import Phase, ServiceConnection
@@ -27,6 +24,7 @@ from app.hub.library import BUNDLED_ID
 from app.paths import AppPaths
 from app.settings import Settings, load_settings, save_settings
 from tests.gui.conftest import API_KEY, CLOSE_TIMEOUT_MS, CONNECT_TIMEOUT_MS, QuitAnswers
+from tests.support.held_answer import HeldAnswer
 from tests.support.memory_keyring import BACKEND_NAME
 from tests.support.service import free_port, start_service_process, stop_service_process
 
@@ -246,36 +244,16 @@ def test_a_settings_answer_from_before_a_save_does_not_undo_it(
     qtbot: QtBot, main_window: MainWindow, quit_answers: QuitAnswers, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A read of the settings that the service answered before the user's choice was saved, and whose answer
-    reaches the window after the save's: the order a loaded machine produced for the window's first read. The
-    read is held back once it has its answer, until the save has been answered; nothing else is replaced."""
-    read, release, handed_over = threading.Event(), threading.Event(), threading.Event()
-    held: list[int] = []
-    read_settings = ControlClient.settings
-
-    def held_settings(client: ControlClient) -> SettingsAnswer:
-        answer = read_settings(client)
-        if not held:
-            held.append(threading.get_ident())
-            read.set()
-            release.wait(CLOSE_TIMEOUT_MS / 1000)
-        return answer
-
-    def on_call_done(_deliver: object) -> None:  # runs on the thread that hands an answer to the GUI thread
-        if held and threading.get_ident() == held[0]:
-            handed_over.set()
-
-    monkeypatch.setattr(ControlClient, "settings", held_settings)
+    reaches the window after the save's: the order a loaded machine produced for the window's first read."""
     window, connection = main_window, main_window.connection
-    connection.sig_call_done.connect(on_call_done, Qt.ConnectionType.DirectConnection)
+    held = HeldAnswer(monkeypatch, connection, "settings")
     window.tray.icon = QSystemTrayIcon(window.tray)  # offscreen has no tray: one that is never shown
     quit_answers.close_to_tray = True
     window.settings_page.refresh()
-    qtbot.waitUntil(read.is_set)
+    qtbot.waitUntil(held.answered.is_set)
     with qtbot.waitSignal(connection.sig_settings_saved):
         window.close()
-    release.set()
-    qtbot.waitUntil(handed_over.is_set)
-    QCoreApplication.sendPostedEvents()  # the held answer, as the GUI thread would take it next
+    held.deliver(qtbot)
     window.show()
     window.close()
     assert quit_answers.asked == ["close_to_tray"] and not window.isVisible(), "the saved answer was forgotten"
