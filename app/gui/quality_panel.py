@@ -33,6 +33,11 @@ MIN_TOKENS = 128
 MAX_TOKENS = 1_048_576
 
 
+def _progress(run: QualityRunRecord) -> tuple[int, float]:
+    """How far a run has got, comparable between two states of one run: ended, then the share measured."""
+    return (0 if run["state"] == "running" else 1, float(run["fraction"]))
+
+
 def _table(columns: list[str], multi: bool) -> QTableWidget:
     table = QTableWidget(0, len(columns))
     table.setHorizontalHeaderLabels(columns)
@@ -141,7 +146,11 @@ class QualityPanel(QWidget):
         self.show_run(run)
 
     def show_run(self, run: QualityRunRecord) -> None:
-        finished_now = run["state"] != "running" and (self.run is None or self.run["state"] == "running")
+        """Show a run's state. An older state of the run shown (events and answers cross threads) is dropped."""
+        shown = self.run
+        if shown is not None and shown["id"] == run["id"] and _progress(run) < _progress(shown):
+            return
+        finished_now = run["state"] != "running" and (shown is None or shown["state"] == "running")
         self.run = run
         self.progress_bar.setValue(round(float(run["fraction"]) * PROGRESS_STEPS))
         self.status_label.setText(run_status(run))

@@ -8,6 +8,7 @@ from __future__ import annotations
 from PySide6.QtCore import Qt
 from pytestqt.qtbot import QtBot
 
+from app.api_types import BenchState, QualityRunRecord
 from app.gui.main_window import MainWindow
 from app.paths import AppPaths
 from app.quality.card import QualityCard, quality_dir
@@ -52,3 +53,28 @@ def test_quality_cards_are_listed_and_compared_beside_the_benchmark_cards(
     qtbot.mouseClick(panel.run_button, Qt.MouseButton.LeftButton)
     qtbot.waitUntil(lambda: "Unknown model" in panel.status_label.text(), timeout=30_000)
     assert panel.run is None and panel.run_button.isEnabled()
+
+
+def run_record(run_id: str, state: BenchState, fraction: float) -> QualityRunRecord:
+    return QualityRunRecord(
+        id=run_id, state=state, model="m", variants=["m.q8_0"], reference=None, data=None,
+        tokens=4096, step=0, steps=1, variant="m.q8_0", chunk=1, chunks=4, fraction=fraction, results=[],
+        card_id=None, error="the engine stopped" if state == "failed" else None, started=0.0,
+        finished=None if state == "running" else 1.0,
+    )  # fmt: skip
+
+
+def test_a_run_that_ended_is_not_shown_running_again_by_an_older_answer(main_window: MainWindow) -> None:
+    """The start's answer (the run at its start) can reach the panel after the run's end came as an event. The
+    records are given to the panel as the connection hands them over (no quality run is started)."""
+    panel = main_window.benchmark_page.quality_panel
+    panel.show_run(run_record("r1", "running", 0.5))
+    assert not panel.run_button.isEnabled() and panel.cancel_button.isEnabled()
+    panel.show_run(run_record("r1", "running", 0.25))  # older: dropped
+    assert panel.run is not None and panel.run["fraction"] == 0.5
+    panel.show_run(run_record("r1", "failed", 0.5))
+    panel.show_run(run_record("r1", "running", 0.0))  # the start's answer, late
+    assert panel.status_label.text() == "Failed: the engine stopped"
+    assert panel.run_button.isEnabled() and not panel.cancel_button.isEnabled()
+    panel.show_run(run_record("r2", "running", 0.0))  # a new run is shown from its start
+    assert panel.status_label.text().startswith("Measuring m") and not panel.run_button.isEnabled()
