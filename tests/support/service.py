@@ -94,7 +94,7 @@ def start_service_process(
     if wait_ready and "--model" in args:
         model_id = args[args.index("--model") + 1]
         while time.monotonic() < deadline:
-            state = next(m for m in client.models() if m["id"] == model_id)["state"]
+            state = service.model(model_id)["state"]
             if state in ("ready", "failed"):
                 break
             time.sleep(0.1)
