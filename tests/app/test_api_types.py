@@ -50,7 +50,8 @@ from engines.states import ACTIVE_STATES, EngineState
 from tests.support.events import EventRecorder
 from tests.support.hub_server import FakeHub, add_repo
 from tests.support.newer_service import UNKNOWN_STATE, newer_service
-from tests.support.service import RunningService, start_service_process, stop_service_process, wait_for
+from tests.support.service import RunningService, start_service_process, stop_service_process
+from tests.support.waiting import wait_for
 
 RUN_TIMEOUT_S = 600.0  # a busy 2-core machine decodes the bundled model at 0.5-2 tokens/s
 EVENT_TYPES: dict[str, Any] = {

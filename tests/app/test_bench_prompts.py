@@ -26,7 +26,8 @@ from app.bench.card import BenchCard, compare, load_card, to_markdown
 from app.bench.prompts import FOLLOW_UP_WORDS, INSTRUCTION, WORDS, PromptSet
 from app.hub.library import BUNDLED_ID
 from app.paths import AppPaths
-from tests.support.service import REPO, RunningService, start_service_process, stop_service_process, wait_for
+from tests.support.service import REPO, RunningService, start_service_process, stop_service_process
+from tests.support.waiting import wait_for
 
 PROMPT_TOKENS = 72
 PROMPT_TOLERANCE = 2  # the gateway counts streamed prompts itself, maybe without the BOS token the engine adds

@@ -15,7 +15,8 @@ from app.client import ControlClient, ControlError
 from app.hub.library import BUNDLED_ID
 from app.paths import AppPaths
 from tests.support.events import EventRecorder
-from tests.support.service import RunningService, start_service_process, stop_service_process, wait_for
+from tests.support.service import RunningService, start_service_process, stop_service_process
+from tests.support.waiting import wait_for
 
 RUN_TIMEOUT_S = 600.0  # a busy 2-core machine decodes the bundled model at 0.5-2 tokens/s
 OUTPUT_TOKENS = 8

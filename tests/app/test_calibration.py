@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import re
-import time
 from pathlib import Path
 
 from app.hub.library import BUNDLED_ID
@@ -14,19 +13,20 @@ from app.planner.facts import facts_from_gguf
 from app.planner.memory import llama_cpp_memory
 from engines.gguf import read_gguf_info
 from tests.support.service import RunningService
+from tests.support.waiting import wait_for
 
 MIB = 2**20
 
 
 def wait_for_memory(service: RunningService, key: str) -> dict[str, object]:
     """The model listing's memory check once it has `key` filled."""
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
+
+    def filled() -> dict[str, object] | None:
         memory = service.model()["memory"]
-        if isinstance(memory, dict) and memory[key] is not None:
-            return memory
-        time.sleep(0.1)
-    raise AssertionError(f"no {key}: {service.model()}")
+        return memory if isinstance(memory, dict) and memory[key] is not None else None
+
+    memory: dict[str, object] = wait_for(filled, 30, f"the model's {key}", 0.1)
+    return memory
 
 
 def buffer_size(lines: list[str], name: str) -> int:

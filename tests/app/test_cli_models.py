@@ -23,7 +23,8 @@ import pytest
 from app.client import ControlClient, find_service
 from app.hub.library import BUNDLED_ID, bundled_model
 from app.paths import AppPaths, app_paths
-from tests.support.service import REPO, RunningService, free_port, start_service_process, stop_service_process, wait_for
+from tests.support.service import REPO, RunningService, free_port, start_service_process, stop_service_process
+from tests.support.waiting import wait_for
 
 COPY_ID = "smollm2-copy"
 BROKEN_ID = "broken-model"  # a GGUF cut short: the engine cannot load it

@@ -25,7 +25,8 @@ from app.planner.facts import facts_from_gguf
 from app.planner.memory import llama_cpp_memory, plan_memory
 from app.service.launch.companions import companion_plan
 from engines.gguf import read_gguf_info
-from tests.support.service import StartService, wait_for
+from tests.support.service import StartService
+from tests.support.waiting import wait_for
 
 TEXTS = ["The sea is calm tonight.", "Quarterly tax forms are due in April.", "The sea is calm tonight."]
 

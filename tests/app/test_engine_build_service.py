@@ -23,7 +23,8 @@ from engines.llama_server import installed_builds
 from tests.app.test_api_types import assert_event_fits, assert_fits
 from tests.app.test_llama_server_build import sdist_of, tiny_project
 from tests.support.events import EventRecorder
-from tests.support.service import RunningService, start_service_process, stop_service_process, wait_for
+from tests.support.service import RunningService, start_service_process, stop_service_process
+from tests.support.waiting import wait_for
 
 BUILD_TIMEOUT_S = 300.0  # the tiny project builds in seconds; a busy 2-core machine is slower
 SLOW_STEP = "add_custom_target(slow COMMAND ${CMAKE_COMMAND} -E sleep 120)\nadd_dependencies(llama-server slow)\n"

@@ -11,7 +11,8 @@ import threading
 import openai
 
 from app.hub.library import BUNDLED_ID
-from tests.support.service import StartService, wait_for
+from tests.support.service import StartService
+from tests.support.waiting import wait_for
 
 STREAMS = 2
 

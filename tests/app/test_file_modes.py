@@ -14,7 +14,8 @@ import pytest
 
 from app.hub.library import BUNDLED_ID
 from app.paths import AppPaths
-from tests.support.service import start_service_process, stop_service_process, wait_for
+from tests.support.service import start_service_process, stop_service_process
+from tests.support.waiting import wait_for
 
 
 @pytest.fixture

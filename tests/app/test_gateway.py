@@ -23,7 +23,8 @@ from app.planner.defaults import DEFAULT_CONTEXT, default_plan
 from app.planner.facts import facts_from_gguf
 from app.planner.memory import llama_cpp_memory
 from engines.gguf import read_gguf_info
-from tests.support.service import RunningService, start_service_process, stop_service_process, wait_for
+from tests.support.service import RunningService, start_service_process, stop_service_process
+from tests.support.waiting import wait_for
 
 MESSAGES = [{"role": "user", "content": "Write a short poem about the sea."}]
 SECRET_MESSAGES = [{"role": "user", "content": "Tell me about the quartz-zebra-1729 lighthouse."}]
@@ -33,13 +34,6 @@ SECRET_PROMPT = "The password of the quartz-zebra-4913 vault is"
 def raw_post(service: RunningService, path: str, content: bytes, **headers: str) -> httpx.Response:
     base = {"Authorization": f"Bearer {service.api_key}", "Content-Type": "application/json"}
     return httpx.post(f"{service.url}{path}", content=content, headers={**base, **headers}, timeout=60)
-
-
-def wait_until(condition: object, timeout: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():  # type: ignore[operator]
-        assert time.monotonic() < deadline, "condition not met in time"
-        time.sleep(0.1)
 
 
 def test_include_usage_is_honoured_although_the_engine_ignores_it(service: RunningService) -> None:
@@ -141,7 +135,7 @@ def test_client_disconnect_frees_the_engine(service: RunningService) -> None:
         "model": BUNDLED_ID, "prompt": "A long story:", "max_tokens": 3000, "stream": True}) as stream:  # fmt: skip
         lines = stream.iter_lines()
         assert sum(1 for line, _ in zip(lines, range(6), strict=False) if line.startswith("data: ")) >= 3
-    wait_until(lambda: service.model()["running_requests"] == 0, timeout=10)
+    wait_for(lambda: service.model()["running_requests"] == 0, 10, "no running request")
     reply = service.openai_client().completions.create(model=BUNDLED_ID, prompt="Hi", max_tokens=4)
     assert reply.choices[0].text
     records = service.client.logs(BUNDLED_ID, 2000)
@@ -236,7 +230,7 @@ def test_full_queue_answers_429_with_retry_after(paths: AppPaths, tmp_path: Path
             ]
             for thread in threads:
                 thread.start()
-            wait_until(lambda: service.model()["waiting_requests"] == 1, timeout=30)
+            wait_for(lambda: service.model()["waiting_requests"] == 1, 30, "one waiting request")
             refused = http.post(f"{service.url}/completions", json=body, headers=headers)
             for thread in threads:
                 thread.join()
@@ -269,7 +263,7 @@ def test_two_models_alternate_under_a_memory_cap_and_idle_ttl(
             assert service.model(model)["state"] == "ready"
             assert service.model(other)["state"] == "stopped"
         assert "make room for second" in str(service.model()["message"])
-        wait_until(lambda: service.model("second")["state"] == "stopped", timeout=20)
+        wait_for(lambda: service.model("second")["state"] == "stopped", 20, "the second model stopped")
         assert "idle" in str(service.model("second")["message"])
     finally:
         stop_service_process(service)
@@ -288,7 +282,7 @@ def test_a_model_ttl_overrides_the_default(paths: AppPaths, tmp_path: Path, bund
         client = service.openai_client()
         for model in ("second", BUNDLED_ID):
             assert client.completions.create(model=model, prompt="Hi", max_tokens=2).choices
-        wait_until(lambda: service.model("second")["state"] == "stopped", timeout=20)
+        wait_for(lambda: service.model("second")["state"] == "stopped", 20, "the second model stopped")
         assert "idle (TTL 2 s)" in str(service.model("second")["message"])
         assert service.model()["state"] == "ready"
     finally:

@@ -19,7 +19,7 @@ import pytest
 
 from app.service.http.asgi import DIRECT_BODY, BodyTooLarge, ClientGone, Message, Receive, Scope, Send, read_body
 from app.service.http.http_server import HttpLimits, HttpServer
-from tests.support.service import wait_for
+from tests.support.waiting import wait_for
 
 LIMITS = HttpLimits(
     max_url_bytes=256, max_header_bytes=1024, max_headers=12, max_body_bytes=1000, header_timeout_s=0.5,
@@ -115,10 +115,7 @@ def server() -> Iterator[Running]:
     port = sock.getsockname()[1]
     thread = threading.Thread(target=loop.run_until_complete, args=(http_server.serve_socket(sock),), daemon=True)
     thread.start()
-    deadline = time.monotonic() + 5
-    while not http_server.started:
-        assert time.monotonic() < deadline
-        time.sleep(0.01)
+    wait_for(lambda: http_server.started, 5, "the server to listen", 0.01)
     yield Running(port, seen)
     loop.call_soon_threadsafe(http_server.stop)
     thread.join(timeout=5)
@@ -400,7 +397,4 @@ def test_a_client_leaving_is_reported_to_the_app(server: Running) -> None:
     with connect(server) as sock:
         sock.sendall(get("/wait-disconnect"))
         assert b"started" in sock.recv(4096)
-    deadline = time.monotonic() + 5
-    while server.seen.disconnects == 0:
-        assert time.monotonic() < deadline
-        time.sleep(0.01)
+    wait_for(lambda: server.seen.disconnects, 5, "the disconnect", 0.01)

@@ -20,6 +20,7 @@ import pytest
 from app.service.http.asgi import DIRECT_BODY, BodyTooLarge, ClientGone, Receive, Scope, Send, read_body
 from app.service.http.http_server import HttpLimits, HttpServer
 from app.service.http.tls import TlsIdentity, own_certificate
+from tests.support.waiting import wait_for
 
 LIMITS = HttpLimits(max_body_bytes=1000, header_timeout_s=0.5, body_timeout_s=0.5, shutdown_grace_s=0.5)
 
@@ -67,10 +68,7 @@ def tls_server(tmp_path: Path) -> Iterator[Running]:
     sock.setblocking(False)
     thread = threading.Thread(target=loop.run_until_complete, args=(http_server.serve_socket(sock),), daemon=True)
     thread.start()
-    deadline = time.monotonic() + 5
-    while not http_server.started:
-        assert time.monotonic() < deadline
-        time.sleep(0.01)
+    wait_for(lambda: http_server.started, 5, "the server to listen", 0.01)
     yield Running(sock.getsockname()[1], identity)
     loop.call_soon_threadsafe(http_server.stop)
     thread.join(timeout=5)

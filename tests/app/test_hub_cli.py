@@ -14,8 +14,9 @@ import pytest
 from app.hub.cache import RepoCache
 from app.hub.pulled import load_pulled
 from app.paths import AppPaths
-from tests.support.hub_server import FakeHub, add_repo, sha256, wait_for
+from tests.support.hub_server import FakeHub, add_repo, sha256
 from tests.support.service import REPO, free_port, start_service_process, stop_service_process
+from tests.support.waiting import wait_for
 
 REPO_ID = "org/smol-GGUF"
 FILE = "smol-Q4_1.gguf"
@@ -55,7 +56,7 @@ def stall_first_pull(hub: FakeHub, gguf_bytes: bytes, hf_home: Path, tmp_path: P
     partial = RepoCache(hf_home / "hub", REPO_ID).incomplete(sha256(gguf_bytes))
     process = start_pull(env_for(hub.url, hf_home), tmp_path / "first.log")
     try:
-        wait_for(lambda: partial.exists() and partial.stat().st_size == stall_at, timeout_s=60)
+        wait_for(lambda: partial.exists() and partial.stat().st_size == stall_at, 60, "the stall", 0.02)
     finally:
         process.send_signal(stop)
         process.wait(timeout=30)
@@ -93,7 +94,7 @@ def test_a_pull_killed_again_and_again_never_fetches_a_byte_twice(
         offsets.append(offsets[-1] + sent)
         process = start_pull(env_for(hub.url, hf_home), tmp_path / f"pull-{kill}.log")
         try:
-            wait_for(lambda: partial.exists() and partial.stat().st_size == offsets[-1], timeout_s=60)
+            wait_for(lambda: partial.exists() and partial.stat().st_size == offsets[-1], 60, "the last offset", 0.02)
         finally:
             process.kill()
             process.wait(timeout=30)
@@ -232,7 +233,7 @@ def test_pull_into_a_models_dir_is_killed_resumed_and_listed(
             stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=REPO, env=env_for(hub.url, hf_home),
         )  # fmt: skip
     try:
-        wait_for(lambda: partial.exists() and partial.stat().st_size == cut, timeout_s=60)
+        wait_for(lambda: partial.exists() and partial.stat().st_size == cut, 60, "the partial file at the cut", 0.02)
     finally:
         process.kill()
         process.wait(timeout=30)

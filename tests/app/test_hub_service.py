@@ -13,8 +13,9 @@ from app.hub.cache import RepoCache
 from app.hub.library import BUNDLED_ID
 from app.hub.pulled import load_pulled
 from app.paths import AppPaths
-from tests.support.hub_server import FakeHub, add_repo, sha256, wait_for
+from tests.support.hub_server import FakeHub, add_repo, sha256
 from tests.support.service import RunningService, start_service_process, stop_service_process
+from tests.support.waiting import wait_for
 
 REPO_ID = "org/smol-GGUF"
 FILE = "smol-Q4_1.gguf"
@@ -51,7 +52,7 @@ def download(client: ControlClient, download_id: str) -> dict[str, Any]:
 
 
 def wait_state(client: ControlClient, download_id: str, *states: str, timeout_s: float = 60) -> dict[str, Any]:
-    wait_for(lambda: download(client, download_id)["state"] in states, timeout_s)
+    wait_for(lambda: download(client, download_id)["state"] in states, timeout_s, f"download in {states}", 0.02)
     return download(client, download_id)
 
 
@@ -157,7 +158,7 @@ def test_pause_keeps_the_partial_and_resume_continues_from_it(
     hub.faults.drop_after, hub.faults.drop_times = DROP_BYTES, 1000
     client = hub_service.client
     job = client.start_download(REPO_ID, "Q4_1")
-    wait_for(lambda: download(client, job["id"])["done"] >= DROP_BYTES)
+    wait_for(lambda: download(client, job["id"])["done"] >= DROP_BYTES, 30, "the drop point", 0.02)
     client.control_download(job["id"], "pause")
     paused = wait_state(client, job["id"], "paused")
     partial = RepoCache(hf_home / "hub", REPO_ID).incomplete(sha256(gguf_bytes))
@@ -181,7 +182,7 @@ def test_cancel_drops_the_partial_and_registers_nothing(
     client = hub_service.client
     before = model_ids(client)
     job = client.start_download(REPO_ID, "Q4_1")
-    wait_for(lambda: download(client, job["id"])["done"] >= DROP_BYTES)
+    wait_for(lambda: download(client, job["id"])["done"] >= DROP_BYTES, 30, "the drop point", 0.02)
     assert client.control_download(job["id"], "cancel")["state"] == "cancelled"
     assert not RepoCache(hf_home / "hub", REPO_ID).incomplete(sha256(gguf_bytes)).exists()
     assert model_ids(client) == before and load_pulled(paths) == []
@@ -220,7 +221,7 @@ def test_a_download_cut_by_a_service_stop_resumes_in_the_next_service(
     add_repo(hub, REPO_ID, {FILE: gguf_bytes})
     hub.faults.drop_after, hub.faults.drop_times = DROP_BYTES, 1000
     job = hub_service.client.start_download(REPO_ID, "Q4_1")
-    wait_for(lambda: download(hub_service.client, job["id"])["done"] >= DROP_BYTES)
+    wait_for(lambda: download(hub_service.client, job["id"])["done"] >= DROP_BYTES, 30, "the drop point", 0.02)
     stop_service_process(hub_service)  # SIGTERM: the service pauses its downloads, then exits
     assert hub_service.process.returncode == 0, hub_service.output()
     partial = RepoCache(hf_home / "hub", REPO_ID).incomplete(sha256(gguf_bytes))
@@ -249,7 +250,7 @@ def test_a_download_cut_by_a_crash_comes_back_paused_and_resumes_from_the_bytes_
     hub.faults.stall_after = cut
     job = hub_service.client.start_download(REPO_ID, "Q4_1")
     partial = RepoCache(hf_home / "hub", REPO_ID).incomplete(sha256(gguf_bytes))
-    wait_for(lambda: partial.exists() and partial.stat().st_size == cut)
+    wait_for(lambda: partial.exists() and partial.stat().st_size == cut, 30, "the partial file at the cut", 0.02)
     hub_service.process.kill()
     hub_service.process.wait(timeout=30)
     hub.faults.stall_after = None
@@ -325,7 +326,7 @@ def test_serve_models_dir_downloads_into_it_and_a_kept_job_resumes_there(
         assert disk["downloads folder"] == str(mine)
         job = first.client.start_download(REPO_ID, "Q4_1")
         partial = mine / ".modeldeck-partial" / f"{sha256(gguf_bytes)}.incomplete"
-        wait_for(lambda: partial.exists() and partial.stat().st_size == cut)
+        wait_for(lambda: partial.exists() and partial.stat().st_size == cut, 30, "the partial file at the cut", 0.02)
         first.process.kill()
         first.process.wait(timeout=30)
     finally:

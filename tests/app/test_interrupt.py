@@ -24,7 +24,8 @@ from app.paths import AppPaths
 from tests.app.test_hub_cli import env_for
 from tests.app.test_llama_server_build import tiny_project
 from tests.support.hub_server import FakeHub, add_repo, sha256
-from tests.support.service import REPO, start_service_process, stop_service_process, wait_for
+from tests.support.service import REPO, start_service_process, stop_service_process
+from tests.support.waiting import wait_for
 
 BOUND_S = 5.0
 

@@ -16,7 +16,8 @@ from app.hub.library import BUNDLED_ID
 from app.installs.available import LLAMA_SERVER_ENV
 from app.paths import AppPaths
 from app.planner.defaults import DEFAULT_SLOTS
-from tests.support.service import RunningService, StartService, start_service_process, stop_service_process, wait_for
+from tests.support.service import RunningService, StartService, start_service_process, stop_service_process
+from tests.support.waiting import wait_for
 
 PARALLEL = 4
 

@@ -10,6 +10,7 @@ import pytest
 from app.client import ControlError
 from app.hub.library import BUNDLED_ID
 from tests.support.service import RunningService
+from tests.support.waiting import wait_for
 
 
 def series_of(service: RunningService, name: str, window: int = 120) -> list[dict[str, Any]]:
@@ -19,13 +20,12 @@ def series_of(service: RunningService, name: str, window: int = 120) -> list[dic
 
 
 def wait_for_total(service: RunningService, name: str, expected: int, timeout_s: float = 15.0) -> dict[str, Any]:
-    deadline = time.monotonic() + timeout_s
-    while True:
+    def reached() -> dict[str, Any] | None:
         found = series_of(service, name)
-        if found and found[0]["v"][-1] == expected:
-            return found[0]
-        assert time.monotonic() < deadline, f"{name} never reached {expected}: {found}"
-        time.sleep(0.3)
+        return found[0] if found and found[0]["v"][-1] == expected else None
+
+    series: dict[str, Any] = wait_for(reached, timeout_s, f"{name} to reach {expected}")
+    return series
 
 
 def test_token_counters_and_rates_match_what_was_sent(service: RunningService) -> None:
@@ -63,10 +63,7 @@ def test_token_counters_and_rates_match_what_was_sent(service: RunningService) -
 
 
 def test_process_and_machine_series_and_no_gpu_series_without_a_gpu(service: RunningService) -> None:
-    deadline = time.monotonic() + 10
-    while not series_of(service, "process_rss_bytes"):
-        assert time.monotonic() < deadline, "no engine process series"
-        time.sleep(0.3)
+    wait_for(lambda: series_of(service, "process_rss_bytes"), 10, "the engine process's series")
     answer = service.client.series(60)
     names = {s["name"] for s in answer["series"]}
     assert {"system_cpu_percent", "system_memory_used_bytes", "process_cpu_percent"} <= names

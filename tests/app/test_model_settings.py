@@ -15,7 +15,8 @@ from app.hub.library import BUNDLED_ID
 from app.paths import AppPaths
 from app.service.launch.model_settings import FILE_NAME, ModelSettingsStore
 from app.service.launch.overrides import PlanOverrides
-from tests.support.service import RunningService, start_service_process, stop_service_process, wait_for
+from tests.support.service import RunningService, start_service_process, stop_service_process
+from tests.support.waiting import wait_for
 
 SAVED = {"context": 2048, "threads": 1, "batch": 128}
 

@@ -15,7 +15,8 @@ from app.hub.library import BUNDLED_ID
 from app.paths import AppPaths
 from tests.support.events import EventRecorder
 from tests.support.quality_tools import Q2_K, Q4_0, TOKENS
-from tests.support.service import RunningService, start_service_process, stop_service_process, wait_for
+from tests.support.service import RunningService, start_service_process, stop_service_process
+from tests.support.waiting import wait_for
 
 RUN_TIMEOUT_S = 600.0
 

@@ -14,7 +14,8 @@ from app.service.events import EventBus
 from app.service.metrics.metering import RequestRecord
 from app.service.metrics.request_log import RequestLog
 from app.service.metrics.request_text import RequestText
-from tests.support.service import REPO, wait_for
+from tests.support.service import REPO
+from tests.support.waiting import wait_for
 
 
 def record(request_id: str) -> RequestRecord:

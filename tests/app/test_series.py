@@ -9,7 +9,7 @@ import pytest
 
 from app.service.metrics.series import MINUTE_S, Point, SeriesStore, downsample
 from app.service.metrics.series_history import SeriesHistory, compact
-from tests.support.service import wait_for
+from tests.support.waiting import wait_for
 
 T0 = 1_700_000_040.0  # a whole minute
 

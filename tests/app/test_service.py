@@ -8,7 +8,6 @@ import socket
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
 
 import httpx
@@ -19,6 +18,7 @@ import pytest
 from app.hub.library import BUNDLED_ID
 from app.paths import AppPaths
 from tests.support.service import REPO, RunningService, free_port, start_service_process, stop_service_process
+from tests.support.waiting import wait_for
 
 
 def test_chat_streamed_chat_and_completions(service: RunningService) -> None:
@@ -78,13 +78,7 @@ def test_two_concurrent_streams_both_complete(service: RunningService) -> None:
 def test_killed_engine_is_restarted_and_serves_again(service: RunningService) -> None:
     model = service.model()
     os.kill(model["pid"], signal.SIGKILL)
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        model = service.model()
-        if model["state"] == "ready" and model["restarts"] == 1:
-            break
-        time.sleep(0.1)
-    assert model["state"] == "ready" and model["restarts"] == 1
+    wait_for(lambda: (m := service.model())["state"] == "ready" and m["restarts"] == 1, 60, "a restart, ready", 0.1)
     reply = service.openai_client().completions.create(model=BUNDLED_ID, prompt="Hello", max_tokens=4)
     assert reply.choices[0].text
 

@@ -15,12 +15,8 @@ import pytest
 
 from app.hub.library import BUNDLED_ID
 from app.paths import AppPaths
-from tests.support.service import (
-    REPO,
-    RunningService,
-    StartService,
-    wait_for,
-)
+from tests.support.service import REPO, RunningService, StartService
+from tests.support.waiting import wait_for
 
 PARALLEL = 4
 CONVERSATIONS = 3

@@ -16,7 +16,8 @@ import pytest
 
 from app.paths import AppPaths
 from engines.gguf import read_gguf_info
-from tests.support.service import RunningService, start_service_process, stop_service_process, wait_for
+from tests.support.service import RunningService, start_service_process, stop_service_process
+from tests.support.waiting import wait_for
 
 CHATML = (
     "{% for m in messages %}{{ '<|im_start|>' + m['role'] + '\\n' + m['content'] + '<|im_end|>\\n' }}{% endfor %}"

@@ -18,10 +18,8 @@ import asyncio
 import json
 import os
 import struct
-import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -46,6 +44,7 @@ from tests.app.test_vllm_env import OFFLINE_ENV
 from tests.support.fake_wheel import build_vllm_standin
 from tests.support.recorded_nvml import PROFILE_ENV
 from tests.support.service import REPO, RunningService, start_service_process, stop_service_process
+from tests.support.waiting import wait_for
 
 PROFILES = REPO / "tests" / "fixtures" / "hardware"
 H200 = PROFILES / "h200.json"
@@ -81,13 +80,6 @@ def install_standin(paths: AppPaths, tmp_path: Path) -> VLLMInstall:
     return install_vllm(
         paths, "0.34.0", TaskState(), pip_args=["--no-index", "--find-links", str(wheels)], env=OFFLINE_ENV
     )
-
-
-def wait_for(condition: Callable[[], object], what: str, timeout_s: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.1)
 
 
 def series_of(service: RunningService, name: str) -> list[dict[str, Any]]:
@@ -159,18 +151,19 @@ def test_openai_stream_starts_the_folder_model_on_vllm_and_stop_ends_it(
         with pytest.raises(urllib.error.HTTPError, match="401"):
             urllib.request.urlopen(request, timeout=5)
         # vLLM's metrics, translated: once scraped, a second request (not streamed) shows as generated tokens/s.
-        wait_for(lambda: series_of(service, "engine_requests_running"), "the first scrape of the engine")
+        wait_for(lambda: series_of(service, "engine_requests_running"), 30, "the first scrape of the engine")
         answer = service.openai_client().chat.completions.create(
             model=MODEL_ID, messages=[{"role": "user", "content": "Again"}], max_tokens=32
         )
         assert answer.choices[0].message.content == ANSWER
         wait_for(
             lambda: any(v for s in series_of(service, "engine_generation_tokens_per_s") for v in s["v"] if v),
+            30,
             "the engine's generated tokens as a rate",
         )
         assert series_of(service, "engine_kv_cache_usage")  # vllm:kv_cache_usage_perc under our name
         # The GPU memory the engine holds, per model, read through NVML for its processes.
-        wait_for(lambda: series_of(service, "gpu_process_memory_bytes"), "the engine's GPU memory")
+        wait_for(lambda: series_of(service, "gpu_process_memory_bytes"), 30, "the engine's GPU memory")
 
         service.client.stop_model(MODEL_ID)
         stopped = service.model(MODEL_ID)

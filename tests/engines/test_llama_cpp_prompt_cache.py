@@ -16,7 +16,8 @@ from engines.gguf import read_gguf_info
 from engines.llama_cpp import CACHED_SERVER, LlamaCppPythonEngine
 from engines.states import EngineState
 from engines.supervisor import EngineSupervisor
-from tests.engines.test_supervisor import Recorder, wait_for
+from tests.engines.test_supervisor import Recorder
+from tests.support.waiting import wait_until
 
 KEY = "secret-key-123"
 ANSWERED = '"POST /v1/chat/completions HTTP/1.1" 200'
@@ -77,7 +78,7 @@ async def _turns(tmp_path: Path, bundled_gguf: Path, cache_bytes: int) -> list[s
         await client.chat.completions.create(model="smollm2", messages=a, max_tokens=4)  # type: ignore[arg-type]
         await client.close()
         # The engine's output is read as it comes: wait for its access line of the third request.
-        await wait_for(lambda: sum(ANSWERED in line for line in supervisor.log.tail()) == 3)
+        await wait_until(lambda: sum(ANSWERED in line for line in supervisor.log.tail()) == 3, "three answers")
         return supervisor.log.tail()
     finally:
         await supervisor.stop()

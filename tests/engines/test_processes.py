@@ -24,7 +24,7 @@ from engines.processes import (
     stop_process_tree,
     write_record,
 )
-from tests.support.service import wait_for
+from tests.support.waiting import wait_for
 
 FAULT_ENGINE = Path(__file__).with_name("fault_engine.py")
 

@@ -10,7 +10,8 @@ import pytest
 
 from engines.states import TRANSITIONS, EngineState, IllegalTransition, check_transition
 from engines.supervisor import SupervisorPolicy
-from tests.engines.test_supervisor import fault_command, make, wait_for
+from tests.engines.test_supervisor import fault_command, make
+from tests.support.waiting import wait_until
 
 
 @pytest.mark.parametrize(
@@ -42,7 +43,7 @@ async def test_a_supervisor_moves_only_along_the_table(tmp_path: Path) -> None:
     supervisor, recorder = make(tmp_path, fault_command("--exit-after", "0.2", "--exit-code", "3"), policy)
     try:
         assert await supervisor.start() == EngineState.READY
-        await wait_for(lambda: supervisor.state == EngineState.FAILED)
+        await wait_until(lambda: supervisor.state == EngineState.FAILED, "failed")
         assert await supervisor.start() == EngineState.READY  # FAILED -> STARTING
     finally:
         await supervisor.stop("stopped by the test")

@@ -21,6 +21,7 @@ from engines.gguf import read_gguf_info
 from engines.llama_cpp import LlamaCppPythonEngine
 from engines.states import EngineEvent, EngineState
 from engines.supervisor import EngineSupervisor, SupervisorPolicy
+from tests.support.waiting import wait_until
 
 FAULT_ENGINE = Path(__file__).with_name("fault_engine.py")
 FAST = SupervisorPolicy(ready_timeout_s=10, stop_grace_s=2, backoff_initial_s=0.05, backoff_max_s=0.2)
@@ -62,13 +63,6 @@ async def llama(tmp_path: Path, bundled_gguf: Path) -> AsyncIterator[tuple[Engin
     await supervisor.stop()
 
 
-async def wait_for(condition: Callable[[], bool], timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, "condition not met in time"
-        await asyncio.sleep(0.05)
-
-
 async def complete(base_url: str, key: str) -> dict[str, object]:
     async with aiohttp.ClientSession() as session:
         request = {"prompt": "The capital of France is", "max_tokens": 8}
@@ -87,7 +81,7 @@ async def test_llama_engine_ready_restarted_after_sigkill(llama: tuple[EngineSup
     first_pid = supervisor.pid
     assert first_pid is not None
     os.kill(first_pid, signal.SIGKILL)
-    await wait_for(lambda: supervisor.state == EngineState.READY and supervisor.pid not in (None, first_pid))
+    await wait_until(lambda: supervisor.state == EngineState.READY and supervisor.pid not in (None, first_pid), "ready")
     assert EngineState.RESTARTING in recorder.states()
     assert supervisor.restarts == 1
     assert (await complete(supervisor.base_url, "secret-key-123"))["choices"]
@@ -113,7 +107,7 @@ async def test_clean_exit_is_restarted_too(tmp_path: Path) -> None:
     supervisor, recorder = make(tmp_path, fault_command("--exit-after", "0.3", "--exit-code", "0"))
     try:
         assert await supervisor.start() == EngineState.READY
-        await wait_for(lambda: supervisor.restarts >= 1 and supervisor.state == EngineState.READY)
+        await wait_until(lambda: supervisor.restarts >= 1 and supervisor.state == EngineState.READY, "a restart")
         restart = next(e for e in recorder.events if e.state == EngineState.RESTARTING and "code 0" in e.message)
         assert "exiting (injected)" in restart.message
     finally:
@@ -125,7 +119,7 @@ async def test_gives_up_after_repeated_failures(tmp_path: Path) -> None:
     supervisor, recorder = make(tmp_path, fault_command("--exit-after", "0.1", "--exit-code", "3"), policy)
     try:
         await supervisor.start()
-        await wait_for(lambda: supervisor.state == EngineState.FAILED)
+        await wait_until(lambda: supervisor.state == EngineState.FAILED, "failed")
         assert "gave up after 3 failures" in supervisor.message
         assert supervisor.restarts == 2
         assert recorder.states().count(EngineState.RESTARTING) >= 2

@@ -20,7 +20,8 @@ import pytest
 from app import __version__
 from app.hub.library import BUNDLED_ID
 from engines.llama_server import cpu_variant
-from tests.support.service import free_port, wait_for
+from tests.support.service import free_port
+from tests.support.waiting import wait_for
 
 PACKAGES_ENV = "MODELDECK_TEST_PACKAGES"
 START_TIMEOUT_S = 120.0

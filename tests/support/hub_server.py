@@ -16,7 +16,6 @@ from __future__ import annotations
 import hashlib
 import json
 import threading
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -356,14 +355,6 @@ def _tree_entry(name: str, data: bytes) -> dict[str, Any]:
     if is_lfs(data):
         entry["lfs"] = {"oid": sha256_of(data), "size": len(data), "pointerSize": 134}
     return entry
-
-
-def wait_for(condition: Any, timeout_s: float = 30) -> None:
-    """Poll a condition a test cannot be signalled about (a file growing in another process)."""
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        assert time.monotonic() < deadline, "timed out waiting"
-        time.sleep(0.02)
 
 
 SLICE_BYTES = 3_000_000  # the first bytes of the bundled GGUF the Hub tests serve (tests/app/conftest.py)

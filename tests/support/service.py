@@ -101,17 +101,6 @@ def start_service_process(
     return service
 
 
-def wait_for(check: Callable[[], Any], timeout_s: float, what: str) -> Any:
-    """The first true value `check` returns, polled until `timeout_s` has passed (then the test fails)."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        value = check()
-        if value:
-            return value
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.2)
-
-
 def stop_service_process(service: RunningService) -> None:
     service.client.close()
     for client in service.openai_clients:
