@@ -13,10 +13,13 @@ The scenario: `--conversations` conversations of `--turns` turns, interleaved (t
 ...), each with a system prompt of `--words` words, different for every conversation and round (so turn 1 is never
 served from a cache), short user turns, `--max-tokens` streamed with temperature 0 through the official `openai`
 client. TTFT is the time to the first content chunk. Also read back: the share of each turn's prompt tokens the
-engine took from its cache, as the service recorded it (/api/requests).
+engine took from its cache, as the service recorded it (/api/requests), and llama-server's own timing of the prompt
+it computed (`timings` in the stream's last event: the tokens not served from the cache, and their milliseconds), so
+that a turn's TTFT splits into the engine's prefill and everything else (HTTP, the gateway, the client).
 
 Printed: per round and service the TTFT of each turn (median over conversations), then per service the medians over
-rounds, the ratio of turns 2..N to turn 1, the cached share per turn, and the ratio routing on / off for turns 2..N.
+rounds, the ratio of turns 2..N to turn 1, the cached share per turn, the engine's prefill per turn (tokens and ms),
+and the ratio routing on / off for turns 2..N.
 """
 
 from __future__ import annotations
@@ -29,8 +32,10 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import cast
 
 import openai
+from openai.types.chat import ChatCompletionMessageParam
 
 from app.hub.library import BUNDLED_ID
 from app.installs.available import LLAMA_SERVER_ENV
@@ -55,6 +60,28 @@ def system_prompt(words: int, seed: int) -> str:
     return f"Notebook {seed}. You are a patient assistant. Remember these notes: {body}."
 
 
+@dataclass(frozen=True)
+class Prefill:
+    """The prompt tokens the engine computed for a request (those its cache did not hold) and how long it took."""
+
+    tokens: float
+    ms: float
+
+
+def prefill_of(timings: object) -> Prefill | None:
+    """llama-server's `timings` (prompt_n, prompt_ms), from the extra fields of a chunk; None if it sent none."""
+    if not isinstance(timings, dict) or "prompt_n" not in timings or "prompt_ms" not in timings:
+        return None
+    return Prefill(float(timings["prompt_n"]), float(timings["prompt_ms"]))
+
+
+def median_prefill(values: list[Prefill | None]) -> Prefill:
+    known = [v for v in values if v is not None]
+    if not known:
+        return Prefill(float("nan"), float("nan"))
+    return Prefill(statistics.median(v.tokens for v in known), statistics.median(v.ms for v in known))
+
+
 @dataclass
 class Target:
     name: str
@@ -62,6 +89,7 @@ class Target:
     client: openai.OpenAI
     ttfts: list[list[float]] = field(default_factory=list)  # per round: per turn, the median over conversations
     cached: list[list[float]] = field(default_factory=list)  # per round: per turn, cached / prompt tokens
+    prefill: list[list[Prefill]] = field(default_factory=list)  # per round: per turn, medians over conversations
 
 
 def start(routing: str, parallel: int, workdir: Path) -> RunningService:
@@ -77,21 +105,24 @@ def start(routing: str, parallel: int, workdir: Path) -> RunningService:
     return service
 
 
-def ask(client: openai.OpenAI, messages: list[dict[str, str]], max_tokens: int) -> tuple[float, str]:
+def ask(client: openai.OpenAI, messages: list[dict[str, str]], max_tokens: int) -> tuple[float, str, Prefill | None]:
     started = time.perf_counter()
     first: float | None = None
     parts: list[str] = []
+    prefill: Prefill | None = None
+    sent = cast(list[ChatCompletionMessageParam], messages)
     stream = client.chat.completions.create(
-        model=BUNDLED_ID, messages=messages, max_tokens=max_tokens, temperature=0, stream=True
+        model=BUNDLED_ID, messages=sent, max_tokens=max_tokens, temperature=0, stream=True
     )
     for chunk in stream:
+        prefill = prefill_of((chunk.model_extra or {}).get("timings")) or prefill
         if chunk.choices and chunk.choices[0].delta.content:
             if first is None:
                 first = time.perf_counter() - started
             parts.append(chunk.choices[0].delta.content)
     if first is None:
         raise SystemExit("a turn produced no content")
-    return first, "".join(parts)
+    return first, "".join(parts), prefill
 
 
 def run_scenario(target: Target, args: argparse.Namespace, seed_base: int) -> None:
@@ -99,14 +130,17 @@ def run_scenario(target: Target, args: argparse.Namespace, seed_base: int) -> No
         [{"role": "system", "content": system_prompt(args.words, seed_base + n)}] for n in range(args.conversations)
     ]
     ttft: list[list[float]] = [[] for _ in range(args.turns)]
+    prefill: list[list[Prefill | None]] = [[] for _ in range(args.turns)]
     for turn in range(args.turns):
         for n, messages in enumerate(conversations):
             messages.append({"role": "user", "content": f"Question {turn + 1} from notebook {seed_base + n}: "
                                                         f"what does note {turn * 7 + n} say?"})  # fmt: skip
-            seconds, answer = ask(target.client, messages, args.max_tokens)
+            seconds, answer, computed = ask(target.client, messages, args.max_tokens)
             messages.append({"role": "assistant", "content": answer})
             ttft[turn].append(seconds)
+            prefill[turn].append(computed)
     target.ttfts.append([statistics.median(values) for values in ttft])
+    target.prefill.append([median_prefill(values) for values in prefill])
     records = target.service.client.requests(limit=args.conversations * args.turns)
     shares: list[list[float]] = [[] for _ in range(args.turns)]
     for index, record in enumerate(records):  # sent one at a time: turn-major order
@@ -136,6 +170,11 @@ def report(targets: list[Target], turns: int) -> None:
         print(f"{target.name:8} median TTFT per turn (ms): " + ", ".join(f"{v * 1000:.0f}" for v in per_turn))
         print(f"{target.name:8} turns 2-{turns} / turn 1 (median of turn medians): {later_over_first(per_turn):.3f}")
         print(f"{target.name:8} prompt tokens from cache per turn: " + ", ".join(f"{c:.0%}" for c in cached))
+        prefill = [median_prefill([r[t] for r in target.prefill]) for t in range(turns)]
+        print(f"{target.name:8} engine prefill per turn (new tokens, ms): "
+              + ", ".join(f"{p.tokens:.0f} in {p.ms:.0f}" for p in prefill))  # fmt: skip
+        rest = [ttft * 1000 - p.ms for ttft, p in zip(per_turn, prefill, strict=True)]
+        print(f"{target.name:8} TTFT beyond the engine's prefill per turn (ms): " + ", ".join(f"{r:.0f}" for r in rest))
     if "on" in medians and "off" in medians:
         on, off = statistics.median(medians["on"][1:]), statistics.median(medians["off"][1:])
         print(f"turns 2-{turns} TTFT, routing on / off: {on / off:.3f} ({on * 1000:.0f} vs {off * 1000:.0f} ms)")
