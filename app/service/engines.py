@@ -25,7 +25,6 @@ from app.planner.defaults import (
     LLAMA_SERVER,
     busy_cores,
     default_plan,
-    default_slots,
     spin_wait_fits,
 )
 from app.planner.facts import facts_from_gguf
@@ -37,7 +36,7 @@ from app.service.launch.companions import EmbeddingCompanions, EmbeddingRoute, c
 from app.service.launch.folder_models import FolderLaunch, FolderRefused, overrides_refusal, plan_folder, record_startup
 from app.service.launch.memory_check import MemoryCheck
 from app.service.launch.model_settings import ModelSettingsStore
-from app.service.launch.overrides import BadOverrides, PlanOverrides, plan_summary
+from app.service.launch.overrides import GGUF_ENGINES, BadOverrides, PlanOverrides, plan_summary
 from app.service.launch.route import Route
 from app.service.remotes import RemoteEndpoint, RemoteModel, RemoteTable
 from engines.base import Capabilities, EmbeddingModeEngine, Engine, LaunchPlan, OffloadingEngine, StartupLogEngine
@@ -252,12 +251,23 @@ class EngineManager:
             return None
         record = self._records.get(model_id)
         plan, info = (record.plan, record.info) if record else (None, None)
-        if plan is None:  # the most a default plan gives one request (llama-server's slots may share more)
-            known = model_id in self.models  # the gateway checks a request before it refuses an unknown model
-            return DEFAULT_CONTEXT * (default_slots(self.engine_name(model_id)) if known else 1)
+        if plan is None:
+            return self._context_before_start(model_id)
         trained = info.context_length if info is not None else None
         # llama-server lets one slot use the whole shared context, up to the trained context.
         return min(plan.context_length, trained) if trained else plan.context_length
+
+    def _context_before_start(self, model_id: str) -> int | None:
+        """The most a start without parameters (a JIT start: the saved settings, else the defaults) gives one
+        request, never less than the engine will allow: the saved context, else a default context per slot (a
+        llama-server slot may use the others' share). None for a folder model, whose context its config sets."""
+        if model_id not in self.models:  # the gateway checks a request before it refuses an unknown model
+            return DEFAULT_CONTEXT
+        engine = self.engine_name(model_id)
+        if engine not in GGUF_ENGINES:
+            return None
+        saved = self.model_settings.known(model_id) or PlanOverrides()
+        return saved.context or DEFAULT_CONTEXT * saved.slots(engine)
 
     def chat_template(self, model_id: str) -> str | None:
         record = self._records.get(model_id)

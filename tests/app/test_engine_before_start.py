@@ -71,3 +71,21 @@ async def test_without_llama_server_the_library_engine_is_named(
     await manager.detect_engines()
     assert manager.describe("smol")["engine"] == "llama-cpp-python"
     assert manager.context_length("smol") == DEFAULT_CONTEXT
+
+
+async def test_before_the_first_start_max_tokens_is_bounded_by_what_that_start_would_give(
+    paths: AppPaths, bundled_gguf: Path, llama_server_binary: Path, tmp_path: Path
+) -> None:
+    """A JIT start uses the model's saved settings: a context or slots saved for it widen the bound the gateway
+    checks a first request's max_tokens against, as they will once the engine runs; a folder model's context comes
+    from its config when it starts, so until then its engine judges."""
+    manager = _manager(paths, bundled_gguf, CountingServer(llama_server_binary))
+    await manager.detect_engines()
+    manager.model_settings.put("smol", PlanOverrides(engine="llama-cpp-python", context=8192))
+    assert manager.context_length("smol") == 8192  # not llama-cpp-python's default of DEFAULT_CONTEXT
+    manager.model_settings.put("smol", PlanOverrides(parallel=8))
+    assert manager.context_length("smol") == DEFAULT_CONTEXT * 8  # one default context per slot, shared
+    folder = tmp_path / "folder-model"
+    folder.mkdir()
+    manager.models["folder"] = ModelSpec("folder", "folder", folder, 0, "local", engine="vllm")  # as a scan adds it
+    assert manager.context_length("folder") is None
