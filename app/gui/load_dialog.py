@@ -87,7 +87,8 @@ class LoadDialog(QDialog):
         self._connection = connection
         self.model_id = model_id
         self.state = state  # the model's state when the dialog opened
-        self._latest = LatestCall(connection)
+        self._latest = LatestCall(connection)  # the settings read, then each save (the buttons allow one at a time)
+        self._estimates = LatestCall(connection)  # for the values as edited, superseded by a save
         self._filling = False
         self._loading = False  # the save in flight also loads the model
         self._per_slot = 0  # the context each slot gets, as shown
@@ -172,9 +173,19 @@ class LoadDialog(QDialog):
                          self._on_failed)  # fmt: skip
 
     def _busy(self, text: str) -> None:
+        """A save in flight: its answer carries the memory of what was saved, and the fields are filled from it."""
+        self._estimate_timer.stop()
+        self._estimates.cancel()
         self.status_label.setText(text)
+        self._set_editable(False)
+
+    def _set_editable(self, editable: bool) -> None:
+        server = self.engine_combo.currentText() == "llama-server"
+        for name, spin in self.spins.items():
+            spin.setEnabled(editable and (name != "parallel" or server))
+        self.engine_combo.setEnabled(editable and self.engine_combo.count() > 1)
         for button in (self.save_button, self.load_button, self.defaults_button):
-            button.setEnabled(False)
+            button.setEnabled(editable)
 
     def _show(self, answer: ModelSettingsRecord) -> None:
         """Fill the controls from an answer's plan and bounds (the saved settings, or the defaults)."""
@@ -186,12 +197,9 @@ class LoadDialog(QDialog):
                 low, high = bounds[name]
                 spin.setRange(int(low), int(high) if high is not None else 1_000_000)
                 spin.setValue(int(plan[name]))
-                spin.setEnabled(True)
             self.engine_combo.clear()
             self.engine_combo.addItems(list(bounds["engine"]) or [str(plan["engine"])])
             self.engine_combo.setCurrentText(str(plan["engine"]))
-            self.engine_combo.setEnabled(self.engine_combo.count() > 1)
-            self.spins["parallel"].setEnabled(plan["engine"] == "llama-server")
             # The route bounds the context by the trained context per slot of the plan it answers.
             high, slots = bounds["context"][1], max(1, int(plan["parallel"]))
             self._trained = int(high) // slots if high is not None else None
@@ -199,8 +207,7 @@ class LoadDialog(QDialog):
         finally:
             self._filling = False
         self._show_memory(answer)
-        for button in (self.save_button, self.load_button, self.defaults_button):
-            button.setEnabled(True)
+        self._set_editable(True)
         self.status_label.setText("Saved settings." if answer.get("saved") else "The defaults (nothing saved yet).")
 
     def _show_memory(self, answer: ModelSettingsRecord) -> None:
@@ -235,7 +242,7 @@ class LoadDialog(QDialog):
     def _on_estimate_timer_timeout(self) -> None:
         values = self.values()
         estimate = functools.partial(ControlClient.estimate_model_settings, model_id=self.model_id, settings=values)
-        self._latest.run(estimate, self._show_memory, self.memory_label.setText)
+        self._estimates.run(estimate, self._show_memory, self.memory_label.setText)
 
     def _on_answer(self, answer: ModelSettingsRecord) -> None:
         self._show(answer)
@@ -247,8 +254,7 @@ class LoadDialog(QDialog):
 
     def _on_failed(self, message: str) -> None:
         self.status_label.setText(message)
-        for button in (self.save_button, self.load_button, self.defaults_button):
-            button.setEnabled(self.answer is not None)
+        self._set_editable(self.answer is not None)
 
     @Slot()
     def _on_save_button_clicked(self) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from PySide6.QtCore import Qt
 from pytestqt.qtbot import QtBot
 
@@ -15,6 +16,7 @@ from app.gui.main_window import MainWindow
 from app.gui.service_connection import ServiceConnection
 from app.hub.library import BUNDLED_ID
 from app.paths import AppPaths
+from tests.support.held_answer import HeldAnswer
 
 READY_TIMEOUT_MS = 90_000
 
@@ -115,3 +117,33 @@ def test_the_context_shown_is_the_slots_total_and_follows_them(qtbot: QtBot, pat
     dialog.engine_combo.setCurrentText("llama-cpp-python")  # one request at a time: one slot's context
     assert context.value() == 3000 and context.maximum() == 8192
     assert dialog.values()["context"] == 3000 and "parallel" not in dialog.values()
+
+
+def test_a_save_right_after_an_edit_is_answered(
+    qtbot: QtBot, main_window: MainWindow, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An edit waits ESTIMATE_DELAY_MS before the planner is asked; Enter in a field presses the default button at
+    once. The save's answer, held until that delay has passed, is still what the dialog shows: it is saved, and
+    its buttons work again. The fields cannot be edited while the save is in flight."""
+    window, library = main_window, main_window.library_page
+    window.tabs.setCurrentWidget(library)
+    qtbot.waitUntil(lambda: library.model(BUNDLED_ID) is not None, timeout=30_000)
+    library.select(BUNDLED_ID)
+    qtbot.waitUntil(library.load_settings_button.isEnabled)
+    qtbot.mouseClick(library.load_settings_button, Qt.MouseButton.LeftButton)
+    dialog = library.load_dialog
+    assert dialog is not None
+    qtbot.waitUntil(lambda: dialog.answer is not None, timeout=30_000)
+    held = HeldAnswer(monkeypatch, window.connection, "save_model_settings")
+    dialog.spins["context"].setValue(768)
+    qtbot.mouseClick(dialog.save_button, Qt.MouseButton.LeftButton)
+    assert not dialog.spins["context"].isEnabled() and not dialog.engine_combo.isEnabled()
+    qtbot.waitUntil(held.answered.is_set, timeout=30_000)
+    qtbot.waitUntil(lambda: not dialog._estimate_timer.isActive(), timeout=5_000)  # a pending estimate has gone out
+    with qtbot.waitSignal(dialog.sig_saved, timeout=30_000):
+        held.deliver(qtbot)
+    assert dialog.status_label.text() == "Saved." and dialog.save_button.isEnabled()
+    assert dialog.spins["context"].value() == 768 and dialog.spins["context"].isEnabled()
+    client = window.connection.client
+    assert client is not None and client.model_settings(BUNDLED_ID)["settings"]["context"] == 768
+    dialog.reject()
