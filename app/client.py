@@ -587,6 +587,10 @@ class ChatStream:
                     if not line.startswith("data: ") or line == "data: [DONE]":
                         continue
                     chunk = json.loads(line[6:])
+                    if not isinstance(chunk, dict):
+                        continue
+                    if chunk.get("error") is not None:  # the engine failed with the stream open
+                        raise ControlError(_event_error_text(chunk["error"]))
                     for choice in chunk.get("choices") or []:
                         content = (choice.get("delta") or {}).get("content")
                         if content:
@@ -599,6 +603,12 @@ class ChatStream:
 
     def cancel(self) -> None:
         self._breaker.break_stream()
+
+
+def _event_error_text(error: object) -> str:
+    """The message of an error event that ended a stream (the gateway's, or an engine's)."""
+    message = error.get("message") if isinstance(error, dict) else error
+    return str(message) if message else "The stream ended with an error."
 
 
 def _error_text(response: httpx.Response) -> str:

@@ -17,7 +17,7 @@ from typing import TextIO
 from app.api_types import EndpointRecord
 from app.cli.models import start_and_wait
 from app.cli.service_link import service_on_demand
-from app.client import stream_chat
+from app.client import ControlError, stream_chat
 from app.paths import AppPaths
 
 COMMAND = "run"
@@ -80,18 +80,20 @@ def run_chat(args: argparse.Namespace, paths: AppPaths) -> int:
         client.close()
     if args.prompt is not None:
         answer = _answer(endpoint, args.model, [{"role": "user", "content": args.prompt}], args.max_tokens)
-        return 130 if answer.stopped else 0
+        return 1 if answer.failed else 130 if answer.stopped else 0
     return _chat(endpoint, args.model, args.max_tokens)
 
 
 @dataclass(frozen=True)
 class Answer:
     text: str
-    stopped: bool  # by Ctrl-C
+    stopped: bool = False  # by Ctrl-C
+    failed: bool = False  # cut short by an error: the engine failed with the answer under way
 
 
 def _answer(endpoint: EndpointRecord, model_id: str, messages: list[dict[str, str]], max_tokens: int) -> Answer:
-    """Stream one answer to stdout; Ctrl-C stops it (what was written stays on the screen)."""
+    """Stream one answer to stdout; Ctrl-C stops it (what was written stays on the screen), and so does an engine
+    failing under way, said on stderr. A request refused before its answer began raises ControlError."""
     stream = stream_chat(endpoint, model_id, messages, max_tokens)
     pieces: list[str] = []
     try:
@@ -104,8 +106,14 @@ def _answer(endpoint: EndpointRecord, model_id: str, messages: list[dict[str, st
         print(flush=True)
         print("(stopped)", file=sys.stderr, flush=True)
         return Answer("".join(pieces), stopped=True)
+    except ControlError as exc:
+        if exc.status is not None:
+            raise
+        print(flush=True)
+        print(f"(cut short: {exc})", file=sys.stderr, flush=True)
+        return Answer("".join(pieces), failed=True)
     print(flush=True)
-    return Answer("".join(pieces), stopped=False)
+    return Answer("".join(pieces))
 
 
 def _chat(endpoint: EndpointRecord, model_id: str, max_tokens: int) -> int:
@@ -130,7 +138,8 @@ def _chat(endpoint: EndpointRecord, model_id: str, max_tokens: int) -> int:
         if not text.strip():
             continue
         answer = _answer(endpoint, model_id, conversation.ask(text), max_tokens)
-        # A stopped answer stays in the conversation as far as it went: the person saw it and may refer to it.
+        # A stopped or failed answer stays in the conversation as far as it went: the person saw it and may refer
+        # to it (an engine that failed is restarted by the service, the next message waits for it).
         conversation.answered(answer.text)
 
 

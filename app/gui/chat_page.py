@@ -336,7 +336,8 @@ class ChatPage(QWidget):
         stopped = thread is not None and thread.stream.cancelled
         stats = self._stats()
         if self._answer:
-            answer = ChatMessage("assistant", self._answer, stats, self._answer_model, stopped)
+            cut_short = stopped or self._error is not None
+            answer = ChatMessage("assistant", self._answer, stats, self._answer_model, cut_short)
             self._messages = (*self._messages, answer)
             self._save_messages()
         self.transcript.show_messages(self._messages)

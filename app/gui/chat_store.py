@@ -97,7 +97,7 @@ class ChatMessage:
     content: str
     stats: AnswerStats | None = None
     model: str | None = None  # the model that answered
-    stopped: bool = False  # cut short by Stop
+    stopped: bool = False  # cut short: by Stop, or by an error (the engine failed, the service went away)
 
 
 @dataclass(frozen=True)

@@ -172,6 +172,42 @@ def test_ctrl_c_stops_the_answer_not_the_chat(shared_service: RunningService, pa
     assert messages[1]["role"] == "assistant" and messages[1]["content"] and len(messages) == 3
 
 
+def test_an_engine_dying_mid_answer_cuts_the_answer_not_the_chat(
+    shared_service: RunningService, paths: AppPaths
+) -> None:
+    """The gateway ends a stream whose engine failed with an error event: the chat says so, keeps the answer as far
+    as it went, and the next message is answered by the engine the service restarted."""
+    before = chat_count(paths)
+    chat = subprocess.Popen(
+        [sys.executable, "-m", "app", "run", BUNDLED_ID, "--max-tokens", "2000"], cwd=REPO, text=True,
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    )  # fmt: skip
+    assert chat.stdin is not None and chat.stdout is not None
+    try:
+        chat.stdin.write("Write a very long story about a dragon.\n")
+        chat.stdin.flush()
+        chat.stdout.read(1)  # the answer has begun
+        os.kill(shared_service.model()["pid"], signal.SIGKILL)
+        chat.stdin.write("Say yes.\n/bye\n")
+        chat.stdin.flush()
+        out, err = chat.communicate(timeout=120)
+    finally:
+        if chat.poll() is None:
+            chat.kill()
+            chat.wait()
+    assert chat.returncode == 0, err
+    assert "(cut short: The engine stopped answering" in err, err
+    assert "Traceback" not in err
+    assert shared_service.model()["restarts"] >= 1
+
+    def second_turn() -> tuple[list[dict[str, str]], str] | None:
+        return next(((m, a) for m, a in logged_chats(paths, before) if m[-1]["content"] == "Say yes."), None)
+
+    messages, answer = wait_for(second_turn, 30, "the second turn in the request log")
+    assert messages[1]["role"] == "assistant" and messages[1]["content"]  # the cut answer, as far as it went
+    assert answer and answer.strip() in out  # answered by the restarted engine
+
+
 # -- start, stop, status -------------------------------------------------------------------------------------------
 
 

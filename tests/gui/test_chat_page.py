@@ -1,10 +1,12 @@
 """The chat page against the real service on the bundled model: the status line at each stage of a JIT start,
 parameters saved with the conversation and sent (the seed makes a regenerated answer the same, the request log
-shows max_tokens obeyed), edit-and-resend, Stop, the GUI thread never blocked for long while a chat streams, and
-the conversation reopened by a new page over the same data folder."""
+shows max_tokens obeyed), edit-and-resend, Stop, an engine killed mid-answer, the GUI thread never blocked for long
+while a chat streams, and the conversation reopened by a new page over the same data folder."""
 
 from __future__ import annotations
 
+import os
+import signal
 import time
 from pathlib import Path
 
@@ -133,6 +135,18 @@ def test_a_conversation_streams_regenerates_edits_and_reopens(
     assert page.stats_label.text().startswith("Error: The endpoint refused the chat: `max_tokens` is 30000")
     assert [m.role for m in page.messages] == ["user", "assistant", "user", "assistant", "user"]
     panel.max_tokens_spin.setValue(512)
+
+    # The engine dies mid-answer: the status line says so, and the answer as far as it went is kept as cut short.
+    page.send("Write a very long story about a lighthouse keeper, with many chapters.")
+    qtbot.waitUntil(lambda: page.stats_label.text().startswith("Streaming: 3"), timeout=ANSWER_TIMEOUT_MS)
+    client = window.connection.client
+    assert client is not None
+    os.kill(next(m for m in client.models() if m["id"] == BUNDLED_ID)["pid"], signal.SIGKILL)
+    qtbot.waitUntil(lambda: not page.is_streaming, timeout=ANSWER_TIMEOUT_MS)
+    assert page.stats_label.text().startswith("Error: The engine stopped answering"), page.stats_label.text()
+    cut = page.messages[-1]
+    assert cut.role == "assistant" and cut.content and cut.stopped
+    assert page.transcript.bubbles[-1].stats_label.text().endswith("(stopped)")
     saved_messages, saved_id = page.messages, conversation.id
 
     # A new page over the same data folder (the window restarted) lists the conversation and reopens it whole.
