@@ -95,3 +95,18 @@ def exit_promptly_on_interrupt(grace_s: float = GRACE_S, on_force: Callable[[], 
     signal.set_wakeup_fd(write_end, warn_on_full_buffer=False)
     signal.signal(signal.SIGINT, interrupts.python_handler)
     threading.Thread(target=interrupts.watch, args=(read_end,), name="interrupt-watch", daemon=True).start()
+
+
+def exit_within(seconds: float, code: int = 0) -> None:
+    """End the process with `code` if it has not ended `seconds` from now: for a command whose work is done and
+    saved, whose interpreter exit would otherwise wait on a worker thread blocked in I/O (a download reading a
+    stalled connection, until its read timeout) while joining the thread pools."""
+
+    def end() -> None:
+        time.sleep(seconds)
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(OSError, ValueError):
+                stream.flush()
+        os._exit(code)
+
+    threading.Thread(target=end, name="exit-deadline", daemon=True).start()

@@ -38,7 +38,7 @@ from app.cli.vllm import COMMAND as VLLM_COMMAND
 from app.cli.vllm import add_vllm_commands, run_vllm_command
 from app.client import ControlError, ServiceUnavailable, connect, port_from_env
 from app.hub.library import known_models
-from app.interrupt import exit_promptly_on_interrupt, kill_descendants
+from app.interrupt import exit_promptly_on_interrupt, exit_within, kill_descendants
 from app.keys import load_api_key
 from app.paths import AppPaths, app_paths, make_private_dirs
 from app.planner.recommend import USES
@@ -247,7 +247,7 @@ def _setup_service_logging(paths: AppPaths) -> None:
 
 
 def _serve(args: argparse.Namespace, paths: AppPaths, loaded: LoadedSettings) -> int:
-    from app.service.server import ServeOptions, Service, ServiceError
+    from app.service.server import SHUTDOWN_DEADLINE_S, ServeOptions, Service, ServiceError
 
     _setup_service_logging(paths)
     settings = loaded.settings
@@ -287,6 +287,7 @@ def _serve(args: argparse.Namespace, paths: AppPaths, loaded: LoadedSettings) ->
     except ServiceError as exc:
         print(f"modeldeck: {exc}", file=sys.stderr)
         return 2
+    exit_within(SHUTDOWN_DEADLINE_S)  # every engine is stopped and every file kept: nothing left to wait for
     return 0
 
 

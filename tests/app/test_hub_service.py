@@ -13,6 +13,7 @@ from app.hub.cache import RepoCache
 from app.hub.library import BUNDLED_ID
 from app.hub.pulled import load_pulled
 from app.paths import AppPaths
+from app.service.jobs.downloads import MAX_PARALLEL
 from tests.support.hub_server import FakeHub, add_repo, sha256
 from tests.support.service import RunningService, start_service_process, stop_service_process
 from tests.support.waiting import wait_for
@@ -187,6 +188,32 @@ def test_cancel_drops_the_partial_and_registers_nothing(
     assert not RepoCache(hf_home / "hub", REPO_ID).incomplete(sha256(gguf_bytes)).exists()
     assert model_ids(client) == before and load_pulled(paths) == []
     assert error_of(client.control_download, job["id"], "resume").status == 409
+
+
+def test_a_download_waiting_for_its_turn_is_paused_and_cancelled_at_once(
+    hub: FakeHub, hub_service: RunningService, gguf_slice: bytes
+) -> None:
+    """MAX_PARALLEL downloads run at once; one more waits for a thread. Pausing or cancelling it must not wait for
+    one of the others to end (here they hang on a stalled Hub until the test ends), nor must the service's stop."""
+    repos = [f"org/smol-{n}-GGUF" for n in range(MAX_PARALLEL + 1)]
+    for repo in repos:
+        add_repo(hub, repo, {FILE: gguf_slice})
+    hub.faults.stall_after = 1_000_000
+    client = hub_service.client
+    jobs = [client.start_download(repo, "Q4_1")["id"] for repo in repos]
+    running, waiting = jobs[:MAX_PARALLEL], jobs[MAX_PARALLEL]
+    for job_id in running:
+        wait_for(lambda j=job_id: download(client, j)["done"] > 0, 30, f"{job_id} fetching", 0.02)
+    assert download(client, waiting)["done"] == 0
+    client.control_download(waiting, "pause")
+    assert wait_state(client, waiting, "paused", timeout_s=10)["done"] == 0
+    client.control_download(waiting, "resume")
+    assert client.control_download(waiting, "cancel")["state"] == "cancelled"
+    assert [download(client, j)["state"] for j in running] == ["running"] * MAX_PARALLEL
+    assert not hub.downloads(FILE)[MAX_PARALLEL:]  # the one that waited never fetched a byte
+    # The service stops although three downloads are blocked reading: its exit does not wait for their timeouts.
+    hub_service.process.terminate()
+    assert hub_service.process.wait(timeout=15) == 0
 
 
 def test_library_refuses_to_delete_the_bundled_model_and_a_corrupt_import(

@@ -12,7 +12,7 @@ import asyncio
 import itertools
 import logging
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
@@ -69,6 +69,17 @@ class DownloadJob:
     models_dir: Path | None = None  # where the files go as plain files; None: the Hugging Face cache
     token: TaskState | None = field(default=None, repr=False)
     run: asyncio.Task[None] | None = field(default=None, repr=False)
+    work: Future[PulledModel] | None = field(default=None, repr=False)  # the run's pull, queued for a thread
+
+    def stop(self, reason: Literal["pause", "cancel"]) -> None:
+        """Ask the run to stop: a pull under way at its next chunk or backoff, one still waiting for a download
+        thread (MAX_PARALLEL are busy) at once, without starting."""
+        if self.token is not None and reason == "pause":
+            self.token.pause()
+        elif self.token is not None:
+            self.token.cancel()
+        if self.work is not None:
+            self.work.cancel()  # only succeeds while it waits for a thread
 
     def to_dict(self) -> DownloadRecord:
         total = self.total or (self.variant.size or 0)
@@ -165,7 +176,7 @@ class Downloads:
         job = self._job(job_id)
         if job.state != "running" or job.token is None:
             raise DownloadConflict(f"{job.id} is {job.state}; only a running download can be paused.")
-        job.token.pause()  # the worker stops at its next chunk or backoff and keeps the partial file
+        job.stop("pause")  # the partial file is kept
         return job
 
     def resume(self, job_id: str, hub_token: str | None) -> DownloadJob:
@@ -183,8 +194,7 @@ class Downloads:
         job = self._job(job_id)
         if job.state in ("cancelled", "completed"):
             raise DownloadConflict(f"{job.id} is {job.state}; there is nothing to cancel.")
-        if job.token is not None:
-            job.token.cancel()
+        job.stop("cancel")
         if job.run is not None and not job.run.done():
             await asyncio.wait({job.run})
         if job.state == "completed":  # the cancel came after the last byte: the model is in the library
@@ -202,7 +212,7 @@ class Downloads:
         runs = []
         for job in self._jobs.values():
             if job.token is not None and job.run is not None and not job.run.done():
-                job.token.pause()
+                job.stop("pause")
                 runs.append(job.run)
         if runs:
             await asyncio.wait(runs, timeout=SHUTDOWN_WAIT_S)
@@ -227,8 +237,13 @@ class Downloads:
 
     async def _run(self, job: DownloadJob, token: TaskState, hub_token: str | None) -> None:
         try:
-            loop = asyncio.get_running_loop()
-            model = await loop.run_in_executor(self._executor, self._pull, job, token, hub_token)
+            work = job.work = self._executor.submit(self._pull, job, token, hub_token)
+            try:
+                model = await asyncio.wrap_future(work)
+            except asyncio.CancelledError:
+                if not work.cancelled() or token.stop_requested is None:
+                    raise
+                raise Stopped(token.stop_requested) from None  # stopped before a thread took it
         except Stopped as stop:
             # Progress reports are throttled, so the last one may be behind what reached the disk.
             on_disk = await asyncio.to_thread(self._bytes_on_disk, job)
