@@ -107,14 +107,23 @@ def test_offline_search_says_so(hub_service: RunningService, hub: FakeHub) -> No
     assert error.status == 503 and str(error).startswith("Offline: search and download need the network")
 
 
-def test_a_gated_model_names_the_license_page(hub: FakeHub, hub_service: RunningService, gguf_slice: bytes) -> None:
-    add_repo(hub, "org/gated-GGUF", {FILE: gguf_slice}, gated="manual")
+def test_a_gated_model_names_the_license_page_and_download_again_resumes_the_job(
+    hub: FakeHub, hub_service: RunningService, gguf_bytes: bytes
+) -> None:
+    add_repo(hub, "org/gated-GGUF", {FILE: gguf_bytes}, gated="manual")
     hub.faults.token = "hf_granted_" + "x" * 20  # the service has none
     client = hub_service.client
     assert client.hub_model("org/gated-GGUF")["gated"] is True
     job = client.start_download("org/gated-GGUF", "Q4_1")
     failed = wait_state(client, job["id"], "failed")
     assert f"accept the license at {hub.url}/org/gated-GGUF" in failed["error"]
+    # Access granted, Download again resumes the failed job: a second one would share its partial file, and
+    # cancelling the first would delete it under the second.
+    hub.faults.token = None  # a request without a token is now authorized
+    assert client.start_download("org/gated-GGUF", "Q4_1")["id"] == job["id"]
+    done = wait_state(client, job["id"], "completed", "failed")
+    assert done["state"] == "completed", done["error"]
+    assert [d["id"] for d in client.downloads()] == [job["id"]]
 
 
 def test_download_through_the_service_then_start_verify_and_delete(

@@ -157,13 +157,17 @@ class Downloads:
             log.warning("the list of downloads could not be saved: %s", exc)
 
     def start(self, request: PullRequest, variant: Variant, hub_token: str | None) -> DownloadJob:
-        """Begin fetching `variant`; refused while another job is fetching the same one. A paused job for it (one
-        kept from an earlier run, say) is resumed instead: the same download, not a second one."""
+        """Begin fetching `variant`; refused while another job is fetching the same one. A paused or failed job for
+        it into the same place (one kept from an earlier run, say) is resumed instead: the same download, not a
+        second one writing the same partial files, which cancelling the first would delete."""
         self._restore()
-        for job in self._jobs.values():
-            if job.state in ACTIVE and job.request.repo_id == request.repo_id and job.variant.name == variant.name:
-                if job.state == "paused" and (job.run is None or job.run.done()):
-                    return self.resume(job.id, hub_token)
+        for job in reversed(self._jobs.values()):  # the latest first
+            if job.request.repo_id != request.repo_id or job.variant.name != variant.name:
+                continue
+            resumable = job.state == "paused" or (job.state == "failed" and job.models_dir == self._models_dir)
+            if resumable and (job.run is None or job.run.done()):
+                return self.resume(job.id, hub_token)
+            if job.state in ACTIVE:
                 raise DownloadConflict(f"{variant.name} of {request.repo_id} is already being downloaded ({job.id}).")
         job = DownloadJob(
             f"dl-{next(self._ids)}", request, variant, total=variant.size or 0, models_dir=self._models_dir
