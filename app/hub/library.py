@@ -55,8 +55,9 @@ def model_id_from_filename(name: str) -> str | None:
 
 
 def local_models(models_dir: Path) -> list[ModelSpec]:
-    """Models placed in a models folder: GGUF files directly inside it (a split GGUF once, by its first part), and
-    safetensors models in subfolders (config.json beside *.safetensors) for vLLM. No links out of the folder."""
+    """Models placed in a models folder: GGUF files directly inside it (a split GGUF once, by its first part, when
+    all its parts are there), and safetensors models in subfolders (config.json beside *.safetensors) for vLLM. No
+    links out of the folder."""
     found: list[ModelSpec] = []
     if not models_dir.is_dir():
         return found
@@ -69,7 +70,10 @@ def local_models(models_dir: Path) -> list[ModelSpec]:
         resolved = path.resolve()
         if model_id is None or not resolved.is_file() or resolved.parent != root:
             continue
-        size = sum(p.stat().st_size for p in _parts(resolved)) if split else resolved.stat().st_size
+        parts = _parts(resolved)
+        if split and len(parts) != int(split.group(2)):
+            continue  # a pull cancelled or paused between parts: nothing could load it
+        size = sum(p.stat().st_size for p in parts)
         found.append(ModelSpec(model_id, path.name, resolved, size, "local"))
     for folder in sorted(p for p in models_dir.iterdir() if p.is_dir() and not p.name.startswith(".")):
         resolved = folder.resolve()

@@ -48,6 +48,9 @@ def test_a_split_gguf_lands_as_plain_files_and_is_listed_once(
     assert [(spec.id, spec.source) for spec in listed] == [(model.id, "hub")] and model.id == "smol-q4_1"
     verdict = verify(listed[0], model)
     assert verdict.ok and sum("sha256 matches" in check for check in verdict.checks) == 2
+    # A part missing (a pull cancelled or paused between parts): no engine could load it, so it is not listed.
+    second.unlink()
+    assert local_models(models_dir) == []
 
 
 def test_a_safetensors_model_gets_its_own_subfolder(hub: FakeHub, paths: AppPaths, tmp_path: Path) -> None:
