@@ -8,8 +8,12 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
+
+from filelock import FileLock
 
 from app.paths import AppPaths
 
@@ -64,9 +68,18 @@ def load_pulled(paths: AppPaths) -> list[PulledModel]:
     return models
 
 
-def _save(paths: AppPaths, models: list[PulledModel]) -> None:
+@contextmanager
+def _changing(paths: AppPaths) -> Iterator[None]:
+    """Hold the index for a read-change-write: downloads finish on threads of the service, and a `modeldeck pull`
+    may finish beside them; without it one's entry is lost, or its temporary file replaced under it."""
     target = index_path(paths)
     target.parent.mkdir(parents=True, exist_ok=True)
+    with FileLock(target.with_name(f".{target.name}.lock")):
+        yield
+
+
+def _save(paths: AppPaths, models: list[PulledModel]) -> None:
+    target = index_path(paths)
     tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
     data = {
         "schema": SCHEMA_VERSION,
@@ -90,28 +103,30 @@ def record_pull(
 ) -> PulledModel:
     """Add a pull to the index (or refresh it) and return it. A repeat pull of a variant keeps its id; a new one
     gets `base_id`, or `base_id-2`, `-3`... when another model already has it."""
-    models = load_pulled(paths)
-    previous = next((m for m in models if m.repo_id == repo_id and m.variant == variant), None)
-    if previous is not None:
-        model_id = previous.id
-    else:
-        used = taken | {m.id for m in models}
-        model_id, n = base_id, 1
-        while model_id in used:
-            n += 1
-            model_id = f"{base_id}-{n}"
-    size = sum(file.stat().st_size for file in files)
-    entry = PulledModel(
-        model_id, repo_id, variant, commit, tuple(str(file) for file in files), size, model_format, hashes
-    )
-    _save(paths, [m for m in models if m.id != model_id] + [entry])
-    return entry
+    with _changing(paths):
+        models = load_pulled(paths)
+        previous = next((m for m in models if m.repo_id == repo_id and m.variant == variant), None)
+        if previous is not None:
+            model_id = previous.id
+        else:
+            used = taken | {m.id for m in models}
+            model_id, n = base_id, 1
+            while model_id in used:
+                n += 1
+                model_id = f"{base_id}-{n}"
+        size = sum(file.stat().st_size for file in files)
+        entry = PulledModel(
+            model_id, repo_id, variant, commit, tuple(str(file) for file in files), size, model_format, hashes
+        )
+        _save(paths, [m for m in models if m.id != model_id] + [entry])
+        return entry
 
 
 def forget_pull(paths: AppPaths, model_id: str) -> PulledModel | None:
     """Remove a pull from the index (its files are the caller's to delete) and return it; None when unknown."""
-    models = load_pulled(paths)
-    found = next((m for m in models if m.id == model_id), None)
-    if found is not None:
-        _save(paths, [m for m in models if m.id != model_id])
+    with _changing(paths):
+        models = load_pulled(paths)
+        found = next((m for m in models if m.id == model_id), None)
+        if found is not None:
+            _save(paths, [m for m in models if m.id != model_id])
     return found
