@@ -425,12 +425,11 @@ class EventStream:
             headers={"Authorization": f"Bearer {address.token}"},
             timeout=httpx.Timeout(10.0, read=None),
             trust_env=False,
-            event_hooks={"response": [self._breaker.remember]},
         )
 
     def __iter__(self) -> Iterator[ServiceEvent]:
         try:
-            with self._http.stream("GET", "/api/events") as response:
+            with self._http.stream("GET", "/api/events", extensions={"trace": self._breaker.trace}) as response:
                 if response.status_code != 200:
                     raise ServiceUnavailable(f"The service refused the event stream ({response.status_code}).")
                 for line in response.iter_lines():
@@ -451,22 +450,27 @@ class EventStream:
 
 
 class _StreamBreaker:
-    """Ends a streamed response from another thread: closing an httpx client does not wake a thread blocked
-    reading its socket, shutting the socket down does. `remember` is the client's response hook."""
+    """Ends a streamed request from another thread: closing an httpx client does not wake a thread blocked
+    reading its socket, shutting the socket down does. `trace` is the request's httpcore trace hook: it learns
+    the socket once connected, before the answer's head, which a chat for a model still loading waits for."""
+
+    _CONNECTED = frozenset({"connection.connect_tcp.complete", "connection.start_tls.complete"})
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._socket: socket.socket | None = None
         self.broken = False
 
-    def remember(self, response: httpx.Response) -> None:
-        stream = response.extensions.get("network_stream")
+    def trace(self, event_name: str, info: dict[str, Any]) -> None:
+        if event_name not in self._CONNECTED:
+            return
+        stream = info.get("return_value")
         sock = stream.get_extra_info("socket") if stream is not None else None
         if isinstance(sock, socket.socket):
             with self._lock:
                 self._socket = sock
                 broken = self.broken
-            if broken:  # broken while the request was on its way
+            if broken:  # broken while it was connecting
                 _shut_down(sock)
 
     def break_stream(self) -> None:
@@ -568,7 +572,6 @@ class ChatStream:
             headers={"Authorization": f"Bearer {self._api_key}"} if self._api_key else {},
             timeout=httpx.Timeout(10.0, read=None),  # a model may load before its first token
             trust_env=False,
-            event_hooks={"response": [self._breaker.remember]},
             verify=verify,
         )
 
@@ -579,7 +582,8 @@ class ChatStream:
     def __iter__(self) -> Iterator[str]:
         http = self._client()
         try:
-            with http.stream("POST", "/chat/completions", json=self._body) as response:
+            trace = {"trace": self._breaker.trace}
+            with http.stream("POST", "/chat/completions", json=self._body, extensions=trace) as response:
                 if response.status_code != 200:
                     response.read()
                     raise ControlError(f"The endpoint refused the chat: {_error_text(response)}", response.status_code)
