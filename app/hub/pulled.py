@@ -74,7 +74,7 @@ def _changing(paths: AppPaths) -> Iterator[None]:
     may finish beside them; without it one's entry is lost, or its temporary file replaced under it."""
     target = index_path(paths)
     target.parent.mkdir(parents=True, exist_ok=True)
-    with FileLock(target.with_name(f".{target.name}.lock")):
+    with FileLock(target.with_name(f".{target.name}.lock"), mode=0o600):  # private, as every file of ours
         yield
 
 

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import stat
 import threading
 from pathlib import Path
 
@@ -37,3 +38,5 @@ def test_pulls_finishing_together_are_all_kept(paths: AppPaths, tmp_path: Path) 
     assert len({m.id for m in pulled}) == len(pulled)  # each got its own id (model, model-2, ...)
     assert forget_pull(paths, pulled[0].id) == pulled[0]
     assert len(load_pulled(paths)) == len(pulled) - 1
+    lock = paths.data / ".hub-models.json.lock"
+    assert stat.S_IMODE(lock.stat().st_mode) == 0o600  # private, as every file of the app
