@@ -125,6 +125,7 @@ class ChildJobs(Generic[RequestT, RunT]):
         self._run: RunT | None = None
         self._process: asyncio.subprocess.Process | None = None
         self._task: asyncio.Task[None] | None = None
+        self._starting = asyncio.Lock()  # a second start waits for the first's child, then finds it running
         self._last_published = 0.0
 
     @property
@@ -133,11 +134,12 @@ class ChildJobs(Generic[RequestT, RunT]):
         return self._run
 
     async def start(self, request: RequestT) -> RunT:
-        if self._run is not None and self._run.state == "running":
-            raise self._conflict(self._words.busy.format(model=self._run.request.model))
-        run = self._new_run(f"{self._words.event}-{next(self._ids)}", request)
-        process, _ = await spawn_engine(request.argv(), {}, run.id, whole_environment=True)  # ModelDeck's own
-        self._run, self._process = run, process
+        async with self._starting:
+            if self._run is not None and self._run.state == "running":
+                raise self._conflict(self._words.busy.format(model=self._run.request.model))
+            run = self._new_run(f"{self._words.event}-{next(self._ids)}", request)
+            process, _ = await spawn_engine(request.argv(), {}, run.id, whole_environment=True)  # ModelDeck's own
+            self._run, self._process = run, process
         self._task = asyncio.create_task(self._follow(run, process))
         self._publish(run)
         self._log.info("%s %s of %s started (pid %s)", self._words.noun, run.id, request.model, process.pid)
