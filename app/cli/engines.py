@@ -66,34 +66,32 @@ def _build(args: argparse.Namespace, paths: AppPaths) -> int:
         BuildError,
         build_llama_server,
         detect_backend,
-        fetch_sdist,
     )
     from app.installs.llama_tools_build import build_llama_tools
+    from app.installs.sdist_download import download_sdist
 
     backend = args.backend
     if backend is None:
         backend, why = detect_backend()
         print(f"backend: {why}")
     dest = args.dest or paths.engine_builds
-    try:
-        source = args.source
-        if source is None:
-            print(f"downloading llama_cpp_python=={PINNED_VERSION} (source distribution) with pip ...")
-            source = fetch_sdist(paths.cache / "sdists", PINNED_VERSION)
-        if not source.exists():
-            raise BuildError(f"{source} does not exist")
-    except BuildError as exc:
-        print(f"modeldeck: {exc}", file=sys.stderr)
+    source: Path | None = args.source
+    if source is not None and not source.exists():
+        print(f"modeldeck: {source} does not exist", file=sys.stderr)
         return 2
 
     state = TaskState(ProgressBar(unit="percent"), interval_s=0.5)  # the build reports percent done
 
     def work() -> Path:
+        sdist = source
+        if sdist is None:
+            print(f"downloading llama_cpp_python=={PINNED_VERSION} (source distribution) with pip ...")
+            sdist = download_sdist(paths.cache / "sdists", PINNED_VERSION, state)
         if args.engine == "llama-server":
             return build_llama_server(
-                source, dest, state, backend=backend, jobs=args.jobs, portable=args.portable
+                sdist, dest, state, backend=backend, jobs=args.jobs, portable=args.portable
             ).executable
-        return build_llama_tools(source, dest, state, backend=backend, jobs=args.jobs).folder
+        return build_llama_tools(sdist, dest, state, backend=backend, jobs=args.jobs).folder
 
     # On a thread so that Ctrl-C here cancels the build (and kills the compiler) instead of orphaning it.
     try:

@@ -16,6 +16,7 @@ import shutil
 import subprocess
 import sys
 import tarfile
+import zlib
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -70,20 +71,6 @@ def detect_backend() -> tuple[str, str]:
     if nvcc:
         return "cpu", f"CPU: {nvcc} is here but no NVIDIA driver is loaded"
     return "cpu", "CPU: no CUDA toolkit (nvcc) on PATH"
-
-
-def fetch_sdist(directory: Path, version: str = PINNED_VERSION) -> Path:
-    """Download llama-cpp-python's source distribution with pip (it holds llama.cpp's sources)."""
-    directory.mkdir(parents=True, exist_ok=True)
-    done = subprocess.run(
-        [sys.executable, "-m", "pip", "download", f"llama_cpp_python=={version}", "--no-deps", "--no-binary",
-         ":all:", "-d", str(directory)],
-        capture_output=True, text=True, check=False,
-    )  # fmt: skip
-    found = sorted(directory.glob(f"llama_cpp_python-{version}.tar.gz"))
-    if done.returncode != 0 or not found:
-        raise BuildError(f"pip could not download llama_cpp_python=={version}: {done.stderr.strip()[-500:]}")
-    return found[0]
 
 
 # A portable build runs on any CPU of its architecture: ggml's CPU code is built once per instruction-set level as a
@@ -174,14 +161,17 @@ def _variant(library: str) -> str:
 def _unpack(sdist: Path, work: Path) -> tuple[Path, str]:
     """llama.cpp's tree out of the sdist (only the vendored part) and the release's version."""
     target = work / "src"
-    with tarfile.open(sdist) as archive:
-        members = [m for m in archive.getmembers() if f"/{VENDORED}/" in m.name or m.name.endswith("/PKG-INFO")]
-        if not any(f"/{VENDORED}/" in m.name for m in members):
-            raise BuildError(f"{sdist} holds no {VENDORED}: is it llama-cpp-python's source distribution?")
-        if not (target / "done").exists():
-            shutil.rmtree(target, ignore_errors=True)
-            archive.extractall(target, members=members, filter="data")
-            (target / "done").touch()
+    try:
+        with tarfile.open(sdist) as archive:
+            members = [m for m in archive.getmembers() if f"/{VENDORED}/" in m.name or m.name.endswith("/PKG-INFO")]
+            if not any(f"/{VENDORED}/" in m.name for m in members):
+                raise BuildError(f"{sdist} holds no {VENDORED}: is it llama-cpp-python's source distribution?")
+            if not (target / "done").exists():
+                shutil.rmtree(target, ignore_errors=True)
+                archive.extractall(target, members=members, filter="data")
+                (target / "done").touch()
+    except (tarfile.TarError, EOFError, zlib.error) as exc:
+        raise BuildError(f"{sdist} is not a whole .tar.gz ({exc}): download it again") from None
     pkg_info = next(target.glob("*/PKG-INFO"), None)
     version = "unknown"
     if pkg_info is not None:

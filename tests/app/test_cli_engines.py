@@ -46,3 +46,13 @@ def test_a_missing_source_is_a_clear_error(tmp_path: Path) -> None:
     built = modeldeck("engines", "build", "llama-server", "--source", str(tmp_path / "nope.tar.gz"), "--backend", "cpu")
     assert built.returncode == 2
     assert "nope.tar.gz does not exist" in built.stderr
+
+
+def test_a_damaged_source_is_a_clear_error(tmp_path: Path) -> None:
+    whole = tiny_sdist(tmp_path).read_bytes()
+    damaged = tmp_path / "llama_cpp_python-9.9.8.tar.gz"
+    damaged.write_bytes(whole[: len(whole) // 2])
+    built = modeldeck("engines", "build", "llama-server", "--source", str(damaged), "--dest", str(tmp_path / "out"),
+                      "--backend", "cpu")  # fmt: skip
+    assert built.returncode == 1
+    assert f"{damaged} is not a whole .tar.gz" in built.stderr and "Traceback" not in built.stderr

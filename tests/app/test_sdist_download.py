@@ -3,6 +3,7 @@ once, leaving no process) or answers 404 (a BuildError with pip's words); a down
 
 from __future__ import annotations
 
+import gzip
 import http.server
 import socket
 import threading
@@ -90,7 +91,7 @@ def test_a_cancel_kills_pip_while_it_waits_for_the_index(tmp_path: Path, silent_
     assert not worker.is_alive() and time.monotonic() - cancelled_at < PIP_TIMEOUT_S / 4
     assert len(outcome) == 1 and isinstance(outcome[0], Stopped), outcome
     assert psutil.Process().children(recursive=True) == [], "pip went with the cancel"
-    assert not sdist_path(tmp_path / "sdists", "9.9.9").exists()
+    assert list((tmp_path / "sdists").iterdir()) == []  # nothing kept of a download cut short
 
 
 def test_an_index_without_the_package_is_a_build_error_in_pips_words(tmp_path: Path, empty_index: None) -> None:
@@ -103,5 +104,15 @@ def test_an_index_without_the_package_is_a_build_error_in_pips_words(tmp_path: P
 def test_a_downloaded_sdist_is_used_again(tmp_path: Path, empty_index: None) -> None:
     """The index knows nothing: the sdist already there is returned without asking it."""
     kept = sdist_path(tmp_path, "9.9.9")
-    kept.write_bytes(b"an sdist from an earlier build")
+    kept.write_bytes(gzip.compress(b"an sdist from an earlier build"))
     assert download_sdist(tmp_path, "9.9.9", TaskState()) == kept
+
+
+def test_a_damaged_sdist_is_downloaded_again(tmp_path: Path, empty_index: None) -> None:
+    """A kept sdist that ends early (a copy cut short, a disk error) is not built from: pip is asked again (here
+    an index without the package answers) and the damaged file is gone."""
+    kept = sdist_path(tmp_path, "9.9.9")
+    kept.write_bytes(gzip.compress(b"an sdist from an earlier build" * 1000)[:-100])
+    with pytest.raises(BuildError, match="No matching distribution"):
+        download_sdist(tmp_path, "9.9.9", TaskState())
+    assert not kept.exists()

@@ -10,8 +10,9 @@ from pathlib import Path
 
 from app.hub.library import BUNDLED_ID
 from app.hub.task import TaskState
-from app.installs.llama_server_build import PINNED_VERSION, fetch_sdist
+from app.installs.llama_server_build import PINNED_VERSION
 from app.installs.llama_tools_build import ToolsBuild, build_llama_tools, installed_tools
+from app.installs.sdist_download import download_sdist
 from tests.support.service import REPO
 
 Q4_0 = f"{BUNDLED_ID}.q4_0"  # SmolLM2-135M-Instruct.Q4_0.gguf in the models folder
@@ -31,8 +32,5 @@ def tools_in(root: Path) -> ToolsBuild:
     found = installed_tools(root)
     if found:
         return found[0]
-    sdists = Path.home() / ".cache" / "modeldeck" / "sdists"
-    sdist = sdists / f"llama_cpp_python-{PINNED_VERSION}.tar.gz"
-    if not sdist.is_file():
-        sdist = fetch_sdist(sdists, PINNED_VERSION)
+    sdist = download_sdist(Path.home() / ".cache" / "modeldeck" / "sdists", PINNED_VERSION, TaskState())
     return build_llama_tools(sdist, root, TaskState(), backend="cpu")
