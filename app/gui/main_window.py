@@ -204,6 +204,7 @@ class MainWindow(QMainWindow):
         connection.sig_models_received.connect(self._on_connection_models_received)
         connection.sig_usage_received.connect(self._on_connection_usage_received)
         connection.sig_engine_changed.connect(self._on_connection_engine_changed)
+        connection.sig_model_call_ended.connect(self._on_connection_model_call_ended)
         connection.sig_log_received.connect(self._on_connection_log_received)
         connection.sig_logs_loaded.connect(self._on_connection_logs_loaded)
         connection.sig_endpoint_received.connect(self._on_connection_endpoint_received)
@@ -262,6 +263,11 @@ class MainWindow(QMainWindow):
             self._memory[model_id].clear()  # a new run: its memory starts from nothing
         if state == ModelState.FAILED:
             self.statusBar().showMessage(one_line(f"{model_id} failed: {event.get('message') or 'no reason given'}"))
+        self._on_connection_model_call_ended(model_id)
+
+    @Slot(str)
+    def _on_connection_model_call_ended(self, model_id: str) -> None:
+        """Launch and Stop of the model work again (its engine changed state, or the call was answered)."""
         self.model_list_panel.settle(model_id)
         self.home_page.settle(model_id)
 

@@ -55,6 +55,7 @@ class ServiceConnection(QObject):
     sig_models_received = Signal(object)  # a snapshot: list of model records
     sig_usage_received = Signal(object)  # a poll: list of model records (memory, pid, restarts)
     sig_engine_changed = Signal(object)  # an engine event
+    sig_model_call_ended = Signal(str)  # model id: a start or stop call was answered or failed
     sig_log_received = Signal(str, str)  # model id, line
     sig_sample_received = Signal(object)  # a metrics sample, once a second: {t, points}
     sig_logs_loaded = Signal(str, object)  # model id, list of the latest lines
@@ -236,13 +237,21 @@ class ServiceConnection(QObject):
 
     def start_model(self, model_id: str) -> None:
         if self._client is not None and self.is_connected:
-            job = functools.partial(self._client.start_model, model_id)
-            self._submit(job, lambda _record: None, self._on_call_failed(f"launch {model_id}"))
+            self._model_call(functools.partial(self._client.start_model, model_id), model_id, f"launch {model_id}")
 
     def stop_model(self, model_id: str) -> None:
         if self._client is not None and self.is_connected:
-            job = functools.partial(self._client.stop_model, model_id)
-            self._submit(job, lambda _record: None, self._on_call_failed(f"stop {model_id}"))
+            self._model_call(functools.partial(self._client.stop_model, model_id), model_id, f"stop {model_id}")
+
+    def _model_call(self, job: Callable[[], ModelRecord], model_id: str, action: str) -> None:
+        """A start or stop: `sig_model_call_ended` follows either way (a refusal changes no engine's state)."""
+        report = self._on_call_failed(action)
+
+        def failed(message: str) -> None:
+            report(message)
+            self.sig_model_call_ended.emit(model_id)
+
+        self._submit(job, lambda _record: self.sig_model_call_ended.emit(model_id), failed)
 
     def load_logs(self, model_id: str) -> None:
         """Fetch the latest lines of a model's engine log (for a model selected after its engine started)."""

@@ -137,6 +137,23 @@ def test_a_failed_engine_shows_its_message(qtbot: QtBot, paths: AppPaths, endpoi
         qtbot.waitUntil(lambda: connection.is_closed, timeout=CLOSE_TIMEOUT_MS)
 
 
+def test_a_refused_launch_leaves_launch_working(qtbot: QtBot, main_window: MainWindow) -> None:
+    """The window's list can be a moment behind the service (a model deleted from another client): a Launch the
+    service refuses changes no engine's state, so no engine event comes, and Launch must still work after it."""
+    window, models, panel = main_window, main_window.item_model, main_window.model_list_panel
+    qtbot.waitUntil(lambda: models.state_of(BUNDLED_ID) == "stopped")
+    listed = [record for model_id in models.model_ids() if (record := models.record(model_id)) is not None]
+    models.set_models([*listed, {**listed[0], "id": "gone"}])
+    panel.select_model("gone")
+    qtbot.waitUntil(panel.launch_button.isEnabled)
+
+    qtbot.mouseClick(panel.launch_button, Qt.MouseButton.LeftButton)
+    assert not panel.launch_button.isEnabled()  # asked, not yet answered
+    qtbot.waitUntil(lambda: "Could not launch gone" in window.statusBar().currentMessage())
+    qtbot.waitUntil(panel.launch_button.isEnabled)
+    assert models.state_of("gone") == "stopped"
+
+
 def test_window_on_a_running_service_leaves_it_running(qtbot: QtBot, paths: AppPaths, service: RunningService) -> None:
     connection = ServiceConnection(paths, default_port())
     window = MainWindow(connection)
