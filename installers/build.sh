@@ -42,8 +42,10 @@ server_build="$("$python" -c 'import sys; from pathlib import Path; from engines
 found = [b for b in installed_builds(Path(sys.argv[1])) if b.executable.parent.name.endswith("-portable")]
 print(found[0].executable.parent if found else "")' "$cache/engines")"
 if [ -z "$server_build" ]; then
-    # With nvcc here, the CUDA backend is built too, as a library of its own that loads only where a driver is.
-    backend=cpu; command -v nvcc >/dev/null && backend=cuda
+    # With a whole CUDA toolkit here, the CUDA backend is built too, as a library of its own that loads only where a
+    # driver is; nvcc without cuBLAS (as pip's CUDA packages install it) builds for the CPU alone.
+    backend="$("$python" -c 'import sys; from app.installs.llama_server_build import detect_backend
+backend, why = detect_backend(for_package=True); print(why, file=sys.stderr); print(backend)')"
     "$python" -m app engines build llama-server --portable --backend "$backend" --dest "$cache/engines"
     server_build="$("$python" -c 'import sys; from pathlib import Path; from engines.llama_server import installed_builds
 print([b for b in installed_builds(Path(sys.argv[1])) if b.executable.parent.name.endswith("-portable")][0].executable.parent)' "$cache/engines")"

@@ -16,6 +16,7 @@ import shutil
 import subprocess
 import sys
 import tarfile
+import tempfile
 import zlib
 from collections import deque
 from collections.abc import Callable, Sequence
@@ -61,16 +62,46 @@ class BuildResult:
     flags: tuple[str, ...]
 
 
-def detect_backend() -> tuple[str, str]:
-    """The backend this machine can build for, and why: CUDA needs nvcc and an NVIDIA driver, Metal a Mac."""
+def detect_backend(*, for_package: bool = False) -> tuple[str, str]:
+    """The backend this machine can build for, and why: CUDA needs nvcc with the cuBLAS that ggml's CUDA backend
+    links, and an NVIDIA driver unless the build is `for_package` (the CUDA library then loads where one is);
+    Metal a Mac."""
     if sys.platform == "darwin":
         return "metal", "macOS: Metal"
     nvcc = shutil.which("nvcc")
-    if nvcc and Path("/proc/driver/nvidia/version").exists():
-        return "cuda", f"CUDA: {nvcc} and an NVIDIA driver"
-    if nvcc:
+    if nvcc is None:
+        return "cpu", "CPU: no CUDA toolkit (nvcc) on PATH"
+    if not for_package and not Path("/proc/driver/nvidia/version").exists():
         return "cpu", f"CPU: {nvcc} is here but no NVIDIA driver is loaded"
-    return "cpu", "CPU: no CUDA toolkit (nvcc) on PATH"
+    gap = cuda_toolkit_gap()
+    if gap:
+        return "cpu", f"CPU: {nvcc} is here but {gap}"
+    return "cuda", f"CUDA: {nvcc}" + ("" if for_package else " and an NVIDIA driver")
+
+
+_CUDA_PROBE = """cmake_minimum_required(VERSION 3.18)
+project(cuda_probe LANGUAGES C)
+find_package(CUDAToolkit)
+if(NOT TARGET CUDA::cublas)
+  message(FATAL_ERROR "no cuBLAS")
+endif()
+"""
+
+
+def cuda_toolkit_gap() -> str | None:
+    """What the CUDA toolkit lacks for ggml's CUDA backend, as cmake finds it (a toolkit of nvcc and the runtime
+    alone has no cuBLAS); None when nothing is missing, or when cmake is not here to tell (the build says so)."""
+    if not shutil.which("cmake"):
+        return None
+    with tempfile.TemporaryDirectory(prefix="modeldeck-cuda-probe-") as folder:
+        (Path(folder) / "CMakeLists.txt").write_text(_CUDA_PROBE, encoding="utf-8")
+        done = subprocess.run(["cmake", "-S", folder, "-B", str(Path(folder) / "build")], capture_output=True,
+                              text=True, errors="replace", stdin=subprocess.DEVNULL, check=False)  # fmt: skip
+    if done.returncode == 0:
+        return None
+    if "no cuBLAS" in done.stderr:
+        return "its CUDA toolkit has no cuBLAS (libcublas), which ggml's CUDA backend links"
+    return "cmake does not find its CUDA toolkit: " + " ".join(done.stderr.split())[-300:]
 
 
 # A portable build runs on any CPU of its architecture: ggml's CPU code is built once per instruction-set level as a
@@ -248,6 +279,9 @@ def cmake_build(
             "cmake is not installed: install it (apt install cmake, brew install cmake, pip install cmake)"
         )
     backend = backend or detect_backend()[0]
+    gap = cuda_toolkit_gap() if backend == "cuda" else None
+    if gap:
+        raise BuildError(f"cannot build for CUDA: {gap}; build for the CPU (--backend cpu) or install it")
     steps = _Percent(state)
     state.working_on("unpacking the sources")
     dest.mkdir(parents=True, exist_ok=True)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import os
 import tarfile
 import threading
 import time
@@ -21,6 +22,7 @@ from app.installs.llama_server_build import (
     BuildError,
     build_llama_server,
     cmake_flags,
+    detect_backend,
     drop_amx_variants,
     uses_amx,
 )
@@ -266,3 +268,39 @@ def test_a_build_for_this_machine_has_no_cpu_variant(tmp_path: Path) -> None:
                                 version="9.9.9")  # fmt: skip
     assert cpu_variant(result.executable.parent) is None
     assert "CPU variant" not in LlamaServerEngine(result.executable).detect().detail
+
+
+def cuda_toolkit_layout(root: Path, *, cublas: bool) -> Path:
+    """A folder laid out as a CUDA toolkit, its bin/ for PATH: an nvcc that only tells its version, empty headers and
+    libraries. No GPU toolkit can be relied on here; cmake's FindCUDAToolkit reads only this layout."""
+    (root / "bin").mkdir(parents=True)
+    (root / "include").mkdir()
+    (root / "lib64").mkdir()
+    nvcc = root / "bin" / "nvcc"
+    nvcc.write_text("#!/bin/sh\necho 'Cuda compilation tools, release 12.4, V12.4.131'\n")
+    nvcc.chmod(0o755)
+    files = ["include/cuda_runtime.h", "lib64/libcudart.so"]
+    if cublas:
+        files += ["include/cublas_v2.h", "lib64/libcublas.so", "lib64/libcublasLt.so"]
+    for name in files:
+        (root / name).touch()
+    return root / "bin"
+
+
+def test_a_cuda_toolkit_without_cublas_builds_for_the_cpu(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """nvcc alone (pip's CUDA packages install it so) cannot build ggml's CUDA backend: a package is built for the
+    CPU instead of failing in cmake, and asking for CUDA says what is missing before anything compiles."""
+    for name in ("CUDAToolkit_ROOT", "CUDA_PATH", "CUDA_HOME"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv(
+        "PATH", f"{cuda_toolkit_layout(tmp_path / 'nvcc-only', cublas=False)}{os.pathsep}{os.environ['PATH']}"
+    )
+    backend, why = detect_backend(for_package=True)
+    assert backend == "cpu" and "no cuBLAS" in why, why
+    with pytest.raises(BuildError, match=r"cannot build for CUDA: .*no cuBLAS"):
+        build_llama_server(tiny_sdist(tmp_path), tmp_path / "builds", TaskState(), backend="cuda")
+    assert not (tmp_path / "builds").exists()  # refused before anything was unpacked
+
+    whole = cuda_toolkit_layout(tmp_path / "whole", cublas=True)
+    monkeypatch.setenv("PATH", f"{whole}{os.pathsep}{os.environ['PATH']}")
+    assert detect_backend(for_package=True) == ("cuda", f"CUDA: {whole / 'nvcc'}")
