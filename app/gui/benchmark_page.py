@@ -93,10 +93,10 @@ class BenchmarkPage(QWidget):
     def __init__(self, connection: ServiceConnection, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self._connection = connection
-        self._card_call = LatestCall(connection)
-        self._compare_call = LatestCall(connection)
-        self._list_call = LatestCall(connection)
-        self._models_call = LatestCall(connection)
+        self._card_call = LatestCall(connection, self)
+        self._compare_call = LatestCall(connection, self)
+        self._list_call = LatestCall(connection, self)
+        self._models_call = LatestCall(connection, self)
         self.run: BenchRunRecord | None = None  # the run followed: running, or the last one
         self.quality_panel = QualityPanel(connection)  # quality cards beside the benchmark cards
         self.cards: list[BenchCardSummary] = []

@@ -81,7 +81,7 @@ class DashboardPanel(QWidget):
         self.model_filter: str | None = None
         self.refresh_count = 0
         self._connection = connection
-        self._history = LatestCall(connection) if connection is not None else None
+        self._history = LatestCall(connection, self) if connection is not None else None
         self._last_fetch = 0.0
         self._curves: dict[SeriesKey, pg.PlotDataItem] = {}
         self._model_colours: dict[str, str] = {}

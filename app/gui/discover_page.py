@@ -25,7 +25,7 @@ class DiscoverPage(QWidget):
     def __init__(self, connection: ServiceConnection, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self._connection = connection
-        self._search_call = LatestCall(connection)
+        self._search_call = LatestCall(connection, self)
         self.query_edit = QLineEdit()
         self.query_edit.setPlaceholderText("Search the Hugging Face Hub, e.g. qwen gguf")
         self.query_edit.setAccessibleName("Search text")

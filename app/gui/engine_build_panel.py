@@ -54,7 +54,7 @@ class EngineBuildPanel(QWidget):
     def __init__(self, connection: ServiceConnection, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self._connection = connection
-        self._call = LatestCall(connection)
+        self._call = LatestCall(connection, self)
         self._engine: str | None = None
         self._build_id: str | None = None  # the build this panel follows
         self._starting = False  # a start asked for and not answered yet: the build's events may come first

@@ -61,7 +61,7 @@ class HomePage(QWidget):
         self._item_model = item_model
         self._state = state
         self._dismissed = False
-        self._hardware_call = LatestCall(connection)
+        self._hardware_call = LatestCall(connection, self)
         self.first_run_panel = FirstRunPanel()
         self.hardware_label = QLabel("Looking at this machine\N{HORIZONTAL ELLIPSIS}")
         self.hardware_label.setAccessibleName("Hardware summary")

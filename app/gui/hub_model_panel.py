@@ -40,7 +40,7 @@ class HubModelPanel(QWidget):
     def __init__(self, connection: ServiceConnection, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self._connection = connection
-        self._page_call = LatestCall(connection)
+        self._page_call = LatestCall(connection, self)
         self._page: HubModelPage | None = None
         self.title_label = QLabel("Choose a model to see its files.")
         self.title_label.setAccessibleName("Model")

@@ -42,7 +42,7 @@ class LibraryPage(QWidget):
     def __init__(self, connection: ServiceConnection, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self._connection = connection
-        self._library_call = LatestCall(connection)
+        self._library_call = LatestCall(connection, self)
         self._models: dict[str, LibraryEntry] = {}
         self.confirm_box: QMessageBox | None = None
         self.file_dialog: QFileDialog | None = None

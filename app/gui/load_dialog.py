@@ -87,8 +87,9 @@ class LoadDialog(QDialog):
         self._connection = connection
         self.model_id = model_id
         self.state = state  # the model's state when the dialog opened
-        self._latest = LatestCall(connection)  # the settings read, then each save (the buttons allow one at a time)
-        self._estimates = LatestCall(connection)  # for the values as edited, superseded by a save
+        # The settings read, then each save (the buttons allow one at a time).
+        self._latest = LatestCall(connection, self)
+        self._estimates = LatestCall(connection, self)  # for the values as edited, superseded by a save
         self._filling = False
         self._loading = False  # the save in flight also loads the model
         self._per_slot = 0  # the context each slot gets, as shown

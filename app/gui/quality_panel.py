@@ -65,9 +65,9 @@ class QualityPanel(QWidget):
     def __init__(self, connection: ServiceConnection, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self._connection = connection
-        self._list_call = LatestCall(connection)
-        self._compare_call = LatestCall(connection)
-        self._models_call = LatestCall(connection)
+        self._list_call = LatestCall(connection, self)
+        self._compare_call = LatestCall(connection, self)
+        self._models_call = LatestCall(connection, self)
         self.run: QualityRunRecord | None = None
         self.cards: list[dict[str, Any]] = []
         self.model_combo = QComboBox()

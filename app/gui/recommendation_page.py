@@ -97,9 +97,9 @@ class RecommendationPage(QWizardPage):
         super().__init__(parent)
         self.setTitle("How to run it")
         self._choices = choices
-        self._recommend_call = LatestCall(connection)
-        self._launch_call = LatestCall(connection)
-        self._speed_call = LatestCall(connection)
+        self._recommend_call = LatestCall(connection, self)
+        self._launch_call = LatestCall(connection, self)
+        self._speed_call = LatestCall(connection, self)
         self._measured: MeasuredSpeed | None = None
         self._best: OptionRecord | None = None
         self._launching: str | None = None  # model id of a launch not yet ready or failed

@@ -405,11 +405,13 @@ class ServiceConnection(QObject):
 
 class LatestCall:
     """Control calls made for one view, of which only the latest one's answer is delivered: a page asked again
-    (the user went back and chose another model) must not show the answer to its previous question."""
+    (the user went back and chose another model) must not show the answer to its previous question, and a view
+    deleted meanwhile (a dialog replaced by another) gets none."""
 
-    def __init__(self, connection: ServiceConnection) -> None:
+    def __init__(self, connection: ServiceConnection, view: QObject) -> None:
         self._connection = connection
         self._serial = 0
+        view.destroyed.connect(self.cancel)
 
     def run(
         self, job: Callable[[ControlClient], T], on_done: Callable[[T], None], on_failed: Callable[[str], None]

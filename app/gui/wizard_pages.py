@@ -51,7 +51,7 @@ class HardwarePage(QWizardPage):
         self.setTitle("Your machine")
         self.setSubTitle("What ModelDeck found on the machine that serves the models.")
         self._choices = choices
-        self._call = LatestCall(connection)
+        self._call = LatestCall(connection, self)
         self.summary_label = QLabel("Looking at this machine\N{HORIZONTAL ELLIPSIS}")
         self.summary_label.setAccessibleName("Hardware summary")
         self.summary_label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
@@ -165,7 +165,7 @@ class ModelPage(QWizardPage):
         self.setTitle("Which model?")
         self.setSubTitle("The models in ModelDeck's library.")
         self._choices = choices
-        self._call = LatestCall(connection)
+        self._call = LatestCall(connection, self)
         self.model_list = QListWidget()
         self.model_list.setAccessibleName("Models")
         self.model_list.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)

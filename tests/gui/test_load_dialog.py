@@ -7,7 +7,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from PySide6.QtCore import Qt
+import shiboken6
+from PySide6.QtCore import QCoreApplication, QEvent, Qt
 from pytestqt.qtbot import QtBot
 
 from app.api_types import ModelSettingsRecord
@@ -147,3 +148,28 @@ def test_a_save_right_after_an_edit_is_answered(
     client = window.connection.client
     assert client is not None and client.model_settings(BUNDLED_ID)["settings"]["context"] == 768
     dialog.reject()
+
+
+def test_a_dialog_replaced_before_its_answer_ignores_it(
+    qtbot: QtBot, main_window: MainWindow, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Load settings pressed again while the first dialog's settings are on their way: the first dialog is closed
+    and deleted, and its answer, arriving after that, is dropped instead of reaching widgets that are gone."""
+    window, library = main_window, main_window.library_page
+    window.tabs.setCurrentWidget(library)
+    qtbot.waitUntil(lambda: library.model(BUNDLED_ID) is not None, timeout=30_000)
+    library.select(BUNDLED_ID)
+    qtbot.waitUntil(library.load_settings_button.isEnabled)
+    held = HeldAnswer(monkeypatch, window.connection, "model_settings")
+    qtbot.mouseClick(library.load_settings_button, Qt.MouseButton.LeftButton)
+    first = library.load_dialog
+    assert first is not None
+    qtbot.waitUntil(held.answered.is_set, timeout=30_000)
+    qtbot.mouseClick(library.load_settings_button, Qt.MouseButton.LeftButton)
+    second = library.load_dialog
+    assert second is not None and second is not first
+    QCoreApplication.sendPostedEvents(None, QEvent.Type.DeferredDelete)
+    assert not shiboken6.isValid(first)
+    held.deliver(qtbot)
+    qtbot.waitUntil(lambda: second.answer is not None, timeout=30_000)
+    second.reject()
