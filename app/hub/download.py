@@ -291,7 +291,27 @@ def _verify_and_store(file: RemoteFile, store: Store, state: TaskState) -> None:
         )
     final = store.final(file)
     final.parent.mkdir(parents=True, exist_ok=True)
-    partial.replace(final)
+    if store.trusts_existing:
+        partial.replace(final)
+    else:
+        _place_without_overwriting(file, partial, final, state)
+
+
+def _place_without_overwriting(file: RemoteFile, partial: Path, final: Path, state: TaskState) -> None:
+    """Put a verified partial at `final` unless a file arrived there during the download (a pull of another repo's
+    file of the same name, the user): that file is kept, and so is the partial, which a later pull takes once the
+    name is free."""
+    try:
+        os.link(partial, final)  # never replaces: FileExistsError instead
+    except FileExistsError:
+        _check_existing(file, final, state)  # this same file, pulled by another job: fine
+    except OSError:  # a file system without hard links (FAT): a check, then the move
+        if final.exists():
+            _check_existing(file, final, state)
+        else:
+            partial.replace(final)
+            return
+    partial.unlink()
 
 
 def _expected_and_actual_hash(file: RemoteFile, partial: Path, state: TaskState) -> tuple[str, str]:

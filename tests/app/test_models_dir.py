@@ -82,6 +82,25 @@ def test_an_other_file_of_the_same_name_is_never_overwritten(
     assert len(hub.downloads("m-Q4_0.gguf")) == 1 and (mine / "m-Q4_0.gguf").read_bytes() == gguf_bytes
 
 
+def test_a_file_of_the_same_name_that_arrives_during_the_download_is_kept(
+    hub: FakeHub, gguf_bytes: bytes, paths: AppPaths, tmp_path: Path
+) -> None:
+    """Another repo's file of the same name can land in the folder while this one downloads (two pulls at once): it
+    is not replaced, and this download is kept for a pull after the name is free."""
+    add_repo(hub, "org/m", {"m-Q4_0.gguf": gguf_bytes})
+    mine = tmp_path / "my-models"
+    other = mine / "m-Q4_0.gguf"
+    hub.faults.before_last_chunk = lambda _name: other.write_bytes(b"another repo's m-Q4_0.gguf")
+    with pytest.raises(HubError, match=r"already exists and is not the Hub's m-Q4_0\.gguf"):
+        pull_into(hub, "org/m", paths, mine, tmp_path / "hf-cache")
+    assert other.read_bytes() == b"another repo's m-Q4_0.gguf" and load_pulled(paths) == []
+    hub.faults.before_last_chunk = None
+    other.unlink()
+    pull_into(hub, "org/m", paths, mine, tmp_path / "hf-cache")
+    assert other.read_bytes() == gguf_bytes and len(hub.downloads("m-Q4_0.gguf")) == 1  # not fetched again
+    assert not any((mine / PARTIAL_DIR).glob("*.incomplete"))
+
+
 def test_a_file_no_engine_can_read_is_not_left_in_the_folder(
     hub: FakeHub, gguf_slice: bytes, paths: AppPaths, tmp_path: Path
 ) -> None:

@@ -16,7 +16,7 @@ from __future__ import annotations
 import hashlib
 import json
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -51,6 +51,7 @@ class Faults:
     ignore_range: bool = False
     corrupt_offset: int | None = None  # flip one byte at this offset of every file served
     token: str | None = None  # gated repos accept only this bearer token
+    before_last_chunk: Callable[[str], None] | None = None  # called with the file's name before its last bytes go
 
 
 @dataclass
@@ -311,6 +312,8 @@ def _handler(hub: FakeHub) -> type[BaseHTTPRequestHandler]:
             sent = 0
             while sent < limit:
                 chunk = content[start + sent : start + min(limit, sent + 65536)]
+                if faults.before_last_chunk is not None and start + sent + len(chunk) == len(content):
+                    faults.before_last_chunk(filename)
                 self.wfile.write(chunk)
                 sent += len(chunk)
                 hub.count_sent(filename, len(chunk))
