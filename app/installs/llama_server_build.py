@@ -8,6 +8,7 @@ running it again continues where cmake stopped; a cancel or a success removes it
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import platform
@@ -19,10 +20,12 @@ import tarfile
 import tempfile
 import zlib
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO, TypeVar
+
+from filelock import FileLock, Timeout
 
 from app.hub.task import Stopped, TaskState
 from app.installs.child_output import output_lines, stop_group
@@ -288,29 +291,46 @@ def cmake_build(
     stem = source.name.removesuffix(".tar.gz")
     flavour = f"{backend}-portable" if portable else backend
     work = dest / f"{work_prefix}-{stem}-{flavour}"
-    work.mkdir(exist_ok=True)
     log_path = dest / f"{log_prefix}-{stem}-{flavour}.log"
-    try:
-        tree, found_version = _source_tree(source, work)
-        version = version or (found_version if found_version != "unknown" else stem.rpartition("-")[2] or stem)
-        flags = cmake_flags(tree, backend, portable=portable)
-        jobs = jobs or os.cpu_count() or 1
-        with log_path.open("w", encoding="utf-8") as log:
-            state.working_on("configuring")
-            _run(["cmake", "-S", str(tree), "-B", str(work / "build"), *flags], log, steps, log_path, progress=False)
-            state.working_on("compiling")
-            _run(["cmake", "--build", str(work / "build"), "--target", *targets, "-j", str(jobs)], log, steps,
-                 log_path, progress=True)  # fmt: skip
-        result = install(CmakeTree(work / "build", version, backend, flags))
-    except Stopped as stopped:
-        if stopped.reason == "cancel":
-            shutil.rmtree(work, ignore_errors=True)
-        raise
-    shutil.rmtree(work, ignore_errors=True)
+    with _alone_in(dest):
+        work.mkdir(exist_ok=True)
+        try:
+            tree, found_version = _source_tree(source, work)
+            version = version or (found_version if found_version != "unknown" else stem.rpartition("-")[2] or stem)
+            flags = cmake_flags(tree, backend, portable=portable)
+            jobs = jobs or os.cpu_count() or 1
+            with log_path.open("w", encoding="utf-8") as log:
+                state.working_on("configuring")
+                configure = ["cmake", "-S", str(tree), "-B", str(work / "build"), *flags]
+                _run(configure, log, steps, log_path, progress=False)
+                state.working_on("compiling")
+                _run(["cmake", "--build", str(work / "build"), "--target", *targets, "-j", str(jobs)], log, steps,
+                     log_path, progress=True)  # fmt: skip
+            result = install(CmakeTree(work / "build", version, backend, flags))
+        except Stopped as stopped:
+            if stopped.reason == "cancel":
+                shutil.rmtree(work, ignore_errors=True)
+            raise
+        shutil.rmtree(work, ignore_errors=True)
     state.working_on("done")
     steps.to(100)
     state.finish()
     return result
+
+
+@contextlib.contextmanager
+def _alone_in(dest: Path) -> Iterator[None]:
+    """The CLI and the service may build into the same folder: one build there at a time (two cmakes in one work
+    folder would wreck both, and two builds on one machine only slow each other down)."""
+    lock = FileLock(dest / ".build.lock", mode=0o600)
+    try:
+        lock.acquire(timeout=0)
+    except Timeout:
+        raise BuildError(f"another build is running in {dest}; wait for it to end") from None
+    try:
+        yield
+    finally:
+        lock.release()
 
 
 class _Percent:

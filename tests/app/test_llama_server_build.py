@@ -8,6 +8,7 @@ import contextlib
 import io
 import json
 import os
+import re
 import tarfile
 import threading
 import time
@@ -15,6 +16,7 @@ from pathlib import Path
 
 import psutil
 import pytest
+from filelock import FileLock
 
 from app.hub.task import Progress, Stopped, TaskState
 from app.installs.llama_server_build import (
@@ -304,3 +306,16 @@ def test_a_cuda_toolkit_without_cublas_builds_for_the_cpu(tmp_path: Path, monkey
     whole = cuda_toolkit_layout(tmp_path / "whole", cublas=True)
     monkeypatch.setenv("PATH", f"{whole}{os.pathsep}{os.environ['PATH']}")
     assert detect_backend(for_package=True) == ("cuda", f"CUDA: {whole / 'nvcc'}")
+
+
+def test_a_second_build_in_the_same_folder_is_refused_while_the_first_runs(tmp_path: Path) -> None:
+    """The CLI and the service can build into one folder at once; two cmakes in one work folder would wreck both.
+    The first build's lock is taken here as that build would take it (filelock, as the build does)."""
+    dest = tmp_path / "builds"
+    dest.mkdir()
+    refused = pytest.raises(BuildError, match=f"another build is running in {re.escape(str(dest))}")
+    with FileLock(dest / ".build.lock"), refused:
+        build_llama_server(tiny_sdist(tmp_path), dest, TaskState(), backend="cpu")
+    assert not (dest / ".build-llama_cpp_python-9.9.9-cpu").exists()
+    build = build_llama_server(tiny_sdist(tmp_path / "again"), dest, TaskState(), backend="cpu")  # once it ended
+    assert build.executable.is_file()
