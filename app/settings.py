@@ -17,6 +17,7 @@ from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
+from app.bad_files import set_aside
 from app.paths import AppPaths
 
 SCHEMA_VERSION = 1
@@ -79,22 +80,21 @@ def load_settings(paths: AppPaths) -> LoadedSettings:
     """The saved settings, the defaults when there are none, or the defaults and a problem for a bad file."""
     path = settings_file(paths)
     try:
-        text = path.read_text(encoding="utf-8")
+        raw = path.read_bytes()
     except FileNotFoundError:
         return LoadedSettings(Settings())
     except OSError as exc:
         return LoadedSettings(Settings(), f"cannot read {path}: {exc.strerror or exc}; using the defaults")
     try:
-        data = json.loads(text)
+        data = json.loads(raw.decode("utf-8"))
         if not isinstance(data, dict):
             raise SettingsError("settings", "the file must hold a JSON object")
         version = data.pop("schema_version", SCHEMA_VERSION)
         if version != SCHEMA_VERSION:
             raise SettingsError("schema_version", f"version {version!r} is not one this ModelDeck reads")
         return LoadedSettings(Settings().updated(data))
-    except ValueError as exc:  # JSONDecodeError and SettingsError are ValueErrors
-        bad = path.with_name(path.name + ".bad")
-        os.replace(path, bad)
+    except (ValueError, RecursionError) as exc:  # JSONDecodeError, UnicodeDecodeError, SettingsError; deep nesting
+        bad = set_aside(path)
         return LoadedSettings(Settings(), f"{path} is not valid ({exc}); kept it as {bad.name} and used the defaults")
 
 

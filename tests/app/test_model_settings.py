@@ -131,3 +131,21 @@ def test_an_unreadable_file_is_set_aside(paths: AppPaths) -> None:
     assert (paths.config / f"{FILE_NAME}.bad").read_text() == "{not json"
     store.put(BUNDLED_ID, PlanOverrides(context=1024))
     assert ModelSettingsStore(paths.config).get(BUNDLED_ID) == PlanOverrides(context=1024)
+
+
+def test_an_entry_this_machine_cannot_use_is_kept_and_the_others_used(paths: AppPaths) -> None:
+    """Settings copied from a machine with more cores: that model starts with its defaults, every other model keeps
+    its settings, and the entry stays in the file, as it was, until that model's settings are saved again."""
+    paths.config.mkdir(parents=True)
+    too_many = {"threads": 4096}
+    (paths.config / FILE_NAME).write_text(json.dumps(
+        {"schema_version": 1, "models": {"big": too_many, BUNDLED_ID: {"context": 1024}}}
+    ))  # fmt: skip
+    store = ModelSettingsStore(paths.config)
+    assert store.get("big") is None and store.get(BUNDLED_ID) == PlanOverrides(context=1024)
+    assert store.problem is not None and "big" in store.problem and "threads" in store.problem
+    assert not (paths.config / f"{FILE_NAME}.bad").exists()
+    store.put(BUNDLED_ID, PlanOverrides(context=2048))
+    assert json.loads((paths.config / FILE_NAME).read_text())["models"]["big"] == too_many
+    store.put("big", PlanOverrides(context=512))
+    assert ModelSettingsStore(paths.config).get("big") == PlanOverrides(context=512)

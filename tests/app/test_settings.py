@@ -61,6 +61,20 @@ def test_a_bad_file_is_kept_aside_and_the_defaults_used(paths: AppPaths, text: s
     assert load_settings(paths).problem is None  # the next start is clean
 
 
+def test_a_file_that_is_no_text_or_nests_too_deep_is_kept_aside_and_no_earlier_copy_is_lost(paths: AppPaths) -> None:
+    """A name typed in another encoding (not UTF-8), JSON nested past Python's recursion limit: set aside like any
+    bad file, not a crash of every command; each bad file gets a name of its own beside the ones kept before."""
+    path = settings_file(paths)
+    path.parent.mkdir(parents=True)
+    texts = [b'{"models_dir": "/home/j\xf6rg/models"}', b"[" * 100_000 + b"]" * 100_000, b"{"]
+    for text in texts:
+        path.write_bytes(text)
+        loaded = load_settings(paths)
+        assert loaded.settings == Settings() and loaded.problem is not None and "is not valid" in loaded.problem
+    kept = [path.with_name(name) for name in ("settings.json.bad", "settings.json.bad-2", "settings.json.bad-3")]
+    assert [bad.read_bytes() for bad in kept] == texts
+
+
 @pytest.mark.parametrize(
     ("changes", "field"),
     [

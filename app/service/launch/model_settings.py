@@ -17,6 +17,7 @@ from dataclasses import asdict, fields
 from pathlib import Path
 from typing import Any
 
+from app.bad_files import set_aside
 from app.paths import PRIVATE_FILE_MODE
 from app.service.launch.overrides import PlanOverrides
 
@@ -38,7 +39,8 @@ class ModelSettingsStore:
         self.path = config_dir / FILE_NAME
         self._lock = threading.Lock()
         self._saved: dict[str, PlanOverrides] | None = None
-        self.problem: str | None = None  # why the file could not be used, when it could not
+        self.problem: str | None = None  # why the file, or a model's entry, could not be used
+        self._unusable: dict[str, Any] = {}  # entries this machine cannot use, written back as they were
 
     def get(self, model_id: str) -> PlanOverrides | None:
         """The model's saved settings; None when it has none (its default plan applies)."""
@@ -55,6 +57,7 @@ class ModelSettingsStore:
         """Save the model's settings, replacing what it had; None or an empty set forgets them."""
         with self._lock:
             saved = dict(self._load())
+            self._unusable.pop(model_id, None)
             if overrides is None or overrides == PlanOverrides():
                 saved.pop(model_id, None)
             else:
@@ -69,31 +72,39 @@ class ModelSettingsStore:
 
     def _read(self) -> dict[str, PlanOverrides]:
         try:
-            text = self.path.read_text(encoding="utf-8")
+            raw = self.path.read_bytes()
         except FileNotFoundError:
             return {}
         try:
-            data = json.loads(text)
+            data = json.loads(raw.decode("utf-8"))
             if not isinstance(data, dict) or not isinstance(data.get("models"), dict):
                 raise ValueError("it must hold a JSON object with `models`")
             if data.get("schema_version") != SCHEMA_VERSION:
                 raise ValueError(f"schema version {data.get('schema_version')!r} is not one this ModelDeck reads")
-            saved: dict[str, PlanOverrides] = {}
-            for model_id, entry in data["models"].items():
-                overrides = PlanOverrides.from_json(json.dumps(entry).encode())
-                if overrides is not None:
-                    saved[str(model_id)] = overrides
-            return saved
-        except ValueError as exc:  # JSONDecodeError and BadOverrides are ValueErrors
-            bad = self.path.with_name(self.path.name + ".bad")
-            os.replace(self.path, bad)
+        except (ValueError, RecursionError) as exc:  # JSONDecodeError, UnicodeDecodeError; deep nesting
+            bad = set_aside(self.path)
             self.problem = f"{self.path} is not valid ({exc}); kept it as {bad.name} and used the defaults"
             log.warning("model settings: %s", self.problem)
             return {}
+        saved: dict[str, PlanOverrides] = {}
+        for model_id, entry in data["models"].items():
+            try:
+                overrides = PlanOverrides.from_json(json.dumps(entry).encode())
+            except ValueError as exc:  # BadOverrides: out of this machine's bounds (fewer cores), or malformed
+                # Kept in the file as it is, unused, until the model's settings are saved again.
+                self._unusable[str(model_id)] = entry
+                self.problem = f"the saved settings of {model_id} are not usable here ({exc}); it starts with defaults"
+                log.warning("model settings: %s", self.problem)
+                continue
+            if overrides is not None:
+                saved[str(model_id)] = overrides
+        return saved
 
     def _write(self, saved: dict[str, PlanOverrides]) -> None:
         """Atomically: readers see the old file or the new one, never a part; created 0600, never briefly wider."""
-        models = {m: {k: v for k, v in asdict(o).items() if v is not None} for m, o in sorted(saved.items())}
+        models: dict[str, Any] = {m: e for m, e in self._unusable.items() if m not in saved}
+        models |= {m: {k: v for k, v in asdict(o).items() if v is not None} for m, o in saved.items()}
+        models = dict(sorted(models.items()))
         text = json.dumps({"schema_version": SCHEMA_VERSION, "models": models}, indent=2) + "\n"
         self.path.parent.mkdir(parents=True, exist_ok=True)
         tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
