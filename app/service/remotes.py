@@ -23,6 +23,7 @@ import aiohttp
 import keyring
 import keyring.errors
 
+from app.bad_files import set_aside
 from app.hub.library import ModelSpec
 from app.keys import insecure_keyring_reason
 from app.paths import AppPaths, write_private
@@ -131,11 +132,21 @@ class RemoteKeys:
         self._use_file = insecure_keyring_reason() is not None
 
     def _read_file(self) -> dict[str, str]:
+        """The stored keys; a file that is not a JSON object of them is set aside first (a save must not write
+        over the keys it holds)."""
         try:
-            data = json.loads(self._file.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
+            data = json.loads(self._file.read_bytes().decode("utf-8"))
+            if not isinstance(data, dict):
+                raise ValueError("it must hold a JSON object")
+        except FileNotFoundError:
             return {}
-        return {str(k): str(v) for k, v in data.items()} if isinstance(data, dict) else {}
+        except OSError as exc:
+            log.error("cannot read %s: %s", self._file, exc.strerror or exc)
+            return {}
+        except (ValueError, RecursionError) as exc:
+            log.error("%s is not valid (%s); kept it as %s", self._file, exc, set_aside(self._file).name)
+            return {}
+        return {str(k): str(v) for k, v in data.items()}
 
     def get(self, name: str) -> str | None:
         from_env = os.environ.get(key_env_name(name), "").strip()
@@ -238,8 +249,11 @@ class RemoteRegistry:
                     for r in data}  # fmt: skip
         except FileNotFoundError:
             return {}
-        except (OSError, ValueError, KeyError, TypeError) as exc:
-            log.error("ignoring %s, which cannot be read: %s", self._file, exc)
+        except OSError as exc:
+            log.error("cannot read %s (%s): starting without its remotes", self._file, exc.strerror or exc)
+            return {}
+        except (ValueError, KeyError, TypeError, RecursionError) as exc:
+            log.error("%s is not valid (%s); kept it as %s", self._file, exc, set_aside(self._file).name)
             return {}
 
     def _save(self) -> None:

@@ -240,6 +240,18 @@ def test_a_remote_that_is_down_at_start_keeps_the_models_it_listed_before(
         stop_service_process(service)
 
 
+def test_a_remotes_file_that_does_not_read_is_kept_aside_not_emptied(paths: AppPaths, tmp_path: Path) -> None:
+    paths.config.mkdir(parents=True)
+    damaged = '[{"name": "gpu", "url": "http://127.0.0.1:1", "models": ["big"]},]'
+    (paths.config / "remotes.json").write_text(damaged)
+    service = start_service_process(paths, tmp_path)
+    try:
+        assert service.client.remotes() == []
+    finally:
+        stop_service_process(service)
+    assert (paths.config / "remotes.json.bad").read_text() == damaged
+
+
 @pytest.mark.parametrize(
     ("body", "status", "message"),
     [
@@ -331,3 +343,10 @@ def test_remote_keys_without_an_os_keyring_live_in_a_user_only_file(
     assert key_env_name("gpu.a") == "MODELDECK_REMOTE_KEY_GPU_A" and keys.get("gpu.a") == "sk-env"
     keys.delete("gpu.a")
     assert json.loads(stored.read_text()) == {"cpu": "sk-2"}
+
+    # A file that no longer reads (a hand edit left a trailing comma) is kept aside, not written over by a save.
+    damaged = '{"cpu": "sk-2", "lab": "sk-lab",}'
+    stored.write_text(damaged)
+    keys.set("new", "sk-new")
+    assert (paths.config / "remote-keys.json.bad").read_text() == damaged
+    assert json.loads(stored.read_text()) == {"new": "sk-new"}
