@@ -7,17 +7,21 @@ id it was given, so that ids stay the same from run to run whatever else appears
 from __future__ import annotations
 
 import json
+import logging
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
 from filelock import FileLock
 
+from app.bad_files import set_aside
 from app.paths import AppPaths
 
 SCHEMA_VERSION = 1
+
+log = logging.getLogger("modeldeck.hub")
 
 
 @dataclass(frozen=True)
@@ -43,29 +47,43 @@ class PulledModel:
         return all(Path(file).is_file() for file in self.files)
 
 
+_FIELDS = frozenset(field.name for field in fields(PulledModel))
+
+
 def index_path(paths: AppPaths) -> Path:
     return paths.data / "hub-models.json"
 
 
 def load_pulled(paths: AppPaths) -> list[PulledModel]:
-    """Every recorded pull; an unreadable index reads as empty rather than breaking the library."""
+    """Every recorded pull; an index this ModelDeck cannot read reads as empty rather than breaking the library (the
+    files stay where they are, and a pull finds them again)."""
+    return _read_index(paths) or []
+
+
+def _read_index(paths: AppPaths) -> list[PulledModel] | None:
+    """The recorded pulls, None when there is an index but not one this ModelDeck reads (damaged, or newer)."""
     try:
-        raw = json.loads(index_path(paths).read_text(encoding="utf-8"))
+        raw = json.loads(index_path(paths).read_bytes().decode("utf-8"))
     except FileNotFoundError:
         return []
-    except (OSError, ValueError):
-        return []  # a damaged index loses the list of pulls, not the files, which `pull` finds again
-    if not isinstance(raw, dict) or raw.get("schema") != SCHEMA_VERSION:
-        return []
-    models = []
-    for entry in raw.get("models", []):
-        try:
-            models.append(
-                PulledModel(**{**entry, "files": tuple(entry["files"]), "hashes": tuple(entry.get("hashes", ()))})
-            )
-        except (TypeError, KeyError):
-            continue
-    return models
+    except (OSError, ValueError, RecursionError):
+        return None
+    entries = raw.get("models") if isinstance(raw, dict) and raw.get("schema") == SCHEMA_VERSION else None
+    if not isinstance(entries, list):
+        return None
+    return [model for entry in entries if (model := _entry(entry)) is not None]
+
+
+def _entry(entry: object) -> PulledModel | None:
+    """One entry of the index; fields it does not know (a later version's) are left out, a broken entry is None."""
+    if not isinstance(entry, dict):
+        return None
+    known = {name: value for name, value in entry.items() if name in _FIELDS}
+    try:
+        model = PulledModel(**{**known, "files": tuple(known["files"]), "hashes": tuple(known.get("hashes", ()))})
+    except (TypeError, KeyError):
+        return None
+    return model if model.files else None
 
 
 @contextmanager
@@ -104,7 +122,10 @@ def record_pull(
     """Add a pull to the index (or refresh it) and return it. A repeat pull of a variant keeps its id; a new one
     gets `base_id`, or `base_id-2`, `-3`... when another model already has it."""
     with _changing(paths):
-        models = load_pulled(paths)
+        models = _read_index(paths)
+        if models is None:  # written over below: what it held is kept beside it
+            log.warning("%s could not be read; kept it as %s", index_path(paths), set_aside(index_path(paths)).name)
+            models = []
         previous = next((m for m in models if m.repo_id == repo_id and m.variant == variant), None)
         if previous is not None:
             model_id = previous.id

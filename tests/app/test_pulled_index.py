@@ -1,13 +1,15 @@
 """The index of pulled models when pulls finish together: downloads end on threads of the service (and a
-`modeldeck pull` may end beside them), each adding its model to the same JSON file."""
+`modeldeck pull` may end beside them), each adding its model to the same JSON file; and when it is damaged or
+written by a later version."""
 
 from __future__ import annotations
 
+import json
 import stat
 import threading
 from pathlib import Path
 
-from app.hub.pulled import forget_pull, load_pulled, record_pull
+from app.hub.pulled import forget_pull, index_path, load_pulled, record_pull
 from app.paths import AppPaths
 
 THREADS, PULLS_EACH = 8, 10
@@ -40,3 +42,31 @@ def test_pulls_finishing_together_are_all_kept(paths: AppPaths, tmp_path: Path) 
     assert len(load_pulled(paths)) == len(pulled) - 1
     lock = paths.data / ".hub-models.json.lock"
     assert stat.S_IMODE(lock.stat().st_mode) == 0o600  # private, as every file of the app
+
+
+def test_a_damaged_index_is_kept_aside_before_the_next_pull_writes_one(paths: AppPaths, tmp_path: Path) -> None:
+    model = tmp_path / "model.gguf"
+    model.write_bytes(b"GGUF" + bytes(60))
+    record_pull(paths, "org/first", "Q4_K_M", "c0ffee", [model], "first", set())
+    whole = index_path(paths).read_text()
+    index_path(paths).write_text(whole[: len(whole) // 2])  # cut short by a full disk, say
+    assert load_pulled(paths) == []
+    record_pull(paths, "org/second", "Q4_K_M", "c0ffee", [model], "second", set())
+    assert [m.id for m in load_pulled(paths)] == ["second"]
+    assert index_path(paths).with_name("hub-models.json.bad").read_text() == whole[: len(whole) // 2]
+
+
+def test_entries_of_a_later_version_or_broken_ones_do_not_break_the_index(paths: AppPaths, tmp_path: Path) -> None:
+    model = tmp_path / "model.gguf"
+    model.write_bytes(b"GGUF" + bytes(60))
+    record_pull(paths, "org/first", "Q4_K_M", "c0ffee", [model], "first", set())
+    data = json.loads(index_path(paths).read_text())
+    later = data["models"][0] | {"license": "apache-2.0"}  # a field a later ModelDeck adds
+    no_files = data["models"][0] | {"id": "empty", "files": []}
+    index_path(paths).write_text(json.dumps({"schema": 1, "models": [later, no_files, None, "x"]}))
+    assert [m.id for m in load_pulled(paths)] == ["first"]
+    record_pull(paths, "org/second", "Q4_K_M", "c0ffee", [model], "second", set())
+    assert [m.id for m in load_pulled(paths)] == ["first", "second"]
+
+    index_path(paths).write_text(json.dumps({"schema": 1, "models": None}))
+    assert load_pulled(paths) == []
