@@ -9,6 +9,7 @@ from dataclasses import dataclass
 import keyring
 import keyring.errors
 
+from app.bad_files import set_aside
 from app.paths import AppPaths, write_private
 
 API_KEY_ENV = "MODELDECK_API_KEY"
@@ -79,11 +80,16 @@ def load_api_key(paths: AppPaths) -> ApiKey:
     reason = insecure_keyring_reason() or _from_keyring(paths)
     if isinstance(reason, ApiKey):
         return reason
-    value = paths.api_key_file.read_text(encoding="utf-8").strip() if paths.api_key_file.exists() else ""
+    note = f"{reason}; the key is kept in {paths.api_key_file}, readable only by you"
+    try:
+        value = paths.api_key_file.read_bytes().decode("utf-8").strip() if paths.api_key_file.exists() else ""
+    except UnicodeDecodeError:  # not a key this program wrote: clients with the old one must be given the new one
+        note += f"; the file held no readable key, kept it as {set_aside(paths.api_key_file).name} and made a new key"
+        value = ""
     if not value:
         value = new_secret()
         write_private(paths.api_key_file, value + "\n")
-    return ApiKey(value, "file", f"{reason}; the key is kept in {paths.api_key_file}, readable only by you")
+    return ApiKey(value, "file", note)
 
 
 class KeyNotReplaceable(Exception):

@@ -142,6 +142,8 @@ def _bind(name: str, value: Any) -> str:
     if value == "localhost":
         return "127.0.0.1"
     try:
+        if not isinstance(value, str):  # ip_address(0) is 0.0.0.0: a number must not open the endpoint to the LAN
+            raise ValueError
         return str(ipaddress.ip_address(value))
     except ValueError:
         raise SettingsError(name, f"must be an IP address such as 127.0.0.1 or 0.0.0.0, got {value!r}") from None

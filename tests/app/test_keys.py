@@ -41,6 +41,15 @@ def test_no_keyring_falls_back_to_a_private_file(paths: AppPaths) -> None:
     assert len(first.value) > 30
 
 
+def test_a_key_file_that_is_no_text_is_kept_aside_and_a_new_key_made(paths: AppPaths) -> None:
+    paths.api_key_file.parent.mkdir(parents=True)
+    paths.api_key_file.write_bytes(b"\xff\xfe not a key")
+    key = load_api_key(paths)
+    assert key.source == "file" and len(key.value) > 30 and "made a new key" in key.note
+    assert paths.api_key_file.with_name(paths.api_key_file.name + ".bad").read_bytes() == b"\xff\xfe not a key"
+    assert load_api_key(paths).value == key.value
+
+
 @pytest.mark.parametrize("use_keyring", [MemoryKeyring], indirect=True)
 def test_keyring_keeps_the_key(paths: AppPaths, use_keyring: MemoryKeyring) -> None:
     first = load_api_key(paths)

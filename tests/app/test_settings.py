@@ -82,6 +82,7 @@ def test_a_file_that_is_no_text_or_nests_too_deep_is_kept_aside_and_no_earlier_c
         ({"gateway_port": True}, "gateway_port"),
         ({"control_port": 70000}, "control_port"),
         ({"bind_address": "my-laptop"}, "bind_address"),
+        ({"bind_address": 0}, "bind_address"),  # ipaddress reads the number 0 as 0.0.0.0: every interface
         ({"cors_origins": ["*"]}, "cors_origins"),
         ({"cors_origins": "http://a"}, "cors_origins"),
         ({"idle_ttl_s": -1}, "idle_ttl_s"),
