@@ -33,12 +33,17 @@ def test_a_job_survives_the_round_trip(paths: AppPaths, tmp_path: Path) -> None:
     assert from_record(second) == ("dl-5", request, VARIANT, into_folder)
 
 
-def test_a_damaged_file_reads_as_no_jobs(paths: AppPaths) -> None:
-    store_path(paths).parent.mkdir(parents=True)
-    store_path(paths).write_text("{not json")
-    assert load_records(paths) == []
-    store_path(paths).write_text(json.dumps({"schema": 99, "jobs": []}))
-    assert load_records(paths) == []
+def test_a_damaged_or_later_file_reads_as_no_jobs_and_is_kept_aside(paths: AppPaths) -> None:
+    """The next save writes a new file: what the old one held (a later version's paused downloads) stays beside it."""
+    path = store_path(paths)
+    path.parent.mkdir(parents=True)
+    later = json.dumps({"schema": 2, "jobs": [{"id": "dl-1", "state": "paused"}]})
+    for n, text in enumerate(["{not json", later, "\udcff"], start=1):
+        path.write_text(text, errors="surrogateescape")
+        assert load_records(paths) == []
+        assert not path.exists()
+        kept = path.with_name("downloads.json.bad" + (f"-{n}" if n > 1 else ""))
+        assert kept.read_text(errors="surrogateescape") == text
 
 
 def test_a_tampered_record_is_refused(paths: AppPaths) -> None:

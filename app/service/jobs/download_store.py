@@ -12,6 +12,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from app.bad_files import set_aside
 from app.hub.pull import PullRequest
 from app.hub.variants import RepoFile, Variant
 from app.paths import AppPaths
@@ -62,15 +63,20 @@ def from_record(raw: dict[str, Any]) -> tuple[str, PullRequest, Variant, dict[st
 
 
 def load_records(paths: AppPaths) -> list[dict[str, Any]]:
-    """The kept jobs; a missing or damaged file reads as none (the partial files stay; a new pull finds them)."""
+    """The kept jobs. A file that is not a list this ModelDeck reads (damaged, or a later version's) is set aside,
+    as the next save writes a new one, and reads as none: the partial files stay, and a new pull finds them."""
+    path = store_path(paths)
     try:
-        raw = json.loads(store_path(paths).read_text(encoding="utf-8"))
+        raw = json.loads(path.read_bytes().decode("utf-8"))
+        if not isinstance(raw, dict) or raw.get("schema") != SCHEMA_VERSION or not isinstance(raw.get("jobs"), list):
+            raise ValueError(f"it is not a list of downloads of schema {SCHEMA_VERSION}")
     except FileNotFoundError:
         return []
-    except (OSError, ValueError) as exc:
-        log.warning("the list of downloads could not be read (%s); starting with none", exc)
+    except OSError as exc:
+        log.warning("the list of downloads could not be read (%s); starting with none", exc.strerror or exc)
         return []
-    if not isinstance(raw, dict) or raw.get("schema") != SCHEMA_VERSION or not isinstance(raw.get("jobs"), list):
+    except (ValueError, RecursionError) as exc:
+        log.warning("%s could not be read (%s); kept it as %s and started with none", path, exc, set_aside(path).name)
         return []
     return [job for job in raw["jobs"] if isinstance(job, dict)]
 
