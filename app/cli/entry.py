@@ -456,7 +456,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         if args.command is None:
             from app.gui.launch import run_gui
 
-            code = run_gui(paths)
+            code = run_gui(paths, loaded)
         elif args.command == "serve":
             code = _serve(args, paths, loaded)
         elif args.command == "hw":

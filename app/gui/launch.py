@@ -23,7 +23,7 @@ from app.gui.system_libraries import (
 )
 from app.gui.theme import apply_theme
 from app.paths import AppPaths
-from app.settings import load_settings
+from app.settings import LoadedSettings
 
 NO_DISPLAY_EXIT_CODE = 2
 HEADLESS_HINT = (
@@ -47,8 +47,10 @@ def has_display(environ: Mapping[str, str] | None = None, platform: str | None =
     return any(environ.get(name) for name in ("DISPLAY", "WAYLAND_DISPLAY", "QT_QPA_PLATFORM"))
 
 
-def run_gui(paths: AppPaths) -> int:
-    """Open the window, connected to the service (started if none runs); the exit code of the event loop."""
+def run_gui(paths: AppPaths, loaded: LoadedSettings) -> int:
+    """Open the window, connected to the service (started if none runs); the exit code of the event loop.
+    `loaded`: the settings as the command read them, with the problem of a file it set aside (then gone from disk:
+    neither a second read nor the service would see it to say so)."""
     if not has_display():
         print(HEADLESS_HINT, file=sys.stderr)
         return NO_DISPLAY_EXIT_CODE
@@ -61,14 +63,13 @@ def run_gui(paths: AppPaths) -> int:
     existing = QApplication.instance()
     app = existing if isinstance(existing, QApplication) else QApplication(sys.argv[:1])
     app.setApplicationName("ModelDeck")
-    loaded = load_settings(paths)
     if loaded.settings.theme != "system":  # "system" is what Qt does by itself
         apply_theme(app, loaded.settings.theme)
     app.setQuitOnLastWindowClosed(False)  # the window may close to the tray; quitting is explicit
     connection = ServiceConnection(paths)  # the port: $MODELDECK_PORT, else the settings (`serve` decides)
     window = MainWindow(connection)
     window.sig_window_closed.connect(app.quit)
-    if loaded.problem:  # the file is set aside now: the service will not see it to report it
+    if loaded.problem:
         window.statusBar().showMessage(f"Settings: {loaded.problem}")
 
     def close_window(_signum: int, _frame: FrameType | None) -> None:

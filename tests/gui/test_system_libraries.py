@@ -18,6 +18,7 @@ import pytest
 from app.gui import launch, system_libraries
 from app.gui.system_libraries import check_plugin, debian_package, missing_libraries, missing_message, uses_xcb
 from app.paths import AppPaths
+from app.settings import LoadedSettings, Settings
 
 LDD_OUTPUT = """\tlinux-vdso.so.1 (0x00007ffd)
 \tlibQt6XcbQpa.so.6 => /opt/PySide6/Qt/lib/libQt6XcbQpa.so.6 (0x00007f1)
@@ -110,7 +111,7 @@ def test_run_gui_says_which_package_to_install_instead_of_starting_qt(
 
     monkeypatch.setattr(launch, "QApplication", no_application)
 
-    assert launch.run_gui(paths) == system_libraries.MISSING_LIBRARIES_EXIT_CODE
+    assert launch.run_gui(paths, LoadedSettings(Settings())) == system_libraries.MISSING_LIBRARIES_EXIT_CODE
     err = capsys.readouterr().err.strip()
     assert err.count("\n") == 0
     assert "libmodeldeckabsent.so.1" in err and "sudo apt install libmodeldeckabsent1" in err
