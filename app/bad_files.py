@@ -6,13 +6,18 @@ import os
 from pathlib import Path
 
 
-def set_aside(path: Path) -> Path:
+def set_aside(path: Path, companions: tuple[str, ...] = ()) -> Path:
     """Move `path` to the first free name beside it, `NAME.bad`, `NAME.bad-2`, ... (an earlier bad copy is kept),
-    and return that path."""
+    and return that path. Each file named `NAME` + one of `companions` (SQLite's "-wal", "-shm") goes with it, to
+    the new name + the same ending, so the kept files still belong together."""
     number = 1
     while True:
         bad = path.with_name(f"{path.name}.bad" if number == 1 else f"{path.name}.bad-{number}")
-        if not bad.exists():
+        if not any(bad.with_name(bad.name + ending).exists() for ending in ("", *companions)):
             os.replace(path, bad)
+            for ending in companions:
+                companion = path.with_name(path.name + ending)
+                if companion.exists():
+                    os.replace(companion, bad.with_name(bad.name + ending))
             return bad
         number += 1

@@ -14,12 +14,15 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from app.bad_files import set_aside
 from app.paths import make_private_file
 
 SCHEMA_VERSION = 1
 FILE_NAME = "chats.sqlite"
 DEFAULT_TITLE = "New chat"
 TITLE_LENGTH = 60
+SQLITE_HEADER = b"SQLite format 3\x00"
+LOCK_WAIT_S = 5.0  # how long to wait for another program (another ModelDeck) writing the file
 
 
 @dataclass(frozen=True)
@@ -111,28 +114,39 @@ class Conversation:
 
 
 class ChatStore:
-    """The conversations in one SQLite file (created 0600: it holds what people asked)."""
+    """The conversations in one SQLite file (created 0600: it holds what people asked).
 
-    def __init__(self, path: Path) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        make_private_file(path)
-        self._db = sqlite3.connect(path)
-        self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.execute("PRAGMA synchronous=NORMAL")
-        self._db.execute("PRAGMA foreign_keys=ON")
-        with self._db:
-            self._db.executescript(
-                """
-                CREATE TABLE IF NOT EXISTS conversations (
-                    id INTEGER PRIMARY KEY, title TEXT NOT NULL, model TEXT, params TEXT NOT NULL,
-                    created REAL NOT NULL, updated REAL NOT NULL);
-                CREATE TABLE IF NOT EXISTS messages (
-                    conversation INTEGER NOT NULL REFERENCES conversations(id) ON DELETE CASCADE,
-                    position INTEGER NOT NULL, role TEXT NOT NULL, content TEXT NOT NULL, model TEXT,
-                    stats TEXT, stopped INTEGER NOT NULL DEFAULT 0, PRIMARY KEY (conversation, position));
-                """
-            )
-            self._db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
+    A file that is not a database is set aside and an empty one started. A file in use by another program, made by
+    a newer ModelDeck, or that cannot be opened is left as it is: this run's chats are then kept in memory only.
+    `problem` says which, in words for the user."""
+
+    def __init__(self, path: Path, lock_wait_s: float = LOCK_WAIT_S) -> None:
+        self.problem: str | None = None
+        try:
+            if not _is_sqlite(path):
+                self._set_aside(path)  # before SQLite opens it: on closing, SQLite deletes a -wal it could not use
+            try:
+                self._db = _open(path, lock_wait_s)
+            except sqlite3.DatabaseError as error:
+                if _primary_code(error) not in (sqlite3.SQLITE_NOTADB, sqlite3.SQLITE_CORRUPT):
+                    raise
+                self._set_aside(path)
+                self._db = _open(path, lock_wait_s)
+            return
+        except _NewerFileError:
+            self.problem = f"{path} was made by a newer ModelDeck and is left as it is"
+        except sqlite3.DatabaseError as error:
+            busy = _primary_code(error) == sqlite3.SQLITE_BUSY
+            self.problem = f"{path} is in use by another program" if busy else f"cannot open {path} ({error})"
+        except OSError as error:
+            self.problem = f"cannot open {path} ({error.strerror or error})"
+        self.problem += "; the chats of this run will not be saved"
+        self._db = sqlite3.connect(":memory:")
+        _prepare(self._db)
+
+    def _set_aside(self, path: Path) -> None:
+        bad = set_aside(path, ("-wal", "-shm"))  # the -wal holds the file's latest changes: it stays beside it
+        self.problem = f"{path} is not a database ModelDeck can read; kept it as {bad.name} and started a new one"
 
     def close(self) -> None:
         self._db.close()
@@ -206,6 +220,58 @@ class ChatStore:
     def delete(self, conversation_id: int) -> None:
         with self._db:
             self._db.execute("DELETE FROM conversations WHERE id = ?", (conversation_id,))
+
+
+class _NewerFileError(Exception):
+    """The file's schema is newer than this version's: writing to it could break it for the version that made it."""
+
+
+def _is_sqlite(path: Path) -> bool:
+    """Whether the file is new, empty, or begins as every SQLite database does."""
+    try:
+        with path.open("rb") as file:
+            return file.read(len(SQLITE_HEADER)) in (b"", SQLITE_HEADER)
+    except FileNotFoundError:
+        return True
+
+
+def _primary_code(error: sqlite3.Error) -> int:
+    return getattr(error, "sqlite_errorcode", 0) & 0xFF  # SQLite's extended codes keep the primary in the low byte
+
+
+def _open(path: Path, lock_wait_s: float) -> sqlite3.Connection:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    make_private_file(path)
+    db = sqlite3.connect(path, timeout=lock_wait_s)
+    try:
+        if db.execute("PRAGMA user_version").fetchone()[0] > SCHEMA_VERSION:
+            raise _NewerFileError
+        db.execute("PRAGMA journal_mode=WAL")
+        db.execute("PRAGMA synchronous=NORMAL")
+        _prepare(db)
+    except BaseException:
+        db.close()
+        raise
+    return db
+
+
+def _prepare(db: sqlite3.Connection) -> None:
+    db.execute("PRAGMA foreign_keys=ON")
+    # BEGIN IMMEDIATE takes the write lock now: a file another program holds is found before the first turn.
+    db.executescript(
+        f"""
+        BEGIN IMMEDIATE;
+        CREATE TABLE IF NOT EXISTS conversations (
+            id INTEGER PRIMARY KEY, title TEXT NOT NULL, model TEXT, params TEXT NOT NULL,
+            created REAL NOT NULL, updated REAL NOT NULL);
+        CREATE TABLE IF NOT EXISTS messages (
+            conversation INTEGER NOT NULL REFERENCES conversations(id) ON DELETE CASCADE,
+            position INTEGER NOT NULL, role TEXT NOT NULL, content TEXT NOT NULL, model TEXT,
+            stats TEXT, stopped INTEGER NOT NULL DEFAULT 0, PRIMARY KEY (conversation, position));
+        PRAGMA user_version={SCHEMA_VERSION};
+        COMMIT;
+        """
+    )
 
 
 def title_from(text: str) -> str:

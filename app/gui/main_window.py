@@ -99,7 +99,8 @@ class MainWindow(QMainWindow):
         self.notifier = Notifier(self.notification_banner, self.tray.icon, self)
         self.library_page = LibraryPage(connection)
         self.discover_page = DiscoverPage(connection)
-        self.chat_page = ChatPage(connection, self.item_model, ChatStore(connection.paths.data / CHATS_FILE))
+        self.chat_store = ChatStore(connection.paths.data / CHATS_FILE)
+        self.chat_page = ChatPage(connection, self.item_model, self.chat_store)
         self.setup_action = QAction("Set up a model\N{HORIZONTAL ELLIPSIS}", self)
         self.setup_action.setToolTip("See what this machine can run, and launch a model with the settings that fit")
         self.setup_action.setEnabled(False)
@@ -114,6 +115,8 @@ class MainWindow(QMainWindow):
         self.quit_action.setToolTip("Quit ModelDeck, choosing whether the engines keep serving")
         self._build_layout()
         self._connect_signals()
+        if self.chat_store.problem:
+            self.statusBar().showMessage(f"Chats: {self.chat_store.problem}")
 
     def _build_layout(self) -> None:
         details = QSplitter(Qt.Orientation.Vertical)

@@ -1,6 +1,7 @@
 """The chat's SQLite store on a real file: conversations kept across opening it again, search, rename, delete, the
-file private to the user, and parameters a newer or damaged row holds read back as defaults, never as an error;
-and the copy buttons of a bubble's code blocks."""
+file private to the user, and parameters a newer or damaged row holds read back as defaults, never as an error; a
+file that is not a database set aside, one in use or from a newer version left untouched, and the window still
+opening; and the copy buttons of a bubble's code blocks."""
 
 from __future__ import annotations
 
@@ -12,8 +13,14 @@ from PySide6.QtCore import Qt
 from PySide6.QtGui import QGuiApplication
 from pytestqt.qtbot import QtBot
 
-from app.gui.chat_store import AnswerStats, ChatMessage, ChatParams, ChatStore, title_from
+from app.client import default_port
+from app.gui.chat_store import FILE_NAME, AnswerStats, ChatMessage, ChatParams, ChatStore, title_from
 from app.gui.chat_transcript import ChatBubble, code_blocks
+from app.gui.main_window import MainWindow
+from app.gui.service_connection import ServiceConnection
+from app.paths import AppPaths
+
+NOT_A_DATABASE = bytes(range(256)) * 32
 
 
 def test_conversations_survive_reopening_and_are_searchable(tmp_path: Path) -> None:
@@ -44,6 +51,81 @@ def test_conversations_survive_reopening_and_are_searchable(tmp_path: Path) -> N
     assert [c.title for c in store.conversations()] == ["New chat"]
     assert sqlite3.connect(path).execute("SELECT count(*) FROM messages").fetchone() == (0,)
     store.close()
+
+
+def saved_chat(path: Path) -> bytes:
+    """A file holding one answered conversation, closed; its bytes."""
+    store = ChatStore(path)
+    conversation = store.create("model-a", ChatParams(), "Kept")
+    store.set_messages(conversation.id, (ChatMessage("user", "Hello"), ChatMessage("assistant", "Hi", model="m")))
+    store.close()
+    return path.read_bytes()
+
+
+def still_works(store: ChatStore) -> None:
+    conversation = store.create("model-a", ChatParams())
+    store.set_messages(conversation.id, (ChatMessage("user", "Again"),))
+    assert [c.id for c in store.conversations("again")] == [conversation.id]
+
+
+def test_a_file_that_is_not_a_database_is_set_aside_with_its_wal(tmp_path: Path) -> None:
+    path = tmp_path / FILE_NAME
+    path.write_bytes(NOT_A_DATABASE)
+    path.with_name(f"{FILE_NAME}-wal").write_bytes(b"its log")
+    (tmp_path / f"{FILE_NAME}.bad").write_bytes(b"an earlier bad copy")
+    store = ChatStore(path)
+    assert store.problem is not None and f"{FILE_NAME}.bad-2" in store.problem
+    assert (tmp_path / f"{FILE_NAME}.bad-2").read_bytes() == NOT_A_DATABASE
+    assert (tmp_path / f"{FILE_NAME}.bad-2-wal").read_bytes() == b"its log"
+    assert (tmp_path / f"{FILE_NAME}.bad").read_bytes() == b"an earlier bad copy"
+    still_works(store)
+    store.close()
+    assert len(ChatStore(path).conversations()) == 1  # the new file keeps what this run saved
+
+
+def test_a_file_in_use_is_left_alone_and_this_run_is_not_saved(tmp_path: Path) -> None:
+    path = tmp_path / FILE_NAME
+    before = saved_chat(path)
+    holder = sqlite3.connect(path, isolation_level=None)
+    holder.execute("BEGIN EXCLUSIVE")
+    try:
+        store = ChatStore(path, lock_wait_s=0.05)
+        assert store.problem is not None and "in use by another program" in store.problem
+        assert "not be saved" in store.problem
+        still_works(store)
+        store.close()
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+    assert path.read_bytes() == before
+    assert [c.title for c in ChatStore(path).conversations()] == ["Kept"]
+
+
+def test_a_file_from_a_newer_version_is_never_written(tmp_path: Path) -> None:
+    path = tmp_path / FILE_NAME
+    saved_chat(path)
+    newer = sqlite3.connect(path)
+    newer.executescript(
+        "ALTER TABLE conversations ADD COLUMN pinned INTEGER; ALTER TABLE messages ADD COLUMN images TEXT;"
+        " PRAGMA user_version=2;"
+    )
+    newer.close()
+    before = path.read_bytes()
+    store = ChatStore(path)
+    assert store.problem is not None and "newer ModelDeck" in store.problem and "not be saved" in store.problem
+    still_works(store)
+    store.close()
+    assert path.read_bytes() == before
+    assert sqlite3.connect(path).execute("PRAGMA user_version").fetchone() == (2,)
+
+
+def test_the_window_opens_on_a_bad_chats_file_and_says_so(qtbot: QtBot, paths: AppPaths) -> None:
+    paths.data.mkdir(parents=True, exist_ok=True)
+    (paths.data / FILE_NAME).write_bytes(NOT_A_DATABASE)
+    window = MainWindow(ServiceConnection(paths, default_port()))  # never opened: no service is started
+    qtbot.addWidget(window)
+    assert f"{FILE_NAME}.bad" in window.statusBar().currentMessage()
+    assert (paths.data / f"{FILE_NAME}.bad").read_bytes() == NOT_A_DATABASE
 
 
 def test_params_from_a_bad_row_fall_back_to_defaults() -> None:
