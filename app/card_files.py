@@ -6,8 +6,13 @@ reads as Markdown stays with its kind (app.bench.card, app.quality.card).
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import json
+import logging
 import re
+import types
+import typing
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
@@ -16,6 +21,10 @@ CARD_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 MAX_LISTED = 500
 
 CardT = TypeVar("CardT")
+# What reading a card may raise: a file that is no text, no JSON (or JSON nested past the recursion limit), or no card.
+UNREADABLE = (OSError, ValueError, KeyError, TypeError, RecursionError)
+
+log = logging.getLogger("modeldeck.cards")
 
 
 def id_part(model_id: str) -> str:
@@ -30,6 +39,55 @@ def write_card(directory: Path, card_id: str, data: dict[str, Any], markdown: st
     json_path.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
     md_path.write_text(markdown, encoding="utf-8")
     return json_path, md_path
+
+
+def checked_fields(cls: type, data: Any, what: str) -> dict[str, Any]:
+    """`data` as the fields of the dataclass `cls`, each of the type it declares (a dataclass in it is left for
+    the caller to check on its own); ValueError naming `what` otherwise."""
+    if not isinstance(data, dict):
+        raise ValueError(f"{what} is {type(data).__name__}, not an object")
+    fields, hints = _fields(cls)
+    unknown = sorted(set(data) - set(fields))
+    if unknown:
+        raise ValueError(f"{what} has an unknown field {unknown[0]!r}")
+    for name, required in fields.items():
+        if name not in data:
+            if required:
+                raise ValueError(f"{what} has no {name!r}")
+        elif not _matches(data[name], hints[name]):
+            raise ValueError(f"{what}: {name!r} is {type(data[name]).__name__}, not {_hint_text(hints[name])}")
+    return data
+
+
+@functools.cache
+def _fields(cls: type) -> tuple[dict[str, bool], dict[str, Any]]:
+    """Each field of a dataclass and whether it is required; the resolved type hints."""
+    fields = {
+        f.name: f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+        for f in dataclasses.fields(cls)
+    }
+    return fields, typing.get_type_hints(cls)
+
+
+def _matches(value: Any, hint: Any) -> bool:
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin in (typing.Union, types.UnionType):
+        return any(_matches(value, arg) for arg in args)
+    if origin is list:
+        return isinstance(value, list) and all(_matches(item, args[0]) for item in value)
+    if origin is dict:
+        return isinstance(value, dict)
+    if hint is Any or dataclasses.is_dataclass(hint):
+        return True
+    if hint is type(None):
+        return value is None
+    if isinstance(value, bool):
+        return hint is bool
+    return isinstance(value, int | float) if hint is float else isinstance(value, hint)
+
+
+def _hint_text(hint: Any) -> str:
+    return re.sub(r"[\w.]+\.(\w+)", r"\1", str(hint)) if typing.get_origin(hint) else hint.__name__
 
 
 def card_file(reference: str, directory: Path, check_id: bool = False) -> Path:
@@ -50,18 +108,16 @@ def saved_cards(
     directory: Path,
     parse: Callable[[Any], CardT],
     limit: int = MAX_LISTED,
-    skipped: Callable[[Path, Exception], None] | None = None,
 ) -> list[CardT]:
-    """The readable saved cards, newest first; an unreadable one is left out (and told to `skipped`)."""
+    """The readable saved cards, newest first; an unreadable one is left out, with a warning naming it."""
     cards: list[CardT] = []
     if not directory.is_dir():
         return cards
     for path in sorted(directory.glob("*.json"), reverse=True)[:limit]:
         try:
             cards.append(parse(json.loads(path.read_text(encoding="utf-8"))))
-        except (OSError, ValueError, KeyError, TypeError) as exc:
-            if skipped is not None:
-                skipped(path, exc)
+        except UNREADABLE as exc:
+            log.warning("skipping the unreadable card %s: %s", path, _reason(exc))
     return cards
 
 
@@ -76,13 +132,19 @@ def read_saved_card(
     if not CARD_ID.fullmatch(card_id):
         raise bad(f"Not a card id: {card_id!r}.")
     try:
-        text = (directory / f"{card_id}.json").read_text(encoding="utf-8")
+        return parse(json.loads((directory / f"{card_id}.json").read_text(encoding="utf-8")))
     except FileNotFoundError:
         raise missing() from None
-    try:
-        return parse(json.loads(text))
-    except (ValueError, KeyError, TypeError) as exc:
-        raise bad(f"The card {card_id!r} cannot be read: {exc}") from None
+    except UNREADABLE as exc:
+        raise bad(f"The card {card_id!r} cannot be read: {_reason(exc)}") from None
+
+
+def _reason(exc: BaseException) -> str:
+    if isinstance(exc, UnicodeDecodeError):
+        return "it is not UTF-8 text"
+    if isinstance(exc, RecursionError):
+        return "its JSON is nested too deeply"
+    return (exc.strerror if isinstance(exc, OSError) else None) or str(exc)
 
 
 def side_by_side(rows: list[tuple[str, str, str]]) -> str:
@@ -92,5 +154,5 @@ def side_by_side(rows: list[tuple[str, str, str]]) -> str:
     return "\n".join(f"{name:<{width}}  {left:>{column}}  {right}" for name, left, right in rows) + "\n"
 
 
-__all__ = ["CARD_ID", "MAX_LISTED", "card_file", "id_part", "read_saved_card", "saved_cards", "side_by_side",
-           "write_card"]  # fmt: skip
+__all__ = ["CARD_ID", "MAX_LISTED", "UNREADABLE", "card_file", "checked_fields", "id_part",
+           "read_saved_card", "saved_cards", "side_by_side", "write_card"]  # fmt: skip

@@ -156,10 +156,17 @@ class BenchCard:
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> BenchCard:
+    def from_dict(cls, data: Any) -> BenchCard:
+        """The card saved as `data`; ValueError for one of another schema, or not of this shape."""
+        if not isinstance(data, dict):
+            raise ValueError(f"the card is {type(data).__name__}, not an object")
         if data.get("schema_version") not in READABLE_SCHEMAS:
             raise ValueError(f"benchmark card schema {data.get('schema_version')} is not one of {READABLE_SCHEMAS}")
-        return cls(**{**data, "results": [LevelResult(**level) for level in data["results"]]})
+        fields = card_files.checked_fields(cls, data, "the card")
+        levels = [
+            card_files.checked_fields(LevelResult, level, f"level {n}") for n, level in enumerate(fields["results"], 1)
+        ]
+        return cls(**{**fields, "results": [LevelResult(**level) for level in levels]})
 
     def save(self, directory: Path) -> tuple[Path, Path]:
         """Write `<id>.json` and `<id>.md`; return both paths."""

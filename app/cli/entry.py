@@ -394,11 +394,12 @@ def _bench(args: argparse.Namespace, paths: AppPaths) -> int:
     from app.bench.card import compare, load_card, results_table, turns_table
     from app.bench.progress import CardSaved, SweepEvent, event_json
     from app.bench.sweep import SweepError, SweepOptions, level_line, parse_concurrency, run_sweep
+    from app.card_files import UNREADABLE
 
     if args.compare:
         try:
             cards = [load_card(reference, paths.bench_dir) for reference in args.compare]
-        except (OSError, ValueError, KeyError, TypeError) as exc:
+        except UNREADABLE as exc:
             print(f"modeldeck: cannot read the card: {exc}", file=sys.stderr)
             return 2
         print(compare(*cards), end="")

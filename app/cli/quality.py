@@ -65,6 +65,7 @@ def _in_thread(work: Callable[[], T], state: TaskState) -> T:
 
 
 def _quality(args: argparse.Namespace, paths: AppPaths) -> int:
+    from app.card_files import UNREADABLE
     from app.quality.card import compare, load_card, quality_dir, results_table
     from app.quality.measure import Layout, QualityError
     from app.quality.run import RunRequest, SetupError, prepare, run_and_save
@@ -73,7 +74,7 @@ def _quality(args: argparse.Namespace, paths: AppPaths) -> int:
     if args.compare:
         try:
             cards = [load_card(reference, quality_dir(paths)) for reference in args.compare]
-        except (OSError, ValueError, KeyError, TypeError) as exc:
+        except UNREADABLE as exc:
             return _fail(f"cannot read the card: {exc}")
         print(compare(*cards), end="")
         return 0

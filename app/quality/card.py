@@ -43,10 +43,17 @@ class QualityCard:
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> QualityCard:
+    def from_dict(cls, data: Any) -> QualityCard:
+        """The card saved as `data`; ValueError for one of another schema, or not of this shape."""
+        if not isinstance(data, dict):
+            raise ValueError(f"the card is {type(data).__name__}, not an object")
         if data.get("schema_version") != SCHEMA_VERSION:
             raise ValueError(f"quality card schema {data.get('schema_version')} is not {SCHEMA_VERSION}")
-        return cls(**{**data, "results": [VariantResult(**r) for r in data["results"]]})
+        fields = card_files.checked_fields(cls, data, "the card")
+        results = [
+            card_files.checked_fields(VariantResult, r, f"result {n}") for n, r in enumerate(fields["results"], 1)
+        ]
+        return cls(**{**fields, "results": [VariantResult(**r) for r in results]})
 
     def result(self, variant_id: str) -> VariantResult | None:
         return next((r for r in self.results if r.id == variant_id), None)
@@ -63,7 +70,7 @@ def load_card(reference: str, directory: Path) -> QualityCard:
 
 
 def saved_cards(directory: Path, limit: int = card_files.MAX_LISTED) -> list[QualityCard]:
-    """The readable saved cards, newest first (an unreadable one is left out)."""
+    """The readable saved cards, newest first (an unreadable one is left out, with a warning naming it)."""
     return card_files.saved_cards(directory, QualityCard.from_dict, limit)
 
 

@@ -218,7 +218,7 @@ class BenchRuns(ChildJobs[BenchRequest, BenchRun]):
 
     def cards(self) -> list[dict[str, Any]]:
         """The saved cards, newest first, each as a one-line summary."""
-        return [_summary(card) for card in saved_cards(self._bench_dir, BenchCard.from_dict, skipped=_skipped)]
+        return [_summary(card) for card in saved_cards(self._bench_dir, BenchCard.from_dict)]
 
     def card(self, card_id: str) -> BenchCard:
         return read_saved_card(
@@ -228,10 +228,6 @@ class BenchRuns(ChildJobs[BenchRequest, BenchRun]):
 
     def compare(self, first: str, second: str) -> list[tuple[str, str, str]]:
         return compare_rows(self.card(first), self.card(second))
-
-
-def _skipped(path: Path, exc: Exception) -> None:
-    log.warning("skipping unreadable benchmark card %s: %s", path.name, exc)
 
 
 def _summary(card: BenchCard) -> dict[str, Any]:
