@@ -10,6 +10,7 @@ import dataclasses
 import functools
 import json
 import logging
+import os
 import re
 import types
 import typing
@@ -27,17 +28,36 @@ UNREADABLE = (OSError, ValueError, KeyError, TypeError, RecursionError)
 log = logging.getLogger("modeldeck.cards")
 
 
+class CardSaveError(Exception):
+    """A card could not be written; the message says which and why."""
+
+
 def id_part(model_id: str) -> str:
     """A model id as it may stand in a card id (and so in a file name)."""
     return re.sub(r"[^A-Za-z0-9._-]+", "_", model_id)[:60]
 
 
 def write_card(directory: Path, card_id: str, data: dict[str, Any], markdown: str) -> tuple[Path, Path]:
-    """Write `<id>.json` and `<id>.md`; return both paths."""
-    directory.mkdir(parents=True, exist_ok=True)
+    """Write `<id>.json` and `<id>.md`, each whole or not at all (CardSaveError says why); return both paths.
+
+    Both are written to temporary files first: a full disk leaves neither, never a part of one."""
     json_path, md_path = directory / f"{card_id}.json", directory / f"{card_id}.md"
-    json_path.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
-    md_path.write_text(markdown, encoding="utf-8")
+    texts = {md_path: markdown, json_path: json.dumps(data, indent=2) + "\n"}  # the JSON, which lists it, last
+    written: dict[Path, Path] = {}
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        for path, text in texts.items():
+            written[path] = tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+            with tmp.open("w", encoding="utf-8") as handle:
+                handle.write(text)
+                handle.flush()
+                os.fsync(handle.fileno())
+        for path, tmp in written.items():
+            os.replace(tmp, path)
+    except OSError as exc:
+        for tmp in written.values():
+            tmp.unlink(missing_ok=True)
+        raise CardSaveError(f"could not save the card {card_id} in {directory}: {exc.strerror or exc}") from exc
     return json_path, md_path
 
 
@@ -154,5 +174,5 @@ def side_by_side(rows: list[tuple[str, str, str]]) -> str:
     return "\n".join(f"{name:<{width}}  {left:>{column}}  {right}" for name, left, right in rows) + "\n"
 
 
-__all__ = ["CARD_ID", "MAX_LISTED", "UNREADABLE", "card_file", "checked_fields", "id_part",
+__all__ = ["CARD_ID", "MAX_LISTED", "UNREADABLE", "CardSaveError", "card_file", "checked_fields", "id_part",
            "read_saved_card", "saved_cards", "side_by_side", "write_card"]  # fmt: skip

@@ -169,7 +169,7 @@ class BenchCard:
         return cls(**{**fields, "results": [LevelResult(**level) for level in levels]})
 
     def save(self, directory: Path) -> tuple[Path, Path]:
-        """Write `<id>.json` and `<id>.md`; return both paths."""
+        """Write `<id>.json` and `<id>.md`, whole or not at all (CardSaveError); return both paths."""
         return card_files.write_card(directory, self.id, self.to_dict(), to_markdown(self))
 
 

@@ -394,7 +394,7 @@ def _bench(args: argparse.Namespace, paths: AppPaths) -> int:
     from app.bench.card import compare, load_card, results_table, turns_table
     from app.bench.progress import CardSaved, SweepEvent, event_json
     from app.bench.sweep import SweepError, SweepOptions, level_line, parse_concurrency, run_sweep
-    from app.card_files import UNREADABLE
+    from app.card_files import UNREADABLE, CardSaveError
 
     if args.compare:
         try:
@@ -431,7 +431,11 @@ def _bench(args: argparse.Namespace, paths: AppPaths) -> int:
         return 2
     finally:
         client.close()
-    json_path, md_path = card.save(paths.bench_dir)
+    try:
+        json_path, md_path = card.save(paths.bench_dir)
+    except CardSaveError as exc:
+        print(f"modeldeck: the benchmark ran, but {exc}", file=sys.stderr)
+        return 1
     if args.progress_jsonl:
         progress(CardSaved(card.id, str(json_path), str(md_path)))
     elif args.json:

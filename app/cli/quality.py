@@ -65,7 +65,7 @@ def _in_thread(work: Callable[[], T], state: TaskState) -> T:
 
 
 def _quality(args: argparse.Namespace, paths: AppPaths) -> int:
-    from app.card_files import UNREADABLE
+    from app.card_files import UNREADABLE, CardSaveError
     from app.quality.card import compare, load_card, quality_dir, results_table
     from app.quality.measure import Layout, QualityError
     from app.quality.run import RunRequest, SetupError, prepare, run_and_save
@@ -104,6 +104,8 @@ def _quality(args: argparse.Namespace, paths: AppPaths) -> int:
         return _fail("quality run cancelled", 130)
     except QualityError as exc:
         return _fail(str(exc), 1)
+    except CardSaveError as exc:
+        return _fail(f"the quality run ended, but {exc}", 1)
     if args.progress_jsonl:
         progress({"type": "card", "id": card.id, "json": str(json_path), "markdown": str(md_path)})
     elif args.json:

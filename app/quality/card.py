@@ -59,7 +59,7 @@ class QualityCard:
         return next((r for r in self.results if r.id == variant_id), None)
 
     def save(self, directory: Path) -> tuple[Path, Path]:
-        """Write `<id>.json` and `<id>.md`; return both paths."""
+        """Write `<id>.json` and `<id>.md`, whole or not at all (CardSaveError); return both paths."""
         return card_files.write_card(directory, self.id, self.to_dict(), to_markdown(self))
 
 

@@ -1,32 +1,39 @@
 """Saved benchmark and quality cards as files: one that cannot be read (no object, not UTF-8, fields of the wrong
 type) is left out of the listings with a warning naming it, and reading it by id is a clear 400, never a crash of
-the listing, the control API or `modeldeck recommend`. Real card files in a real data directory."""
+the listing, the control API or `modeldeck recommend`. A card is saved whole or not at all: a write that fails
+(a file size limit set in a child process) leaves no part of it, and the run says it could not save the card.
+Real card files in a real data directory."""
 
 from __future__ import annotations
 
 import json
 import logging
 import re
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from app.bench.card import BenchCard
+from app.bench.card import BenchCard, to_markdown
 from app.hub.library import BUNDLED_ID
 from app.paths import AppPaths
 from app.quality.card import QualityCard, quality_dir
+from app.quality.card import to_markdown as quality_markdown
 from app.quality.measure import VariantResult
 from app.service.events import EventBus
 from app.service.jobs.bench_runs import BadBenchRequest, BenchRuns
 from app.service.jobs.quality_runs import BadQualityRequest, QualityRuns
 from tests.app.test_bench_prompts import OLD_CARD
 from tests.support.quality_tools import modeldeck
+from tests.support.service import REPO
 
 HARDWARE = Path(__file__).parent.parent / "fixtures" / "hardware" / "rtx4090_24gb.json"
 BENCH_CARD: dict[str, Any] = {**OLD_CARD, "id": "20261101-120000-good", "schema_version": 2}
+TEXT = {"description": "a text", "chars": 10, "sha256": "0" * 64, "tokens": 1, "chunks": 1, "n_ctx": 2}
 QUALITY_CARD = QualityCard(
-    "20261101-120000-quality-good", "2026-11-01T12:00:00+00:00", "0.1.0", "m", "m.f16", {}, {}, {"tokens": 1},
+    "20261101-120000-quality-good", "2026-11-01T12:00:00+00:00", "0.1.0", "m", "m.f16", {}, {}, TEXT,
     [VariantResult("m.f16", "F16", 1, True, 10.0, 0.1, 1.0, 0.0, 0.0, 0.0, 1.0, 1.0, None)],
 ).to_dict()  # fmt: skip
 
@@ -106,3 +113,52 @@ def test_recommend_reads_past_an_unreadable_quality_card(paths: AppPaths) -> Non
     done = modeldeck("recommend", BUNDLED_ID, "--hardware", str(HARDWARE), "--json", timeout=120)
     assert done.returncode in (0, 1) and json.loads(done.stdout)["model"], done.stderr
     assert "a-list.json" in done.stderr and "Traceback" not in done.stderr
+
+
+# `modeldeck bench|quality` in a child whose files may not grow past LIMIT bytes, the run itself replaced by one
+# that returns CARD: what is left is saving it.
+SAVE_UNDER_A_LIMIT = """
+import json, resource, signal, sys
+import app.bench.sweep, app.cli.entry, app.quality.run
+from app.bench.card import BenchCard
+from app.quality.card import QualityCard, quality_dir
+
+kind, card, limit = sys.argv[1], json.loads(sys.argv[2]), int(sys.argv[3])
+if kind == "bench":
+    app.cli.entry.connect = lambda paths: type("Client", (), {"close": lambda self: None})()
+    app.bench.sweep.run_sweep = lambda *args, **kwargs: BenchCard.from_dict(card)
+else:
+    app.quality.run.prepare = lambda *args, **kwargs: None
+    app.quality.run.run_and_save = lambda paths, *args, **kwargs: (
+        QualityCard.from_dict(card), *QualityCard.from_dict(card).save(quality_dir(paths)))
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails with EFBIG instead
+resource.setrlimit(resource.RLIMIT_FSIZE, (limit, resource.RLIM_INFINITY))
+app.cli.entry.main([kind, "m", "--json"])
+"""
+
+
+@pytest.mark.parametrize("kind", ["bench", "quality"])
+def test_a_card_that_cannot_be_written_whole_leaves_nothing_and_says_why(paths: AppPaths, kind: str) -> None:
+    directory, good = (paths.bench_dir, BENCH_CARD) if kind == "bench" else (quality_dir(paths), QUALITY_CARD)
+    write_cards(directory, good, {})
+    before = {path.name: path.read_bytes() for path in directory.iterdir()}
+    new = {**good, "id": "20261201-120000-new", "results": good["results"] * 5}
+    card = BenchCard.from_dict(new) if kind == "bench" else QualityCard.from_dict(new)
+    markdown = to_markdown(card) if isinstance(card, BenchCard) else quality_markdown(card)
+    # The Markdown fits, the JSON does not: the old way left a JSON cut short, and no Markdown.
+    limit = (len(markdown.encode()) + len(json.dumps(new, indent=2).encode())) // 2
+    assert len(markdown.encode()) < limit < len(json.dumps(new, indent=2).encode())
+    done = subprocess.run([sys.executable, "-c", SAVE_UNDER_A_LIMIT, kind, json.dumps(new), str(limit)],
+                          capture_output=True, text=True, cwd=REPO, timeout=120, check=False)  # fmt: skip
+    assert done.returncode == 1, done.stderr
+    assert f"but could not save the card {new['id']} in {directory}: File too large" in done.stderr, done.stderr
+    assert "Traceback" not in done.stderr
+    assert {path.name: path.read_bytes() for path in directory.iterdir()} == before, "no part of it, the rest kept"
+
+    # With room for it, the same run saves it whole.
+    done = subprocess.run([sys.executable, "-c", SAVE_UNDER_A_LIMIT, kind, json.dumps(new), str(2**30)],
+                          capture_output=True, text=True, cwd=REPO, timeout=120, check=False)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert json.loads((directory / f"{new['id']}.json").read_text()) == card.to_dict()
+    assert (directory / f"{new['id']}.md").read_text() == markdown
+    assert {path.name for path in directory.iterdir()} == {*before, f"{new['id']}.json", f"{new['id']}.md"}
