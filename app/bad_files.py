@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import os
+import sqlite3
 from pathlib import Path
+
+from app.paths import make_private_file
 
 
 def set_aside(path: Path, companions: tuple[str, ...] = ()) -> Path:
@@ -21,3 +24,16 @@ def set_aside(path: Path, companions: tuple[str, ...] = ()) -> Path:
                     os.replace(companion, bad.with_name(bad.name + ending))
             return bad
         number += 1
+
+
+def set_aside_database(path: Path) -> Path:
+    """`set_aside` for an SQLite file, with an empty file in its place that only this user may read (as the service
+    makes its databases), for SQLite to make a fresh database of."""
+    bad = set_aside(path)
+    make_private_file(path)
+    return bad
+
+
+def unreadable_database(error: sqlite3.Error) -> bool:
+    """Whether SQLite refused the file itself (not a database, malformed), not its state (locked, full, read-only)."""
+    return (getattr(error, "sqlite_errorcode", 0) & 0xFF) in (sqlite3.SQLITE_NOTADB, sqlite3.SQLITE_CORRUPT)

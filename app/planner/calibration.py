@@ -11,13 +11,20 @@ fills the context), an upper bound the measurement is checked against.
 from __future__ import annotations
 
 import dataclasses
+import logging
 import sqlite3
 import statistics
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
+from app.bad_files import set_aside_database, unreadable_database
 from app.planner.memory import MemoryEstimate
+
+log = logging.getLogger("modeldeck.calibration")
+_T = TypeVar("_T")
 
 RECENT = 8  # launches a correction is learned from
 PHASES = ("ready", "first_request")
@@ -93,25 +100,44 @@ _COLUMNS = tuple(field.name for field in dataclasses.fields(Measurement))
 
 
 class CalibrationStore:
-    """Measurements in one SQLite file. Short transactions; safe to open from the service and the CLI."""
+    """Measurements in one SQLite file. Short transactions; safe to open from the service and the CLI. A file that is
+    not a database is set aside and a fresh one made. While another process holds the file locked past
+    `busy_timeout_s`, a correction is `none` and a measurement goes unkept, each with a warning."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, busy_timeout_s: float = 5.0) -> None:
         self.path = path
+        self.busy_timeout_s = busy_timeout_s
 
-    def _connect(self) -> sqlite3.Connection:
+    def _run(self, work: Callable[[sqlite3.Connection], _T]) -> _T:
+        """`work` in one transaction; a file that is not a database is set aside and `work` runs in a fresh one."""
+        try:
+            return self._transaction(work)
+        except sqlite3.DatabaseError as exc:
+            if not unreadable_database(exc):
+                raise
+            bad = set_aside_database(self.path)
+            log.warning("the calibration store %s is not a database (%s): kept it as %s and started a new one",
+                        self.path, exc, bad.name)  # fmt: skip
+        return self._transaction(work)
+
+    def _transaction(self, work: Callable[[sqlite3.Connection], _T]) -> _T:
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        connection = sqlite3.connect(self.path, timeout=5)
-        connection.execute(_SCHEMA)
-        return connection
+        connection = sqlite3.connect(self.path, timeout=self.busy_timeout_s)
+        try:
+            with connection:
+                connection.execute(_SCHEMA)
+                return work(connection)
+        finally:
+            connection.close()
 
     def record(self, measurement: Measurement) -> Measurement:
         stamped = dataclasses.replace(measurement, at=measurement.at or time.time())
-        with self._connect() as connection:
-            connection.execute(
-                f"INSERT INTO measurements ({', '.join(_COLUMNS)}) VALUES ({', '.join('?' * len(_COLUMNS))})",
-                dataclasses.astuple(stamped),
-            )
-        connection.close()
+        insert = f"INSERT INTO measurements ({', '.join(_COLUMNS)}) VALUES ({', '.join('?' * len(_COLUMNS))})"
+        try:
+            self._run(lambda connection: connection.execute(insert, dataclasses.astuple(stamped)))
+        except (sqlite3.Error, OSError) as exc:
+            log.warning("cannot use the calibration store %s (%s): the %s measurement of %s is not kept",
+                        self.path, exc, stamped.phase, stamped.model_id)  # fmt: skip
         return stamped
 
     def recent(self, engine: str, architecture: str | None = None, limit: int = 50) -> list[Measurement]:
@@ -120,16 +146,21 @@ class CalibrationStore:
         if architecture is not None:
             query += " AND architecture = ?"
             args.append(architecture)
-        with self._connect() as connection:
-            rows = connection.execute(query + " ORDER BY id DESC LIMIT ?", [*args, limit]).fetchall()
-        connection.close()
+        query += " ORDER BY id DESC LIMIT ?"
+        rows = self._run(lambda connection: connection.execute(query, [*args, limit]).fetchall())
         return [Measurement(*row) for row in rows]
 
     def correction(self, engine: str, architecture: str | None) -> Correction:
         """The runtime correction from the most recent at-load measurements of this engine and architecture."""
         if architecture is None:
             return Correction.none()
-        done = [m for m in self.recent(engine, architecture) if m.phase == "ready"][:RECENT]
+        try:
+            recent = self.recent(engine, architecture)
+        except (sqlite3.Error, OSError) as exc:  # locked by another process, or a folder we may not write
+            log.warning("cannot use the calibration store %s (%s): %s on %s is planned without a correction",
+                        self.path, exc, architecture, engine)  # fmt: skip
+            return Correction.none()
+        done = [m for m in recent if m.phase == "ready"][:RECENT]
         if not done:
             return Correction.none()
         ram = statistics.median(m.measured_ram - m.predicted_ram for m in done)
