@@ -2,15 +2,22 @@
 
 from __future__ import annotations
 
+import logging
+import os
 import sqlite3
+import stat
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from dataclasses import fields, replace
 from pathlib import Path
 
+import pytest
+
 from app.service.events import EventBus
+from app.service.metrics import request_log
 from app.service.metrics.metering import RequestRecord
 from app.service.metrics.request_log import RequestLog
 from app.service.metrics.request_text import RequestText
@@ -149,3 +156,75 @@ def test_records_reach_disk_while_the_log_stays_open_and_in_order(tmp_path: Path
         assert wait_for(stored, 10, "150 records in SQLite") == [f"r{index}" for index in range(150)]
     finally:
         log.close()
+
+
+def stored_ids(database: Path) -> list[str]:
+    reader = sqlite3.connect(database)
+    try:
+        return [row[0] for row in reader.execute("SELECT id FROM requests ORDER BY rowid")]
+    finally:
+        reader.close()
+
+
+class Said(logging.Handler):
+    """An event for each of `phrases`, set once the request log says it."""
+
+    def __init__(self, *phrases: str) -> None:
+        super().__init__()
+        self.events = {phrase: threading.Event() for phrase in phrases}
+        self.messages: list[str] = []
+
+    def emit(self, entry: logging.LogRecord) -> None:
+        self.messages.append(entry.getMessage())
+        for phrase, event in self.events.items():
+            if phrase in entry.getMessage():
+                event.set()
+
+
+def test_a_log_that_is_not_a_database_is_set_aside_and_a_fresh_one_takes_the_records(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    database = tmp_path / "requests.sqlite"
+    garbage = os.urandom(8192)
+    database.write_bytes(garbage)
+    with caplog.at_level(logging.WARNING, logger="modeldeck.requests"):
+        log = RequestLog(database, EventBus())
+        log.add(record("after"))
+        log.close()
+    assert (tmp_path / "requests.sqlite.bad").read_bytes() == garbage  # nothing is lost
+    assert stored_ids(database) == ["after"]
+    assert stat.S_IMODE(database.stat().st_mode) == 0o600  # request text may be in it: private, as the service makes it
+    [message] = [entry.getMessage() for entry in caplog.records]
+    assert "is not a database" in message and "kept it as requests.sqlite.bad" in message
+
+
+def test_a_log_locked_at_start_keeps_the_newest_records_in_memory_until_it_opens(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Another process holds the file locked before the writer has made its table: the writer says so, keeps what
+    arrives (up to MAX_UNWRITTEN, the oldest going first), tries again on its clock, and writes what it kept once it
+    opens."""
+    monkeypatch.setattr(request_log, "MAX_UNWRITTEN", 3)
+    database = tmp_path / "requests.sqlite"
+    said = Said("cannot open the request log", "lost its 2 oldest", "written again (3 records caught up)")
+    logging.getLogger("modeldeck.requests").addHandler(said)
+    holder = sqlite3.connect(database, isolation_level=None)
+    try:
+        holder.execute("BEGIN EXCLUSIVE")
+        log = RequestLog(database, EventBus())
+        try:
+            for index in range(5):
+                log.add(record(f"r{index}"))
+            for phrase in ("cannot open the request log", "lost its 2 oldest"):
+                assert said.events[phrase].wait(30), (phrase, said.messages)
+            holder.execute("ROLLBACK")
+            assert said.events["written again (3 records caught up)"].wait(30), said.messages
+            assert stored_ids(database) == ["r2", "r3", "r4"]
+            log.add(record("r5"))
+            assert wait_for(lambda: stored_ids(database)[3:] == ["r5"], 10, "a record after the log opened")
+        finally:
+            log.close()
+    finally:
+        holder.close()
+        logging.getLogger("modeldeck.requests").removeHandler(said)
+    assert sum("cannot open" in message for message in said.messages) == 1, said.messages

@@ -21,6 +21,7 @@ from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
+from app.bad_files import set_aside_database, unreadable_database
 from app.service.events import EventBus
 from app.service.metrics.metering import RequestRecord, cache_reuse, percentile
 from app.service.metrics.request_text import RequestText, completion_text, prompt_json
@@ -132,21 +133,23 @@ class RequestLog:
         self._writer.join(timeout=10)
 
     def _write(self, database: Path) -> None:
-        connection = connect_autocommit(database)
         unwritten: deque[tuple[Any, ...]] = deque(maxlen=MAX_UNWRITTEN)  # rows a failed write kept for the next
+        connection = _open(database, retry=False)
         try:
-            _create_or_migrate(connection)
             while not self._closing.wait(_FLUSH_S):
+                connection = connection or _open(database, retry=True)
                 self._flush(connection, unwritten)
+            connection = connection or _open(database, retry=True)
             self._flush(connection, unwritten)
             if unwritten:
                 log.error("stopping with %d request records the disk did not take", len(unwritten))
         finally:
-            connection.close()
+            if connection is not None:
+                connection.close()
 
-    def _flush(self, connection: sqlite3.Connection, unwritten: deque[tuple[Any, ...]]) -> None:
-        """Write what piled up, with what an earlier write could not: all of it or, on a full disk or a file gone
-        read-only, none of it (kept for the next try)."""
+    def _flush(self, connection: sqlite3.Connection | None, unwritten: deque[tuple[Any, ...]]) -> None:
+        """Write what piled up, with what an earlier write could not: all of it or, on a full disk, a file gone
+        read-only or a log that would not open (no connection), none of it (kept for the next try)."""
         kept = len(unwritten)  # not empty: the disk refused the last write
         arrived = 0
         with contextlib.suppress(queue.Empty):
@@ -156,6 +159,10 @@ class RequestLog:
         if not unwritten:
             return
         dropped = max(0, kept + arrived - MAX_UNWRITTEN)
+        if dropped:
+            log.error("the request log lost its %d oldest unwritten records", dropped)
+        if connection is None:
+            return
         try:
             # One transaction around a few multi-row INSERTs (sqlite_rows.py): all or nothing, in few steps.
             connection.execute("BEGIN")
@@ -167,12 +174,43 @@ class RequestLog:
             if not kept:
                 log.error("cannot write the request log (%s); requests are kept in memory and written when it "
                           "works again", exc)  # fmt: skip
-            if dropped:
-                log.error("the request log lost its %d oldest unwritten records", dropped)
             return
         if kept:
             log.warning("the request log is written again (%d records caught up)", len(unwritten))
         unwritten.clear()
+
+
+def _open(database: Path, retry: bool) -> sqlite3.Connection | None:
+    """A connection to the log, its table created or migrated; None while it cannot be had (another process holds the
+    file locked), said on the first try only. A file that is not a database is set aside for a fresh one."""
+    try:
+        try:
+            connection = _connect(database)
+        except sqlite3.DatabaseError as exc:
+            if not unreadable_database(exc):
+                raise
+            bad = set_aside_database(database)
+            log.error("the request log %s is not a database (%s): kept it as %s and started a new one",
+                      database, exc, bad.name)  # fmt: skip
+            connection = _connect(database)
+    except (sqlite3.Error, OSError) as exc:
+        if not retry:
+            log.warning("cannot open the request log %s (%s); requests are kept in memory and written once it "
+                        "opens", database, exc)  # fmt: skip
+        return None
+    if retry:
+        log.info("the request log %s opened", database)
+    return connection
+
+
+def _connect(database: Path) -> sqlite3.Connection:
+    connection = connect_autocommit(database)
+    try:
+        _create_or_migrate(connection)
+    except BaseException:
+        connection.close()
+        raise
+    return connection
 
 
 def _create_or_migrate(connection: sqlite3.Connection) -> None:
