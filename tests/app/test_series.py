@@ -74,6 +74,20 @@ def test_an_unreadable_history_file_is_an_error_the_pipeline_can_catch(tmp_path:
         SeriesHistory(database).load_into(SeriesStore(), T0)
 
 
+@pytest.mark.parametrize("labels", ["", "{", "[]", "7", '{"model": 1}', b"\xff"])
+def test_a_row_with_unreadable_labels_costs_only_its_series(tmp_path: Path, labels: object) -> None:
+    """Charts without one damaged series beat no service: `serve` restores the rest and starts."""
+    database = tmp_path / "metrics.sqlite"
+    SeriesHistory(database).load_into(SeriesStore(), T0)  # makes the table
+    with sqlite3.connect(database) as connection:
+        connection.executemany("INSERT INTO samples VALUES ('s', ?, ?, ?, 1.0)",
+                               [("x", '{"model":"m"}', T0), ("y", labels, T0)])  # fmt: skip
+    connection.close()
+    restored = SeriesStore()
+    assert SeriesHistory(database).load_into(restored, T0 + 1) == 1
+    assert [(series.name, series.labels) for series in restored.query(T0 - 1)] == [("x", {"model": "m"})]
+
+
 def test_ticks_reach_disk_while_the_history_stays_open(tmp_path: Path) -> None:
     """The writer takes the ticks that piled up on its own clock, with no call from the event loop."""
     database = tmp_path / "metrics.sqlite"

@@ -44,6 +44,17 @@ def _labels_text(labels: Labels) -> str:
     return json.dumps(dict(labels), sort_keys=True, separators=(",", ":"))
 
 
+def _labels_of(text: str) -> Labels | None:
+    """The labels `_labels_text` wrote; None for anything else a damaged or hand-edited file holds."""
+    try:
+        labels = json.loads(text)
+    except ValueError:  # not JSON, or a blob that is not UTF-8
+        return None
+    if not isinstance(labels, dict) or not all(isinstance(value, str) for value in labels.values()):
+        return None
+    return tuple(sorted(labels.items()))
+
+
 class SeriesHistory:
     """Writes ticks and closed minutes to SQLite; `load_into` reads the last day back at start."""
 
@@ -72,9 +83,16 @@ class SeriesHistory:
                     found.setdefault((name, labels_json), ([], []))[0 if tier == "s" else 1].append((t, v))
         finally:
             connection.close()
+        unreadable = 0
         for (name, labels_json), (raw, minutes) in found.items():
-            store.restore(name, tuple(sorted(json.loads(labels_json).items())), raw, minutes)
-        return len(found)
+            labels = _labels_of(labels_json)
+            if labels is None:
+                unreadable += 1
+                continue
+            store.restore(name, labels, raw, minutes)
+        if unreadable:
+            log.warning("metrics history: %d series with unreadable labels left out", unreadable)
+        return len(found) - unreadable
 
     def start(self) -> None:
         self._writer = threading.Thread(target=self._write, name="metrics-history", daemon=True)
