@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from app.bad_files import set_aside
+from app.bad_files import set_aside, unreadable_database
 from app.paths import make_private_file
 
 SCHEMA_VERSION = 1
@@ -128,7 +128,7 @@ class ChatStore:
             try:
                 self._db = _open(path, lock_wait_s)
             except sqlite3.DatabaseError as error:
-                if _primary_code(error) not in (sqlite3.SQLITE_NOTADB, sqlite3.SQLITE_CORRUPT):
+                if not unreadable_database(error):
                     raise
                 self._set_aside(path)
                 self._db = _open(path, lock_wait_s)
