@@ -358,7 +358,7 @@ def _recommend(args: argparse.Namespace, paths: AppPaths) -> int:
     try:
         model_id, variants = resolve(args.model, paths)
         hardware = (
-            HardwareProfile.from_dict(json.loads(args.hardware.read_text(encoding="utf-8")))
+            HardwareProfile.from_file(args.hardware)
             if args.hardware
             else detect_hardware(paths.models_dir, bandwidth_cache=paths.bandwidth_cache)
         )

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 from typing import Any
@@ -57,7 +56,7 @@ def run_export(args: argparse.Namespace, paths: AppPaths) -> int:
 
     try:
         if args.hardware is not None:
-            profile = HardwareProfile.from_dict(json.loads(args.hardware.read_text(encoding="utf-8")))
+            profile = HardwareProfile.from_file(args.hardware)
             target = target_from_profile(profile, args.nodes)
         else:
             target = ClusterTarget(args.gpu_memory, args.gpus_per_node, args.nodes, args.compute_capability)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any, Literal
 
 SCHEMA_VERSION = 1
@@ -82,6 +83,16 @@ class HardwareProfile:
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), indent=2)
+
+    @classmethod
+    def from_file(cls, path: Path) -> HardwareProfile:
+        """A profile saved from `modeldeck hw --json`; ValueError naming the file for one that is not (OSError as
+        it comes for one that cannot be read)."""
+        try:
+            return cls.from_dict(json.loads(path.read_bytes().decode("utf-8")))
+        except (ValueError, KeyError, TypeError, AttributeError, RecursionError) as exc:
+            what = f"no {exc}" if isinstance(exc, KeyError) else str(exc)
+            raise ValueError(f"{path} is not a hardware profile from `modeldeck hw --json` ({what})") from None
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> HardwareProfile:

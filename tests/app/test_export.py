@@ -377,6 +377,20 @@ def test_bad_input_is_refused_with_a_reason(
     assert (tmp_path / "FILE").read_text() == "a file where the folder should go"
 
 
+@pytest.mark.parametrize("text", ["[1, 2]", "{}", "not json", '{"cpu": []}'])
+@pytest.mark.parametrize("command", ["export", "recommend"])
+def test_a_hardware_file_that_is_no_profile_is_named(
+    command: str, text: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    profile = tmp_path / "profile.json"
+    profile.write_text(text)
+    folder = model_folder(tmp_path, "llama-70b", LLAMA_70B, {"BF16": 70_553_706_496})
+    code, out, err = run_cli([command, str(folder), "--use", "serve", "--hardware", str(profile)]
+                             + (["--format", "ray"] if command == "export" else []), capsys)  # fmt: skip
+    assert code == 2 and out == ""
+    assert f"{profile} is not a hardware profile from `modeldeck hw --json`" in err
+
+
 def test_unknown_format_is_an_argparse_error(capsys: pytest.CaptureFixture[str]) -> None:
     code, _, err = run_cli(["export", "x", "--format", "nomad"], capsys)
     assert code == 2 and "invalid choice: 'nomad'" in err
