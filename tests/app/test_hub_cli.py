@@ -163,6 +163,28 @@ def test_import_adds_a_gguf_and_refuses_a_broken_one(
     assert again.returncode == 2 and "already in the library" in again.stderr
 
 
+def test_ctrl_c_during_an_import_leaves_no_part_of_the_copy(
+    bundled_gguf: Path, tmp_path: Path, paths: AppPaths, hf_home: Path
+) -> None:
+    """A big model takes a while to copy; Ctrl-C then must not leave its first gigabytes in the models folder."""
+    source = tmp_path / "Big-Model.Q4_1.gguf"
+    source.write_bytes(bundled_gguf.read_bytes())
+    with source.open("r+b") as grown:
+        grown.truncate(8 << 30)  # sparse: the same GGUF, its tensors followed by 8 GiB of nothing to copy
+    partial = paths.models_dir / f".{source.name}.partial"
+    process = subprocess.Popen([sys.executable, "-m", "app", "import", str(source)], cwd=REPO,
+                               env=env_for("http://127.0.0.1:9", hf_home), stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE)  # fmt: skip
+    try:
+        wait_for(partial.exists, 60, "the copy to begin")
+        process.send_signal(signal.SIGINT)
+        assert process.wait(timeout=60) != 0
+    finally:
+        process.kill()
+        process.communicate()
+    assert list(paths.models_dir.iterdir()) == []
+
+
 def test_hf_token_set_refuses_without_an_os_keyring(hf_home: Path) -> None:
     result = modeldeck("hf-token", "set", env=env_for("http://127.0.0.1:9", hf_home), stdin=SECRET + "\n")
     assert result.returncode == 2

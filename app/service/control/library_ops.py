@@ -279,6 +279,9 @@ def import_gguf(source: Path, paths: AppPaths, taken: set[str], link: bool = Fal
     except OSError as exc:
         partial.unlink(missing_ok=True)
         raise LibraryError(507, f"Could not copy {source.name} into {paths.models_dir}: {exc.strerror or exc}") from exc
+    except BaseException:  # Ctrl-C in `modeldeck import`: no half a model left in the folder
+        partial.unlink(missing_ok=True)
+        raise
     resolved = target.resolve()
     return ModelSpec(model_id, target.name, resolved, resolved.stat().st_size, "local")
 
