@@ -13,15 +13,18 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Literal
 
-from huggingface_hub import HfApi
+import httpx2
+from huggingface_hub import HfApi, set_client_factory
 from huggingface_hub.hf_api import ModelSort_T
 from huggingface_hub.hf_api import RepoFile as HubTreeFile
+from huggingface_hub.utils._http import default_client_factory  # its hooks; public in name only as the default
 
 from app.hub.errors import HUB_FAILURES, OfflineError, translate
 from app.hub.variants import RepoFile, Variant, gguf_variants, safetensors_variant
 
 Sort = Literal["downloads", "likes", "recent"]
 PROBE_TIMEOUT_S = 3.0
+ANSWER_TIMEOUT_S = 10.0  # the Hub answers in a second; a host that takes the connection and says nothing is down
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _HUB_SORT: dict[Sort, ModelSort_T] = {"downloads": "downloads", "likes": "likes", "recent": "last_modified"}
 
@@ -49,6 +52,21 @@ class ModelDetails:
     files: tuple[RepoFile, ...]
     variants: tuple[Variant, ...]  # GGUF
     safetensors: Variant | None = None  # the weights, config and tokenizer vLLM serves, when the repo has them
+
+
+def _client_that_gives_up() -> httpx2.Client:
+    """huggingface_hub's client, whose calls wait for an answer forever (each passes timeout=None, which a client's
+    default cannot override): a hook gives every request a timeout of its own, so a silent Hub ends a search."""
+    client = default_client_factory()
+    client.event_hooks["request"].append(_with_timeout)
+    return client
+
+
+def _with_timeout(request: httpx2.Request) -> None:
+    request.extensions["timeout"] = httpx2.Timeout(ANSWER_TIMEOUT_S, connect=PROBE_TIMEOUT_S).as_dict()
+
+
+set_client_factory(_client_that_gives_up)
 
 
 def _api(endpoint: str, token: str | None) -> HfApi:

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import logging
+import socket
 import threading
 import time
 from pathlib import Path
 
 import pytest
 
+from app.hub import hub_api
 from app.hub.cache import RepoCache, UnsafeName, check_filename
 from app.hub.download import RetryPolicy, _open_partial, download_files, resolve
 from app.hub.errors import OFFLINE_MESSAGE, HubError, OfflineError
@@ -66,6 +68,28 @@ def test_model_page_lists_files_license_gated_and_variants(hub: FakeHub, gguf_sl
     assert {f.path: f.sha256 for f in details.files}["m-Q8_0.gguf"] == sha256(gguf_slice)
     q4 = next(v for v in details.variants if v.name == "Q4_K_M")
     assert len(q4.files) == 2 and q4.size == SLICE_BYTES + 2000
+
+
+def test_a_hub_that_takes_the_connection_and_never_answers_is_given_up_on(monkeypatch: pytest.MonkeyPatch) -> None:
+    """huggingface_hub waits for an answer forever unless told otherwise: the Discover page's search never ended."""
+    silent = socket.socket()
+    silent.bind(("127.0.0.1", 0))
+    silent.listen()
+    monkeypatch.setattr(hub_api, "ANSWER_TIMEOUT_S", 0.2)  # huggingface_hub retries 5 times, 23 s of pauses
+    outcome: list[BaseException] = []
+
+    def search() -> None:
+        try:
+            search_models("qwen", endpoint=f"http://127.0.0.1:{silent.getsockname()[1]}", token=None)
+        except BaseException as exc:  # handed to the test's thread
+            outcome.append(exc)
+
+    worker = threading.Thread(target=search, daemon=True)
+    worker.start()
+    worker.join(timeout=90)
+    silent.close()
+    assert not worker.is_alive(), "the search still waits for the Hub"
+    assert len(outcome) == 1 and isinstance(outcome[0], HubError) and "network error" in str(outcome[0])
 
 
 def test_search_results_come_back_sorted(hub: FakeHub, gguf_slice: bytes) -> None:
