@@ -88,17 +88,26 @@ def _on_off(text: str) -> bool:
     return text.lower() == "on"
 
 
+def _seconds(text: str) -> float:
+    try:
+        seconds = float(text)
+    except ValueError:
+        seconds = math.nan
+    if not seconds > 0 or math.isinf(seconds):
+        raise argparse.ArgumentTypeError(f"expected a positive number of seconds, got {text!r}")
+    return seconds
+
+
 def _model_ttl(text: str) -> tuple[str, float | None]:
     model_id, _, seconds = text.partition("=")
     if model_id and seconds == "never":
         return model_id, None
     try:
-        ttl = float(seconds)
-    except ValueError:
-        ttl = math.nan
-    if not model_id or not ttl > 0 or math.isinf(ttl):
-        raise argparse.ArgumentTypeError(f"expected ID=SECONDS (a positive number) or ID=never, got {text!r}")
-    return model_id, ttl
+        if model_id:
+            return model_id, _seconds(seconds)
+    except argparse.ArgumentTypeError:
+        pass
+    raise argparse.ArgumentTypeError(f"expected ID=SECONDS (a positive number) or ID=never, got {text!r}")
 
 
 class _PrintVersion(argparse.Action):
@@ -125,7 +134,7 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument(
         "--no-api-key", action="store_true", help="accept requests without a key (only on a loopback address)"
     )
-    serve.add_argument("--idle-ttl", type=float, metavar="SECONDS", help="stop engines unused for this long")
+    serve.add_argument("--idle-ttl", type=_seconds, metavar="SECONDS", help="stop engines unused for this long")
     serve.add_argument(
         "--model-ttl", action="append", default=[], type=_model_ttl, metavar="ID=SECONDS",
         help="idle TTL of one model, over --idle-ttl; ID=never keeps it loaded (repeatable)",

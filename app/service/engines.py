@@ -46,6 +46,8 @@ from engines.states import ACTIVE_STATES, EngineEvent, EngineState
 from engines.supervisor import CommandFactory, EngineSupervisor, EventSink, LogSink, SupervisorPolicy
 from engines.vllm_log import VLLMStartup
 
+IDLE_CHECK_MIN_S = 0.1  # the idle check's shortest pause, however short a TTL: never a loop that does not wait
+
 
 def _rss(pid: int) -> int | None:
     try:
@@ -75,11 +77,16 @@ class LifecyclePolicy:
 
     def ttl_for(self, model_id: str) -> float | None:
         """The idle TTL of one model: its own if it has one, else the default."""
-        return self.model_ttl_s.get(model_id, self.idle_ttl_s)
+        return _kept_unless_positive(self.model_ttl_s.get(model_id, self.idle_ttl_s))
 
     def shortest_ttl(self) -> float | None:
-        ttls = [ttl for ttl in (self.idle_ttl_s, *self.model_ttl_s.values()) if ttl is not None]
-        return min(ttls) if ttls else None
+        ttls = [_kept_unless_positive(ttl) for ttl in (self.idle_ttl_s, *self.model_ttl_s.values())]
+        return min((ttl for ttl in ttls if ttl is not None), default=None)
+
+
+def _kept_unless_positive(ttl: float | None) -> float | None:
+    """A TTL of 0 or less (or NaN) keeps the engine loaded, as None does: 0 is "never" in the window's settings."""
+    return ttl if ttl is not None and ttl > 0 else None
 
 
 @dataclass(frozen=True)
@@ -600,7 +607,7 @@ class EngineManager:
         if shortest is None:
             return
         while True:
-            await asyncio.sleep(min(1.0, shortest / 4))
+            await asyncio.sleep(min(1.0, max(IDLE_CHECK_MIN_S, shortest / 4)))
             now = time.monotonic()
             for model_id in self._loaded(excluding=""):
                 ttl, idle_for = self.lifecycle.ttl_for(model_id), now - self._last_used_at(model_id)

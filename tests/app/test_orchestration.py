@@ -8,6 +8,7 @@ synthetic engine makes it fast and independent of the llama-server build."""
 from __future__ import annotations
 
 import asyncio
+import math
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +16,8 @@ import openai
 import pytest
 
 from app.paths import AppPaths
-from app.service.engines import LifecyclePolicy
+from app.service.engines import IDLE_CHECK_MIN_S, EngineManager, LifecyclePolicy
+from app.service.events import EventBus
 from engines.base import Capabilities
 from engines.states import EngineState
 from tests.support.synthetic import Core, SyntheticEngineAdapter, running_core, synthetic_spec
@@ -118,6 +120,33 @@ async def test_an_idle_engine_is_stopped_after_its_ttl(paths: AppPaths, tmp_path
         assert core.manager.state("kept") == EngineState.READY  # no TTL of its own: never stopped
         answer = await core.openai.completions.create(model="m", prompt="x", max_tokens=1)  # starts it again
         assert answer.choices and core.manager.state("m") in (EngineState.READY, EngineState.STOPPED)
+
+
+async def test_a_ttl_that_is_not_positive_keeps_engines_loaded(paths: AppPaths) -> None:
+    """0 is "never" in the window's settings; a negative TTL, from wherever it came, is no TTL either: the idle
+    check ends at once rather than spinning without a pause and stopping every engine."""
+    lifecycle = LifecyclePolicy(idle_ttl_s=0, model_ttl_s={"a": -1.0, "b": math.nan})
+    assert lifecycle.shortest_ttl() is None and {lifecycle.ttl_for(m) for m in ("a", "b", "c")} == {None}
+    manager = EngineManager({}, paths, EventBus(), lifecycle=lifecycle)
+    await asyncio.wait_for(manager.stop_idle_engines(), timeout=5)
+
+
+async def test_the_idle_check_pauses_however_short_the_ttl(paths: AppPaths, monkeypatch: pytest.MonkeyPatch) -> None:
+    pauses: list[float] = []
+
+    class Paused(Exception):
+        pass
+
+    async def sleep(seconds: float) -> None:
+        pauses.append(seconds)
+        raise Paused
+
+    manager = EngineManager({}, paths, EventBus(), lifecycle=LifecyclePolicy(idle_ttl_s=1e-9))
+    monkeypatch.setattr(asyncio, "sleep", sleep)
+    with pytest.raises(Paused):
+        await manager.stop_idle_engines()
+    monkeypatch.undo()
+    assert pauses == [IDLE_CHECK_MIN_S]
 
 
 async def test_an_idle_engine_makes_room_and_a_busy_one_does_not(paths: AppPaths, tmp_path: Path) -> None:
