@@ -62,13 +62,22 @@ DEFAULT_PORT = 8642
 
 
 def port_from_env() -> int | None:
-    """$MODELDECK_PORT, when it holds a port number."""
-    value = os.environ.get(PORT_ENV, "")
-    return int(value) if value.isdigit() and 0 < int(value) < 65536 else None
+    """$MODELDECK_PORT, or None when it is unset or empty; ValueError, saying why, when it is not a port number."""
+    value = os.environ.get(PORT_ENV, "").strip()
+    if not value:
+        return None
+    try:
+        port = int(value)
+    except ValueError:
+        port = 0
+    if not 0 < port < 65536:
+        raise ValueError(f"${PORT_ENV} must be a port number from 1 to 65535, got {value!r}")
+    return port
 
 
 def default_port() -> int:
-    """The port of the OpenAI endpoint: $MODELDECK_PORT, else 8642 (the service also reads the settings)."""
+    """The port of the OpenAI endpoint: $MODELDECK_PORT, else 8642 (the service also reads the settings).
+    ValueError when $MODELDECK_PORT is not a port number."""
     return port_from_env() or DEFAULT_PORT
 
 

@@ -31,6 +31,7 @@ from app.cli.export import add_export_command, run_export
 from app.cli.hub import HUB_COMMANDS, MODELS_DIR_HELP, add_hub_commands, run_hub_command
 from app.cli.models import COMMANDS as MODEL_COMMANDS
 from app.cli.models import add_model_commands, run_model_command
+from app.cli.numbers import tcp_port, whole_number
 from app.cli.quality import add_quality_commands, run_quality_command
 from app.cli.sizes import size_argument
 from app.cli.status import add_status_command, run_status
@@ -62,6 +63,12 @@ def _upstream(text: str) -> tuple[str, str]:
     parsed = urllib.parse.urlsplit(url)
     if not model_id or parsed.scheme != "http" or parsed.hostname not in ("127.0.0.1", "localhost", "::1"):
         raise argparse.ArgumentTypeError(f"expected ID=http://127.0.0.1:PORT (a server on this machine), got {text!r}")
+    try:
+        port_number = parsed.port  # ValueError when it is not a number, or past 65535
+    except ValueError:
+        port_number = 0
+    if port_number == 0:
+        raise argparse.ArgumentTypeError(f"the port of {url!r} must be a number from 1 to 65535")
     return model_id, url
 
 
@@ -128,8 +135,10 @@ def _parser() -> argparse.ArgumentParser:
     serve = commands.add_parser("serve", help="run the service in the foreground (headless)")
     # Unset flags take the saved settings (app.settings); a flag given overrides them for this run.
     serve.add_argument("--host", help="address of the OpenAI endpoint (settings; default 127.0.0.1)")
-    serve.add_argument("--port", type=int, help="port of the OpenAI endpoint ($MODELDECK_PORT, settings; 8642)")
-    serve.add_argument("--control-port", type=int, help="loopback port of the control API (settings; any free)")
+    serve.add_argument("--port", type=tcp_port, help="port of the OpenAI endpoint ($MODELDECK_PORT, settings; 8642)")
+    serve.add_argument(
+        "--control-port", type=whole_number(0, 65535), help="loopback port of the control API (settings; 0: any free)"
+    )
     serve.add_argument("--model", action="append", default=[], metavar="ID", help="start this model (repeatable)")
     serve.add_argument(
         "--no-api-key", action="store_true", help="accept requests without a key (only on a loopback address)"
@@ -258,11 +267,16 @@ def _setup_service_logging(paths: AppPaths) -> None:
 def _serve(args: argparse.Namespace, paths: AppPaths, loaded: LoadedSettings) -> int:
     from app.service.server import SHUTDOWN_DEADLINE_S, ServeOptions, Service, ServiceError
 
-    _setup_service_logging(paths)
     settings = loaded.settings
+    try:
+        port = args.port if args.port is not None else port_from_env() or settings.gateway_port
+    except ValueError as exc:
+        print(f"modeldeck: {exc}", file=sys.stderr)
+        return 2
+    _setup_service_logging(paths)
     options = ServeOptions(
         args.host if args.host is not None else settings.bind_address,
-        args.port if args.port is not None else port_from_env() or settings.gateway_port,
+        port,
         control_port=args.control_port if args.control_port is not None else settings.control_port,
         models=tuple(dict.fromkeys(args.model)),
         require_api_key=not args.no_api_key,

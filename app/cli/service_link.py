@@ -24,6 +24,10 @@ def service_on_demand(paths: AppPaths) -> ControlClient:
     client = connect(paths)
     if client is not None:
         return client
+    try:
+        # The port as the window chooses it: $MODELDECK_PORT, else the saved settings (`serve` reads them).
+        port = port_from_env()
+    except ValueError as exc:
+        raise ServiceUnavailable(f"Cannot start the ModelDeck service: {exc}.") from None
     print("Starting the ModelDeck service\N{HORIZONTAL ELLIPSIS}", file=sys.stderr)
-    # The port as the window chooses it: $MODELDECK_PORT, else the saved settings (`serve` reads them).
-    return start_service(paths, port_from_env()).client
+    return start_service(paths, port).client
