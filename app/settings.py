@@ -24,6 +24,7 @@ SCHEMA_VERSION = 1
 SETTINGS_FILE = "settings.json"
 THEMES = ("system", "light", "dark")
 MAX_TTL_S = 30 * 24 * 3600.0
+MAX_LOSS_PCT = 1000.0
 # Changes to these apply when the service next starts; the others are the window's and apply at once.
 RESTART_FIELDS = frozenset({"gateway_port", "control_port", "bind_address", "cors_origins", "idle_ttl_s", "models_dir"})
 
@@ -208,8 +209,8 @@ def _optional_flag(name: str, value: Any) -> bool | None:
 def _optional_percent(name: str, value: Any) -> float | None:
     if value is None:
         return None
-    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value <= 1000:
-        raise SettingsError(name, f"must be a percentage from 0 to 1000, or null for none; got {value!r}")
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value <= MAX_LOSS_PCT:
+        raise SettingsError(name, f"must be a percentage from 0 to {MAX_LOSS_PCT:g}, or null for none; got {value!r}")
     return float(value)
 
 

@@ -59,6 +59,11 @@ class SweepOptions:
     turns: int = DEFAULT_TURNS  # multi-turn
 
     def __post_init__(self) -> None:
+        counts = {"prompt tokens": self.prompt_tokens, "output tokens": self.output_tokens,
+                  "requests per level": self.requests_per_level}  # fmt: skip
+        for name, count in counts.items():
+            if count is not None and count < 1:
+                raise ValueError(f"{name} must be at least 1, got {count}")
         if self.prompt_mode not in PROMPT_MODES:
             raise ValueError(f"the prompt mode must be one of {', '.join(PROMPT_MODES)}, not {self.prompt_mode!r}")
         if self.prompt_mode == "shared-prefix" and not 1 <= self.prefix_tokens < self.prompt_tokens:
@@ -77,7 +82,7 @@ class SweepOptions:
     def requests_for(self, concurrency: int) -> int:
         if self.prompt_mode == "multi-turn":
             return self.conversations_for(concurrency) * self.turns
-        return self.requests_per_level or max(8, 2 * concurrency)
+        return self.requests_per_level if self.requests_per_level is not None else max(8, 2 * concurrency)
 
 
 class SweepError(Exception):

@@ -31,7 +31,7 @@ from app.cli.export import add_export_command, run_export
 from app.cli.hub import HUB_COMMANDS, MODELS_DIR_HELP, add_hub_commands, run_hub_command
 from app.cli.models import COMMANDS as MODEL_COMMANDS
 from app.cli.models import add_model_commands, run_model_command
-from app.cli.numbers import tcp_port, whole_number
+from app.cli.numbers import positive, tcp_port, whole_number
 from app.cli.quality import add_quality_commands, run_quality_command
 from app.cli.sizes import size_argument
 from app.cli.status import add_status_command, run_status
@@ -43,19 +43,9 @@ from app.interrupt import exit_promptly_on_interrupt, exit_within, kill_descenda
 from app.keys import load_api_key
 from app.paths import AppPaths, app_paths, make_private_dirs
 from app.planner.recommend import USES
-from app.settings import LoadedSettings, load_settings, origin_problem, with_models_dir
+from app.settings import MAX_LOSS_PCT, LoadedSettings, load_settings, origin_problem, with_models_dir
 from app.version import provenance
 from engines.logs import PrivateRotatingFileHandler
-
-
-def _positive(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
-    return value
 
 
 def _upstream(text: str) -> tuple[str, str]:
@@ -117,6 +107,16 @@ def _model_ttl(text: str) -> tuple[str, float | None]:
     raise argparse.ArgumentTypeError(f"expected ID=SECONDS (a positive number) or ID=never, got {text!r}")
 
 
+def _loss_percent(text: str) -> float:
+    try:
+        percent = float(text)
+    except ValueError:
+        percent = math.nan
+    if not 0 <= percent <= MAX_LOSS_PCT:
+        raise argparse.ArgumentTypeError(f"expected a percentage from 0 to {MAX_LOSS_PCT:g}, got {text!r}")
+    return percent
+
+
 class _PrintVersion(argparse.Action):
     """`--version`, asking git for the commit only when it is given."""
 
@@ -165,7 +165,7 @@ def _parser() -> argparse.ArgumentParser:
         "from $MODELDECK_REMOTE_KEY_<NAME> or the key store (repeatable)",
     )  # fmt: skip
     serve.add_argument(
-        "--max-connections", type=_positive, metavar="N",
+        "--max-connections", type=positive, metavar="N",
         help="client connections the OpenAI endpoint keeps open; the longest idle one makes room (from the open-file "
         "limit, at most 4096)",
     )  # fmt: skip
@@ -211,11 +211,11 @@ def _parser() -> argparse.ArgumentParser:
     recommend = commands.add_parser("recommend", help="say which engine, quantization and settings fit a model here")
     recommend.add_argument("model", metavar="MODEL", help="a model id from `modeldeck models`, a GGUF file or a folder")
     recommend.add_argument("--use", choices=USES, default="chat", help="chat (default), serve or long-context")
-    recommend.add_argument("--users", type=int, metavar="N", help="concurrent users to serve (--use serve; 8)")
+    recommend.add_argument("--users", type=positive, metavar="N", help="concurrent users to serve (--use serve; 8)")
     recommend.add_argument("--hardware", type=Path, metavar="FILE", help="plan for a recorded `hw --json` profile")
     recommend.add_argument("--json", action="store_true", help="print the recommendation as JSON")
     recommend.add_argument(
-        "--max-loss", type=float, metavar="PCT",
+        "--max-loss", type=_loss_percent, metavar="PCT",
         help="rank a variant whose measured perplexity increase passes PCT %% lower (settings: max_quality_loss_pct)",
     )  # fmt: skip
     add_hub_commands(commands)
@@ -227,7 +227,7 @@ def _parser() -> argparse.ArgumentParser:
     bench = commands.add_parser("bench", help="measure a model's throughput and latency at rising concurrency")
     bench.add_argument("model", nargs="?", metavar="MODEL", help="a model id from `modeldeck models`")
     bench.add_argument("--concurrency", default="1,4,16,64", metavar="N,N,...", help="levels to sweep (1,4,16,64)")
-    bench.add_argument("--prompt-tokens", type=int, default=256, metavar="N",
+    bench.add_argument("--prompt-tokens", type=positive, default=256, metavar="N",
                        help="prompt length in tokens, chat template included (256)")  # fmt: skip
     bench.add_argument(
         "--prompt-mode", choices=PROMPT_MODES, default=DEFAULT_PROMPT_MODE,
@@ -240,8 +240,8 @@ def _parser() -> argparse.ArgumentParser:
     bench.add_argument("--turns", type=int, default=DEFAULT_TURNS, metavar="N",
                        help=f"multi-turn: turns per conversation ({DEFAULT_TURNS})")  # fmt: skip
     bench.add_argument("--seed", type=int, default=0, metavar="N", help="the prompts' seed: runs with one repeat (0)")
-    bench.add_argument("--output-tokens", type=int, default=128, metavar="N", help="tokens to generate (128)")
-    bench.add_argument("--requests", type=int, metavar="N", help="requests per level (max(8, 2 x concurrency))")
+    bench.add_argument("--output-tokens", type=positive, default=128, metavar="N", help="tokens to generate (128)")
+    bench.add_argument("--requests", type=positive, metavar="N", help="requests per level (max(8, 2 x concurrency))")
     bench.add_argument("--json", action="store_true", help="print the benchmark card as JSON")
     bench.add_argument(
         "--progress-jsonl", action="store_true",

@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from app.cli.numbers import positive
 from app.cli.sizes import size_argument
 from app.paths import AppPaths
 from app.planner.recommend import USES
@@ -42,8 +43,8 @@ def add_export_command(commands: Any) -> None:
     export.add_argument("--hardware", type=Path, metavar="FILE",
                         help="nodes like this recorded `hw --json` profile (GPUs, memory, capability)")  # fmt: skip
     export.add_argument("--use", choices=USES, default="serve", help="serve (default), chat or long-context")
-    export.add_argument("--users", type=int, metavar="N", help="concurrent users to hold in the KV cache (8)")
-    export.add_argument("--max-model-len", type=int, metavar="N", help="context per request (the use's default)")
+    export.add_argument("--users", type=positive, metavar="N", help="concurrent users to hold in the KV cache (8)")
+    export.add_argument("--max-model-len", type=positive, metavar="N", help="context per request (the use's default)")
     export.add_argument("--served-model-name", metavar="NAME", help="the model name clients send")
 
 

@@ -23,4 +23,5 @@ def whole_number(lowest: int, highest: int | None = None) -> Callable[[str], int
     return number
 
 
+positive = whole_number(1)
 tcp_port = whole_number(1, 65535)

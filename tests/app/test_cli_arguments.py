@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import pytest
 
+from app.bench.sweep import SweepOptions
 from app.cli.entry import _parser
 from app.cli.service_link import service_on_demand
 from app.client import ServiceUnavailable, port_from_env
 from app.paths import AppPaths
+from app.service.jobs.bench_runs import BadBenchRequest, BenchRequest
 from tests.app.test_cli import modeldeck
 
 
@@ -90,3 +92,50 @@ def test_a_command_starting_the_service_says_a_bad_modeldeck_port_is_bad(
     monkeypatch.setattr("app.cli.service_link.start_service", no_start)
     with pytest.raises(ServiceUnavailable, match=r"Cannot start the ModelDeck service: \$MODELDECK_PORT must be"):
         service_on_demand(paths)
+
+
+@pytest.mark.parametrize(
+    ("argv", "flag", "words"),
+    [(["export", "m", "--format", "k8s", "--max-model-len", "-100"], "--max-model-len", "must be at least 1, got -100"),
+     (["export", "m", "--format", "k8s", "--users", "-4"], "--users", "must be at least 1, got -4"),
+     (["recommend", "m", "--users", "-3"], "--users", "must be at least 1, got -3"),
+     (["recommend", "m", "--users", "0"], "--users", "must be at least 1, got 0"),
+     (["recommend", "m", "--max-loss", "-5"], "--max-loss", "expected a percentage from 0 to 1000, got '-5'"),
+     (["recommend", "m", "--max-loss", "1001"], "--max-loss", "expected a percentage from 0 to 1000, got '1001'"),
+     (["recommend", "m", "--max-loss", "nan"], "--max-loss", "expected a percentage from 0 to 1000, got 'nan'"),
+     (["bench", "m", "--requests", "-3"], "--requests", "must be at least 1, got -3"),
+     (["bench", "m", "--requests", "0"], "--requests", "must be at least 1, got 0"),
+     (["bench", "m", "--output-tokens", "0"], "--output-tokens", "must be at least 1, got 0"),
+     (["bench", "m", "--prompt-tokens", "-1"], "--prompt-tokens", "must be at least 1, got -1"),
+     (["serve", "--max-memory", "0.5"], "--max-memory", "a size must be at least one byte, got '0.5'")],
+)  # fmt: skip
+def test_counts_that_cannot_work_are_refused(
+    capsys: pytest.CaptureFixture[str], argv: list[str], flag: str, words: str
+) -> None:
+    assert f"argument {flag}: {words}" in refusal(capsys, *argv)
+
+
+def test_a_loss_threshold_of_0_and_a_fraction_of_a_gib_are_taken() -> None:
+    assert _parser().parse_args(["recommend", "m", "--max-loss", "0"]).max_loss == 0.0
+    args = _parser().parse_args(["export", "m", "--format", "k8s", "--gpu-memory", "0.5", "--users", "1"])
+    assert (args.gpu_memory, args.users) == (2**29, 1)
+
+
+@pytest.mark.parametrize(
+    ("changes", "words"),
+    [({"requests_per_level": 0}, "requests per level must be at least 1, got 0"),
+     ({"requests_per_level": -3}, "requests per level must be at least 1, got -3"),
+     ({"output_tokens": 0}, "output tokens must be at least 1, got 0"),
+     ({"prompt_tokens": 0}, "prompt tokens must be at least 1, got 0")],
+)  # fmt: skip
+def test_sweep_options_refuse_counts_below_one(changes: dict[str, int], words: str) -> None:
+    with pytest.raises(ValueError, match=words):
+        SweepOptions(**changes)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("field", ["requests", "output_tokens", "prompt_tokens"])
+def test_the_bench_api_answers_400_for_counts_below_one(field: str) -> None:
+    for value in (0, -3):
+        with pytest.raises(BadBenchRequest) as refused:
+            BenchRequest.from_json(f'{{"model": "m", "{field}": {value}}}'.encode(), ["m"])
+        assert (refused.value.status, refused.value.param) == (400, field)

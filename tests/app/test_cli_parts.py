@@ -43,13 +43,14 @@ def test_the_vllm_install_shows_a_bar_only_while_a_file_downloads() -> None:
 @pytest.mark.parametrize(
     ("text", "default_unit", "expected"),
     [("512M", 1, 512 << 20), ("8G", 1, 8 << 30), ("8gib", 1, 8 << 30), ("1.5T", 1, int(1.5 * 2**40)),
-     ("1500000000", 1, 1_500_000_000), ("80", 2**30, 80 << 30), ("24GB", 2**30, 24 << 30)],
+     ("1500000000", 1, 1_500_000_000), ("80", 2**30, 80 << 30), ("24GB", 2**30, 24 << 30), ("0.5", 2**30, 1 << 29),
+     ("1.5", 1, 2)],
 )  # fmt: skip
 def test_sizes(text: str, default_unit: int, expected: int) -> None:
     assert parse_size(text, default_unit) == expected
 
 
-@pytest.mark.parametrize("text", ["", "G", "8X", "-1G", "0", "nan", "inf"])
+@pytest.mark.parametrize("text", ["", "G", "8X", "-1G", "0", "0.5", "nan", "inf"])
 def test_bad_sizes_are_refused(text: str) -> None:
     with pytest.raises(ValueError, match="size"):
         parse_size(text)
