@@ -73,6 +73,11 @@ class AppPaths:
         return self.state / "control-token"
 
     @property
+    def service_lock(self) -> Path:
+        """Held by the data folder's one service from before it touches anything until after it withdraws."""
+        return self.state / "service.lock"
+
+    @property
     def api_key_file(self) -> Path:
         return self.config / "api-key"
 

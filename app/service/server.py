@@ -20,7 +20,9 @@ from pathlib import Path
 from typing import Any, Protocol
 
 import aiohttp
+import psutil
 import uvicorn
+from filelock import FileLock, Timeout
 
 from app.hardware.detect import detect_hardware
 from app.hub.cache import default_cache_dir
@@ -200,17 +202,22 @@ class Service:
     def _force_exit(self, sig: signal.Signals, code: int | None = None) -> None:
         if code is None:
             kill_descendants()
-            for path in (self.paths.service_file, self.paths.control_token_file):
-                with contextlib.suppress(OSError):
-                    path.unlink()
+            _withdraw_discovery(self.paths)
         for stream in (sys.stdout, sys.stderr):
             with contextlib.suppress(OSError, ValueError):
                 stream.flush()
         os._exit(128 + sig if code is None else code)
 
     async def run(self) -> None:
+        make_private_dirs(self.paths)
+        claim = _claim_data_folder(self.paths)
+        try:
+            await self._run()
+        finally:
+            claim.release()
+
+    async def _run(self) -> None:
         options, paths = self.options, self.paths
-        make_private_dirs(paths)
         for database in (paths.requests_db, paths.metrics_db, paths.calibration_db):
             make_private_file(database)
         models = known_models(paths, options.models_dirs) | {
@@ -289,7 +296,6 @@ class Service:
             url, key_value, api_key.source if api_key else "none", api_key.note if api_key else "", tls_info
         )
         token = secrets.token_urlsafe(32)
-        write_private(paths.control_token_file, token + "\n")
         allowed = LOOPBACK_HOSTS if is_loopback_address(options.host) else allowed_hosts(options.host)
         pool = UpstreamPool()
         # Engines' own /metrics are scraped once a second: off the hot path, so aiohttp is fine there.
@@ -366,6 +372,7 @@ class Service:
                 if any(task.done() for task in tasks):
                     raise ServiceError("a listener failed to start; see the service log")
                 await asyncio.sleep(0.01)
+            write_private(paths.control_token_file, token + "\n")
             write_private(paths.service_file, json.dumps({
                 "pid": os.getpid(), "url": url, "control_url": f"http://127.0.0.1:{control_port}",
                 "started": time.time(),
@@ -400,8 +407,7 @@ class Service:
             await asyncio.to_thread(request_log.close)
             for sig in (signal.SIGINT, signal.SIGTERM):
                 loop.remove_signal_handler(sig)
-            paths.service_file.unlink(missing_ok=True)
-            paths.control_token_file.unlink(missing_ok=True)
+            _withdraw_discovery(paths)
             self._stopped.set()
 
     async def _start_model(self, manager: EngineManager, model_id: str) -> None:
@@ -410,6 +416,46 @@ class Service:
             log.info("%s is ready", model_id)
         else:
             log.error("%s failed to start: %s", model_id, manager.describe(model_id)["message"])
+
+
+def _claim_data_folder(paths: AppPaths) -> FileLock:
+    """The data folder's service lock, held until the service has stopped: a second service of the folder would
+    reap the first one's engines and take over its discovery file and control token."""
+    lock = FileLock(paths.service_lock, timeout=0, mode=0o600)
+    try:
+        lock.acquire()
+    except Timeout:
+        raise ServiceError(_already_running(paths)) from None
+    return lock
+
+
+def _already_running(paths: AppPaths) -> str:
+    try:
+        info = json.loads(paths.service_file.read_text(encoding="utf-8"))
+        pid, url = int(info["pid"]), str(info["url"])
+    except (OSError, ValueError, KeyError, TypeError):
+        pid, url = 0, ""
+    if pid and psutil.pid_exists(pid):  # not a discovery file left by a service that was killed
+        return (
+            f"A ModelDeck service already runs for this data folder (pid {pid}, {url}): use it, stop it first "
+            f"(Ctrl-C where it runs, or kill {pid}), or give this one its own folder with MODELDECK_HOME."
+        )
+    return (
+        "Another ModelDeck service of this data folder is starting or stopping: use it once it answers, or give "
+        "this one its own folder with MODELDECK_HOME."
+    )
+
+
+def _withdraw_discovery(paths: AppPaths) -> None:
+    """Remove the discovery file and the control token while they are this process's, never another service's."""
+    try:
+        pid = json.loads(paths.service_file.read_text(encoding="utf-8"))["pid"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return
+    if pid == os.getpid():
+        for path in (paths.service_file, paths.control_token_file):
+            with contextlib.suppress(OSError):
+                path.unlink()
 
 
 def _log_tls(tls: TlsIdentity) -> None:

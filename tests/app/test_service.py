@@ -15,6 +15,7 @@ import openai
 import psutil
 import pytest
 
+from app.client import find_service
 from app.hub.library import BUNDLED_ID
 from app.paths import AppPaths
 from tests.support.service import REPO, RunningService, free_port, start_service_process, stop_service_process
@@ -113,6 +114,32 @@ def test_sigterm_stops_engines_and_cleans_up(service: RunningService, paths: App
     assert not engine.is_running() or engine.status() == psutil.STATUS_ZOMBIE
     assert not paths.service_file.exists()
     assert not paths.control_token_file.exists()
+
+
+def test_a_second_service_of_the_data_folder_is_refused_and_leaves_the_first_whole(
+    service: RunningService, paths: AppPaths
+) -> None:
+    """A second `serve` of one folder would reap the first one's engines and take over its discovery file and control
+    token, and withdraw them when it stopped: every command would then find no service while the first still ran."""
+    engine = psutil.Process(service.model()["pid"])
+    pid, address = service.process.pid, service.client.address
+    second = subprocess.run(
+        [sys.executable, "-m", "app", "serve", "--port", str(free_port())], capture_output=True, text=True,
+        timeout=60, cwd=REPO, env={**os.environ, "MODELDECK_API_KEY": "test-key"}, check=False,
+    )  # fmt: skip
+    assert second.returncode == 2
+    assert second.stderr.strip() == (
+        f"modeldeck: A ModelDeck service already runs for this data folder (pid {pid}, {service.url}): use it, stop "
+        f"it first (Ctrl-C where it runs, or kill {pid}), or give this one its own folder with MODELDECK_HOME."
+    )
+    assert find_service(paths) == address
+    assert service.model()["state"] == "ready" and engine.is_running()
+
+    # A discovery file that another process has published since is not this service's to withdraw.
+    paths.service_file.write_text(paths.service_file.read_text().replace(f'"pid": {pid}', f'"pid": {os.getpid()}'))
+    service.process.terminate()
+    assert service.process.wait(timeout=30) == 0
+    assert paths.service_file.exists() and paths.control_token_file.exists()
 
 
 def test_corrupt_gguf_fails_clearly_and_service_stays_up(paths: AppPaths, tmp_path: Path, bundled_gguf: Path) -> None:
