@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import httpx
+from filelock import FileLock, Timeout
 
 from app.api_types import (
     AboutRecord,
@@ -511,14 +512,16 @@ def connect(paths: AppPaths) -> ControlClient | None:
 
 @dataclass
 class StartedService:
-    """A service this client started; `process` is ours to stop."""
+    """A service this client started; `process` is ours to stop, None when another process's service started first
+    (ours then refused to start beside it)."""
 
     client: ControlClient
-    process: subprocess.Popen[bytes]
+    process: subprocess.Popen[bytes] | None
 
 
 def start_service(paths: AppPaths, port: int | None = None, timeout_s: float = START_TIMEOUT_S) -> StartedService:
-    """Start `modeldeck serve` in the background and wait until its control API answers."""
+    """Start `modeldeck serve` in the background and wait until its control API answers, or until the one that
+    another process started at the same time answers."""
     paths.logs.mkdir(parents=True, exist_ok=True)
     command = [*modeldeck_command(), "serve"]
     if port is not None:
@@ -530,16 +533,30 @@ def start_service(paths: AppPaths, port: int | None = None, timeout_s: float = S
         )  # fmt: skip
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise ServiceUnavailable(_last_lines(paths, f"The service exited with code {process.returncode}"))
+        exited = process.poll() is not None
         address = find_service(paths)
-        if address is not None and address.pid == process.pid:
+        if address is not None and (address.pid == process.pid or exited):
             client = connect(paths)
             if client is not None:
-                return StartedService(client, process)
+                return StartedService(client, process if client.address.pid == process.pid else None)
+        if exited and not _service_claimed(paths):
+            raise ServiceUnavailable(_last_lines(paths, f"The service exited with code {process.returncode}"))
         time.sleep(0.1)
     process.terminate()
     raise ServiceUnavailable(f"The service did not start within {timeout_s:.0f} s.")
+
+
+def _service_claimed(paths: AppPaths) -> bool:
+    """Whether a service holds the data folder (app.service.server claims it): starting, running or stopping."""
+    if not paths.service_lock.exists():
+        return False
+    lock = FileLock(paths.service_lock, timeout=0, mode=0o600)
+    try:
+        lock.acquire()
+    except Timeout:
+        return True
+    lock.release()
+    return False
 
 
 def _last_lines(paths: AppPaths, headline: str) -> str:

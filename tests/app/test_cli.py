@@ -6,7 +6,11 @@ import os
 import subprocess
 import sys
 
+import psutil
+
+from app.client import ControlClient, find_service
 from app.hub.library import BUNDLED_ID
+from app.paths import AppPaths
 from tests.support.service import REPO, RunningService, free_port
 
 
@@ -65,3 +69,41 @@ def test_serve_refuses_a_ttl_for_an_unknown_model() -> None:
     result = modeldeck("serve", "--port", str(free_port()), "--model-ttl", "nope=5", env={"MODELDECK_API_KEY": "k"})
     assert result.returncode == 2
     assert "Unknown model nope" in result.stderr
+
+
+def test_two_commands_starting_the_service_at_once_both_use_the_one_that_starts(paths: AppPaths) -> None:
+    """Both find no service and start one; the one that loses the race exits, and its command goes on with the
+    winner instead of failing on the port the winner holds."""
+    env = {**os.environ, "MODELDECK_PORT": str(free_port())}
+    command = [sys.executable, "-m", "app", "start", BUNDLED_ID]
+    starts = [subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO, env=env)
+              for _ in range(2)]  # fmt: skip
+    try:
+        outputs = [start.communicate(timeout=120) for start in starts]
+    finally:
+        for start in starts:
+            start.kill()
+            start.wait()
+        address = find_service(paths)
+        services = [process for process in psutil.process_iter() if _serves_this_folder(process)]
+        if address is not None:
+            client = ControlClient(address)
+            client.shutdown()
+            client.close()
+        psutil.wait_procs(services, timeout=60)
+    for start, (stdout, stderr) in zip(starts, outputs, strict=True):
+        assert "Starting the ModelDeck service" in stderr  # both raced to start one
+        assert start.returncode == 0, stderr
+        assert f"{BUNDLED_ID} is ready" in stdout
+    assert address is not None and [service.pid for service in services] == [address.pid]
+
+
+def _serves_this_folder(process: psutil.Process) -> bool:
+    """Whether `process` is a `modeldeck serve` of this test's MODELDECK_HOME."""
+    try:
+        return (
+            process.cmdline()[1:4] == ["-m", "app", "serve"]
+            and process.environ().get("MODELDECK_HOME") == os.environ["MODELDECK_HOME"]
+        )
+    except psutil.Error:
+        return False
