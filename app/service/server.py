@@ -67,6 +67,7 @@ from engines.supervisor import SupervisorPolicy
 
 log = logging.getLogger("modeldeck.service")
 SHUTDOWN_DEADLINE_S = 1.8  # from Ctrl-C to the end of the process, whatever the stop waits on
+CLAIM_WAIT_S = 3.0  # a service stopping (the window's restart) withdraws its files, then lets go of the lock
 
 
 class ServiceError(Exception):
@@ -421,7 +422,7 @@ class Service:
 def _claim_data_folder(paths: AppPaths) -> FileLock:
     """The data folder's service lock, held until the service has stopped: a second service of the folder would
     reap the first one's engines and take over its discovery file and control token."""
-    lock = FileLock(paths.service_lock, timeout=0, mode=0o600)
+    lock = FileLock(paths.service_lock, timeout=CLAIM_WAIT_S, mode=0o600)
     try:
         lock.acquire()
     except Timeout:
