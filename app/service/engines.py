@@ -77,14 +77,14 @@ class LifecyclePolicy:
 
     def ttl_for(self, model_id: str) -> float | None:
         """The idle TTL of one model: its own if it has one, else the default."""
-        return _kept_unless_positive(self.model_ttl_s.get(model_id, self.idle_ttl_s))
+        return _positive_or_none(self.model_ttl_s.get(model_id, self.idle_ttl_s))
 
     def shortest_ttl(self) -> float | None:
-        ttls = [_kept_unless_positive(ttl) for ttl in (self.idle_ttl_s, *self.model_ttl_s.values())]
+        ttls = [_positive_or_none(ttl) for ttl in (self.idle_ttl_s, *self.model_ttl_s.values())]
         return min((ttl for ttl in ttls if ttl is not None), default=None)
 
 
-def _kept_unless_positive(ttl: float | None) -> float | None:
+def _positive_or_none(ttl: float | None) -> float | None:
     """A TTL of 0 or less (or NaN) keeps the engine loaded, as None does: 0 is "never" in the window's settings."""
     return ttl if ttl is not None and ttl > 0 else None
 
