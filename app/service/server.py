@@ -121,8 +121,11 @@ class _Listener(Protocol):
     def stop(self) -> None: ...
 
 
-def bind_socket(host: str, port: int, what: str) -> socket.socket:
-    """Bind a listening socket now, so that a taken port is a clear error before anything starts."""
+def bind_socket(
+    host: str, port: int, what: str, choose: str = "modeldeck serve --port N, or MODELDECK_PORT=N"
+) -> socket.socket:
+    """Bind a listening socket now, so that a taken port is a clear error before anything starts; `choose` says
+    how to choose another port for it."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -133,7 +136,7 @@ def bind_socket(host: str, port: int, what: str) -> socket.socket:
         if exc.errno == errno.EADDRINUSE:
             raise ServiceError(
                 f"Port {port} on {host} is already in use, so the {what} cannot start. Stop the program using "
-                f"it, or choose another port (modeldeck serve --port N, or MODELDECK_PORT=N)."
+                f"it, or choose another port ({choose})."
             ) from exc
         raise ServiceError(f"Cannot listen on {host}:{port} for the {what}: {exc.strerror or exc}") from exc
     sock.listen(2048)
@@ -244,7 +247,9 @@ class Service:
             log.warning("stopped engine pid %s (%s) left behind by an earlier run", record.pid, record.model_id)
         gateway_sock = bind_socket(options.host, options.port, "OpenAI endpoint")
         try:
-            control_sock = bind_socket("127.0.0.1", options.control_port, "control API")
+            control_sock = bind_socket(
+                "127.0.0.1", options.control_port, "control API", "modeldeck serve --control-port N"
+            )
         except ServiceError:
             gateway_sock.close()
             raise

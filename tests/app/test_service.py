@@ -162,17 +162,21 @@ def test_corrupt_gguf_fails_clearly_and_service_stays_up(paths: AppPaths, tmp_pa
         stop_service_process(service)
 
 
-def test_port_in_use_is_a_clear_error(paths: AppPaths) -> None:
+@pytest.mark.parametrize(
+    ("flag", "advice"), [("--port", "serve --port N"), ("--control-port", "serve --control-port N")]
+)
+def test_port_in_use_is_a_clear_error(paths: AppPaths, flag: str, advice: str) -> None:
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
+        other = ["--control-port", str(free_port())] if flag == "--port" else ["--port", str(free_port())]
         result = subprocess.run(
-            [sys.executable, "-m", "app", "serve", "--port", str(port)],
+            [sys.executable, "-m", "app", "serve", flag, str(port), *other],
             capture_output=True, text=True, timeout=60, cwd=REPO, env={**os.environ, "MODELDECK_API_KEY": "k"},
         )  # fmt: skip
     assert result.returncode == 2
-    assert f"Port {port} on 127.0.0.1 is already in use" in result.stderr
+    assert f"Port {port} on 127.0.0.1 is already in use" in result.stderr and advice in result.stderr
     assert "Traceback" not in result.stderr
 
 
