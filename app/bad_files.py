@@ -4,9 +4,13 @@ from __future__ import annotations
 
 import os
 import sqlite3
+from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
 from app.paths import make_private_file
+
+T = TypeVar("T")
 
 
 def set_aside(path: Path, companions: tuple[str, ...] = ()) -> Path:
@@ -26,14 +30,36 @@ def set_aside(path: Path, companions: tuple[str, ...] = ()) -> Path:
         number += 1
 
 
-def set_aside_database(path: Path) -> Path:
+def set_aside_database(path: Path, companions: tuple[str, ...] = ()) -> Path:
     """`set_aside` for an SQLite file, with an empty file in its place that only this user may read (as the service
     makes its databases), for SQLite to make a fresh database of."""
-    bad = set_aside(path)
+    bad = set_aside(path, companions)
     make_private_file(path)
     return bad
 
 
+def fresh_if_unreadable(
+    path: Path,
+    attempt: Callable[[], T],
+    kept: Callable[[Path, sqlite3.DatabaseError], None],
+    companions: tuple[str, ...] = (),
+) -> T:
+    """`attempt()` on the SQLite file at `path`; when SQLite refuses the file itself, it is set aside (its new name
+    and the error told to `kept`) and `attempt()` runs once more, on a fresh file. Any other error is raised."""
+    try:
+        return attempt()
+    except sqlite3.DatabaseError as exc:
+        if not unreadable_database(exc):
+            raise
+        kept(set_aside_database(path, companions), exc)
+    return attempt()
+
+
+def sqlite_code(error: sqlite3.Error) -> int:
+    """SQLite's primary result code of `error` (its extended codes keep the primary in the low byte)."""
+    return getattr(error, "sqlite_errorcode", 0) & 0xFF
+
+
 def unreadable_database(error: sqlite3.Error) -> bool:
     """Whether SQLite refused the file itself (not a database, malformed), not its state (locked, full, read-only)."""
-    return (getattr(error, "sqlite_errorcode", 0) & 0xFF) in (sqlite3.SQLITE_NOTADB, sqlite3.SQLITE_CORRUPT)
+    return sqlite_code(error) in (sqlite3.SQLITE_NOTADB, sqlite3.SQLITE_CORRUPT)

@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from app.bad_files import set_aside, unreadable_database
+from app.bad_files import fresh_if_unreadable, set_aside, sqlite_code
 from app.paths import make_private_file
 
 SCHEMA_VERSION = 1
@@ -22,6 +22,7 @@ FILE_NAME = "chats.sqlite"
 DEFAULT_TITLE = "New chat"
 TITLE_LENGTH = 60
 SQLITE_HEADER = b"SQLite format 3\x00"
+SQLITE_COMPANIONS = ("-wal", "-shm")  # the -wal holds the file's latest changes: set aside, it goes with the file
 LOCK_WAIT_S = 5.0  # how long to wait for another program (another ModelDeck) writing the file
 
 
@@ -123,20 +124,19 @@ class ChatStore:
     def __init__(self, path: Path, lock_wait_s: float = LOCK_WAIT_S) -> None:
         self.problem: str | None = None
         try:
-            if not _is_sqlite(path):
-                self._set_aside(path)  # before SQLite opens it: on closing, SQLite deletes a -wal it could not use
-            try:
-                self._db = _open(path, lock_wait_s)
-            except sqlite3.DatabaseError as error:
-                if not unreadable_database(error):
-                    raise
-                self._set_aside(path)
-                self._db = _open(path, lock_wait_s)
+            if not _is_sqlite(path):  # before SQLite opens it: on closing, SQLite deletes a -wal it could not use
+                self._kept_aside(path, set_aside(path, SQLITE_COMPANIONS))
+            self._db = fresh_if_unreadable(
+                path,
+                lambda: _open(path, lock_wait_s),
+                lambda bad, _error: self._kept_aside(path, bad),
+                SQLITE_COMPANIONS,
+            )
             return
         except _NewerFileError:
             self.problem = f"{path} was made by a newer ModelDeck and is left as it is"
         except sqlite3.DatabaseError as error:
-            busy = _primary_code(error) == sqlite3.SQLITE_BUSY
+            busy = sqlite_code(error) == sqlite3.SQLITE_BUSY
             self.problem = f"{path} is in use by another program" if busy else f"cannot open {path} ({error})"
         except OSError as error:
             self.problem = f"cannot open {path} ({error.strerror or error})"
@@ -144,8 +144,7 @@ class ChatStore:
         self._db = sqlite3.connect(":memory:")
         _prepare(self._db)
 
-    def _set_aside(self, path: Path) -> None:
-        bad = set_aside(path, ("-wal", "-shm"))  # the -wal holds the file's latest changes: it stays beside it
+    def _kept_aside(self, path: Path, bad: Path) -> None:
         self.problem = f"{path} is not a database ModelDeck can read; kept it as {bad.name} and started a new one"
 
     def close(self) -> None:
@@ -233,10 +232,6 @@ def _is_sqlite(path: Path) -> bool:
             return file.read(len(SQLITE_HEADER)) in (b"", SQLITE_HEADER)
     except FileNotFoundError:
         return True
-
-
-def _primary_code(error: sqlite3.Error) -> int:
-    return getattr(error, "sqlite_errorcode", 0) & 0xFF  # SQLite's extended codes keep the primary in the low byte
 
 
 def _open(path: Path, lock_wait_s: float) -> sqlite3.Connection:

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
 
-from app.bad_files import set_aside_database, unreadable_database
+from app.bad_files import fresh_if_unreadable
 from app.planner.memory import MemoryEstimate
 
 log = logging.getLogger("modeldeck.calibration")
@@ -110,15 +110,11 @@ class CalibrationStore:
 
     def _run(self, work: Callable[[sqlite3.Connection], _T]) -> _T:
         """`work` in one transaction; a file that is not a database is set aside and `work` runs in a fresh one."""
-        try:
-            return self._transaction(work)
-        except sqlite3.DatabaseError as exc:
-            if not unreadable_database(exc):
-                raise
-            bad = set_aside_database(self.path)
+        def kept(bad: Path, exc: sqlite3.DatabaseError) -> None:
             log.warning("the calibration store %s is not a database (%s): kept it as %s and started a new one",
                         self.path, exc, bad.name)  # fmt: skip
-        return self._transaction(work)
+
+        return fresh_if_unreadable(self.path, lambda: self._transaction(work), kept)
 
     def _transaction(self, work: Callable[[sqlite3.Connection], _T]) -> _T:
         self.path.parent.mkdir(parents=True, exist_ok=True)

@@ -21,7 +21,7 @@ from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
-from app.bad_files import set_aside_database, unreadable_database
+from app.bad_files import fresh_if_unreadable
 from app.service.events import EventBus
 from app.service.metrics.metering import RequestRecord, cache_reuse, percentile
 from app.service.metrics.request_text import RequestText, completion_text, prompt_json
@@ -183,16 +183,12 @@ class RequestLog:
 def _open(database: Path, retry: bool) -> sqlite3.Connection | None:
     """A connection to the log, its table created or migrated; None while it cannot be had (another process holds the
     file locked), said on the first try only. A file that is not a database is set aside for a fresh one."""
+    def kept(bad: Path, exc: sqlite3.DatabaseError) -> None:
+        log.error("the request log %s is not a database (%s): kept it as %s and started a new one",
+                  database, exc, bad.name)  # fmt: skip
+
     try:
-        try:
-            connection = _connect(database)
-        except sqlite3.DatabaseError as exc:
-            if not unreadable_database(exc):
-                raise
-            bad = set_aside_database(database)
-            log.error("the request log %s is not a database (%s): kept it as %s and started a new one",
-                      database, exc, bad.name)  # fmt: skip
-            connection = _connect(database)
+        connection = fresh_if_unreadable(database, lambda: _connect(database), kept)
     except (sqlite3.Error, OSError) as exc:
         if not retry:
             log.warning("cannot open the request log %s (%s); requests are kept in memory and written once it "
