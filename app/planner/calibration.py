@@ -110,6 +110,7 @@ class CalibrationStore:
 
     def _run(self, work: Callable[[sqlite3.Connection], _T]) -> _T:
         """`work` in one transaction; a file that is not a database is set aside and `work` runs in a fresh one."""
+
         def kept(bad: Path, exc: sqlite3.DatabaseError) -> None:
             log.warning("the calibration store %s is not a database (%s): kept it as %s and started a new one",
                         self.path, exc, bad.name)  # fmt: skip

@@ -183,6 +183,7 @@ class RequestLog:
 def _open(database: Path, retry: bool) -> sqlite3.Connection | None:
     """A connection to the log, its table created or migrated; None while it cannot be had (another process holds the
     file locked), said on the first try only. A file that is not a database is set aside for a fresh one."""
+
     def kept(bad: Path, exc: sqlite3.DatabaseError) -> None:
         log.error("the request log %s is not a database (%s): kept it as %s and started a new one",
                   database, exc, bad.name)  # fmt: skip
