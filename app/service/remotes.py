@@ -135,7 +135,7 @@ class RemoteKeys:
         """The stored keys; a file that is not a JSON object of them is set aside first (a save must not write
         over the keys it holds)."""
         try:
-            data = json.loads(self._file.read_bytes().decode("utf-8"))
+            data = load_json(self._file.read_bytes())
             if not isinstance(data, dict):
                 raise ValueError("it must hold a JSON object")
         except FileNotFoundError:
@@ -143,7 +143,7 @@ class RemoteKeys:
         except OSError as exc:
             log.error("cannot read %s: %s", self._file, exc.strerror or exc)
             return {}
-        except (ValueError, RecursionError) as exc:
+        except ValueError as exc:  # BadJson: not UTF-8, not JSON, or nested past its bound
             log.error("%s is not valid (%s); kept it as %s", self._file, exc, set_aside(self._file).name)
             return {}
         return {str(k): str(v) for k, v in data.items()}
@@ -244,7 +244,7 @@ class RemoteRegistry:
 
     def _load_saved(self) -> dict[str, SavedRemote]:
         try:
-            data = json.loads(self._file.read_text(encoding="utf-8"))
+            data = load_json(self._file.read_bytes())
             return {r["name"]: SavedRemote(checked_name(r["name"]), checked_url(r["url"]), tuple(r["models"]))
                     for r in data}  # fmt: skip
         except FileNotFoundError:
@@ -252,7 +252,7 @@ class RemoteRegistry:
         except OSError as exc:
             log.error("cannot read %s (%s): starting without its remotes", self._file, exc.strerror or exc)
             return {}
-        except (ValueError, KeyError, TypeError, RecursionError) as exc:
+        except (ValueError, KeyError, TypeError) as exc:
             log.error("%s is not valid (%s); kept it as %s", self._file, exc, set_aside(self._file).name)
             return {}
 

@@ -16,6 +16,7 @@ from app.bad_files import set_aside
 from app.hub.pull import PullRequest
 from app.hub.variants import RepoFile, Variant
 from app.paths import AppPaths
+from app.service.http.json_body import load_json
 
 SCHEMA_VERSION = 1
 KEPT_FINISHED = 50  # completed, cancelled and failed downloads remembered, newest first
@@ -67,7 +68,7 @@ def load_records(paths: AppPaths) -> list[dict[str, Any]]:
     as the next save writes a new one, and reads as none: the partial files stay, and a new pull finds them."""
     path = store_path(paths)
     try:
-        raw = json.loads(path.read_bytes().decode("utf-8"))
+        raw = load_json(path.read_bytes())
         if not isinstance(raw, dict) or raw.get("schema") != SCHEMA_VERSION or not isinstance(raw.get("jobs"), list):
             raise ValueError(f"it is not a list of downloads of schema {SCHEMA_VERSION}")
     except FileNotFoundError:
@@ -75,7 +76,7 @@ def load_records(paths: AppPaths) -> list[dict[str, Any]]:
     except OSError as exc:
         log.warning("the list of downloads could not be read (%s); starting with none", exc.strerror or exc)
         return []
-    except (ValueError, RecursionError) as exc:
+    except ValueError as exc:  # BadJson: not UTF-8, not JSON, or nested past its bound; or not our list
         log.warning("%s could not be read (%s); kept it as %s and started with none", path, exc, set_aside(path).name)
         return []
     return [job for job in raw["jobs"] if isinstance(job, dict)]

@@ -19,6 +19,7 @@ from typing import Any
 
 from app.bad_files import set_aside
 from app.paths import PRIVATE_FILE_MODE
+from app.service.http.json_body import load_json
 from app.service.launch.overrides import PlanOverrides
 
 SCHEMA_VERSION = 1
@@ -76,12 +77,12 @@ class ModelSettingsStore:
         except FileNotFoundError:
             return {}
         try:
-            data = json.loads(raw.decode("utf-8"))
+            data = load_json(raw)
             if not isinstance(data, dict) or not isinstance(data.get("models"), dict):
                 raise ValueError("it must hold a JSON object with `models`")
             if data.get("schema_version") != SCHEMA_VERSION:
                 raise ValueError(f"schema version {data.get('schema_version')!r} is not one this ModelDeck reads")
-        except (ValueError, RecursionError) as exc:  # JSONDecodeError, UnicodeDecodeError; deep nesting
+        except ValueError as exc:  # BadJson: not UTF-8, not JSON, or nested past its bound; or not our object
             bad = set_aside(self.path)
             self.problem = f"{self.path} is not valid ({exc}); kept it as {bad.name} and used the defaults"
             log.warning("model settings: %s", self.problem)
