@@ -435,12 +435,17 @@ def _claim_data_folder(paths: AppPaths) -> FileLock:
     return lock
 
 
-def _already_running(paths: AppPaths) -> str:
+def _published(paths: AppPaths) -> tuple[int, str]:
+    """The pid and endpoint the discovery file names; (0, "") when there is none to read."""
     try:
         info = json.loads(paths.service_file.read_text(encoding="utf-8"))
-        pid, url = int(info["pid"]), str(info["url"])
+        return int(info["pid"]), str(info["url"])
     except (OSError, ValueError, KeyError, TypeError):
-        pid, url = 0, ""
+        return 0, ""
+
+
+def _already_running(paths: AppPaths) -> str:
+    pid, url = _published(paths)
     if pid and psutil.pid_exists(pid):  # not a discovery file left by a service that was killed
         return (
             f"A ModelDeck service already runs for this data folder (pid {pid}, {url}): use it, stop it first "
@@ -454,11 +459,7 @@ def _already_running(paths: AppPaths) -> str:
 
 def _withdraw_discovery(paths: AppPaths) -> None:
     """Remove the discovery file and the control token while they are this process's, never another service's."""
-    try:
-        pid = json.loads(paths.service_file.read_text(encoding="utf-8"))["pid"]
-    except (OSError, ValueError, KeyError, TypeError):
-        return
-    if pid == os.getpid():
+    if _published(paths)[0] == os.getpid():
         for path in (paths.service_file, paths.control_token_file):
             with contextlib.suppress(OSError):
                 path.unlink()
