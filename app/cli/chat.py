@@ -16,6 +16,7 @@ from typing import TextIO
 
 from app.api_types import EndpointRecord
 from app.cli.models import start_and_wait
+from app.cli.numbers import positive
 from app.cli.service_link import service_on_demand
 from app.client import ControlError, stream_chat
 from app.paths import AppPaths
@@ -29,7 +30,7 @@ def add_chat_command(commands: argparse._SubParsersAction[argparse.ArgumentParse
     run = commands.add_parser(COMMAND, help="chat with a model in the terminal, or print one answer to PROMPT")
     run.add_argument("model", metavar="MODEL", help="a model id from `modeldeck models`")
     run.add_argument("prompt", nargs="?", metavar="PROMPT", help="answer this and exit (default: a chat)")
-    run.add_argument("--max-tokens", type=int, default=1024, metavar="N", help="longest answer in tokens (1024)")
+    run.add_argument("--max-tokens", type=positive, default=1024, metavar="N", help="longest answer in tokens (1024)")
 
 
 @dataclass

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 from app.cli.cancellable import run_cancellable
+from app.cli.numbers import positive
 from app.cli.progress import ProgressBar
 from app.hub.task import Stopped, TaskState
 from app.paths import AppPaths
@@ -24,7 +25,7 @@ def add_engine_commands(commands: argparse._SubParsersAction[argparse.ArgumentPa
     build.add_argument("--source", type=Path, metavar="SDIST", help="llama-cpp-python's sdist (default: pip download)")
     build.add_argument("--dest", type=Path, metavar="DIR", help="where builds go (default: ModelDeck's engine builds)")
     build.add_argument("--backend", choices=("cpu", "cuda", "metal"), help="default: what this machine's tools allow")
-    build.add_argument("--jobs", type=int, metavar="N", help="parallel compile jobs (default: all cores)")
+    build.add_argument("--jobs", type=positive, metavar="N", help="parallel compile jobs (default: all cores)")
     build.add_argument(
         "--portable", action="store_true",
         help="run on any CPU of this architecture: one CPU library per instruction-set level, the best loaded at "

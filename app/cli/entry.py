@@ -170,7 +170,11 @@ def _parser() -> argparse.ArgumentParser:
         "limit, at most 4096)",
     )  # fmt: skip
     serve.add_argument(
-        "--max-queue", type=int, default=32, metavar="N", help="requests waiting per engine before 429 (32)"
+        "--max-queue",
+        type=whole_number(0),
+        default=32,
+        metavar="N",
+        help="requests waiting per engine before 429 (32; 0: none wait)",
     )
     serve.add_argument(
         "--cors-origin", action="append", type=_cors_origin, metavar="ORIGIN",

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from app.cli.numbers import positive
 from app.paths import AppPaths
 
 HUB_COMMANDS = ("search", "show", "pull", "import", "hf-token")
@@ -21,7 +22,7 @@ def add_hub_commands(commands: argparse._SubParsersAction[argparse.ArgumentParse
         "--format", choices=FORMATS, default="gguf", help="gguf (default, llama.cpp) or safetensors (vLLM)"
     )
     search.add_argument("--sort", choices=SORTS, default="downloads", help="downloads (default), likes or recent")
-    search.add_argument("--limit", type=int, default=20, metavar="N", help="at most N results (20)")
+    search.add_argument("--limit", type=positive, default=20, metavar="N", help="at most N results (20)")
     show = commands.add_parser("show", help="show a Hub model's license, gated status and variants")
     show.add_argument("repo", metavar="REPO")
     pull_cmd = commands.add_parser(

@@ -8,6 +8,7 @@ import sys
 from typing import Any
 
 from app.api_types import ModelRecord
+from app.cli.numbers import positive, whole_number
 from app.cli.service_link import running_service, service_on_demand
 from app.client import ControlClient, ControlError, ServiceUnavailable
 from app.paths import AppPaths
@@ -20,11 +21,13 @@ OVERRIDES = ("context", "gpu_layers", "threads", "engine", "parallel")
 def add_model_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     start = commands.add_parser("start", help="load a model and wait until it is ready (starts the service if needed)")
     start.add_argument("model", metavar="MODEL", help="a model id from `modeldeck models`")
-    start.add_argument("--context", type=int, metavar="N", help="context length in tokens (the plan's)")
-    start.add_argument("--gpu-layers", type=int, metavar="N", help="layers offloaded to the GPU (the plan's)")
-    start.add_argument("--threads", type=int, metavar="N", help="CPU threads of the engine (the plan's)")
+    start.add_argument("--context", type=positive, metavar="N", help="context length in tokens (the plan's)")
+    start.add_argument(
+        "--gpu-layers", type=whole_number(0), metavar="N", help="layers offloaded to the GPU (the plan's)"
+    )
+    start.add_argument("--threads", type=positive, metavar="N", help="CPU threads of the engine (the plan's)")
     start.add_argument("--engine", metavar="ENGINE", help="llama-server or llama-cpp-python (the plan's)")
-    start.add_argument("--parallel", type=int, metavar="N", help="requests served at once (llama-server)")
+    start.add_argument("--parallel", type=positive, metavar="N", help="requests served at once (llama-server)")
     start.add_argument("--json", action="store_true", help="print the model's record as JSON")
     stop = commands.add_parser("stop", help="stop a model's engine, or every engine with --all")
     which = stop.add_mutually_exclusive_group(required=True)

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from app.cli.cancellable import run_cancellable
+from app.cli.numbers import positive
 from app.hub.task import Stopped, TaskState
 from app.paths import AppPaths
 
@@ -35,7 +36,7 @@ def add_quality_commands(commands: argparse._SubParsersAction[argparse.ArgumentP
     )
     quality.add_argument("--data", type=Path, metavar="FILE", help="your own text, UTF-8 (default: Python's help text)")
     quality.add_argument("--tokens", type=int, default=DEFAULT_TOKENS, metavar="N", help="tokens to score (4096)")
-    quality.add_argument("--threads", type=int, metavar="N", help="CPU threads of the tool (default: all)")
+    quality.add_argument("--threads", type=positive, metavar="N", help="CPU threads of the tool (default: all)")
     quality.add_argument("--json", action="store_true", help="print the quality card as JSON")
     quality.add_argument("--progress-jsonl", action="store_true", help="print progress as JSON lines (for the service)")
     quality.add_argument("--compare", nargs=2, metavar=("CARD_A", "CARD_B"), help="show two saved cards side by side")
@@ -46,7 +47,7 @@ def add_quality_commands(commands: argparse._SubParsersAction[argparse.ArgumentP
         "--data", type=Path, metavar="FILE",
         help="your own text: an importance matrix computed from it keeps the weights that matter there",
     )  # fmt: skip
-    quantize.add_argument("--threads", type=int, metavar="N", help="CPU threads of the tools (default: all)")
+    quantize.add_argument("--threads", type=positive, metavar="N", help="CPU threads of the tools (default: all)")
 
 
 def run_quality_command(args: argparse.Namespace, paths: AppPaths) -> int:

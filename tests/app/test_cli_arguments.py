@@ -139,3 +139,29 @@ def test_the_bench_api_answers_400_for_counts_below_one(field: str) -> None:
         with pytest.raises(BadBenchRequest) as refused:
             BenchRequest.from_json(f'{{"model": "m", "{field}": {value}}}'.encode(), ["m"])
         assert (refused.value.status, refused.value.param) == (400, field)
+
+
+@pytest.mark.parametrize(
+    ("argv", "flag", "words"),
+    [(["serve", "--max-queue", "-1"], "--max-queue", "must be at least 0, got -1"),
+     (["start", "m", "--context", "-1"], "--context", "must be at least 1, got -1"),
+     (["start", "m", "--context", "0"], "--context", "must be at least 1, got 0"),
+     (["start", "m", "--gpu-layers", "-1"], "--gpu-layers", "must be at least 0, got -1"),
+     (["start", "m", "--threads", "0"], "--threads", "must be at least 1, got 0"),
+     (["start", "m", "--parallel", "-2"], "--parallel", "must be at least 1, got -2"),
+     (["search", "q", "--limit", "0"], "--limit", "must be at least 1, got 0"),
+     (["search", "q", "--limit", "-5"], "--limit", "must be at least 1, got -5"),
+     (["quality", "m", "--threads", "-3"], "--threads", "must be at least 1, got -3"),
+     (["quantize", "m", "--to", "Q4_0", "--threads", "0"], "--threads", "must be at least 1, got 0"),
+     (["engines", "build", "llama-server", "--jobs", "-1"], "--jobs", "must be at least 1, got -1"),
+     (["run", "m", "hi", "--max-tokens", "0"], "--max-tokens", "must be at least 1, got 0")],
+)  # fmt: skip
+def test_counts_of_queues_threads_tokens_and_results_that_cannot_work_are_refused(
+    capsys: pytest.CaptureFixture[str], argv: list[str], flag: str, words: str
+) -> None:
+    assert refusal(capsys, *argv).endswith(f"argument {flag}: {words}")
+
+
+def test_an_empty_queue_and_no_gpu_layers_are_taken() -> None:
+    assert _parser().parse_args(["serve", "--max-queue", "0"]).max_queue == 0
+    assert _parser().parse_args(["start", "m", "--gpu-layers", "0"]).gpu_layers == 0
