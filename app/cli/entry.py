@@ -322,6 +322,8 @@ def _models(paths: AppPaths, models_dirs: Sequence[Path] = ()) -> int:
     client = connect(paths)
     if client is not None:
         rows = [(m["id"], str(m["state"]), m["size_bytes"], m["path"]) for m in client.models()]
+        for folder in models_dirs:
+            print(_folder_not_read(folder), file=sys.stderr)
     else:
         folders = tuple(folder.expanduser().resolve() for folder in models_dirs)
         rows = [(m.id, "stopped", m.size_bytes, str(m.path)) for m in known_models(paths, folders).values()]
@@ -330,6 +332,15 @@ def _models(paths: AppPaths, models_dirs: Sequence[Path] = ()) -> int:
     for model_id, state, size, path in rows:
         print(f"{model_id:32} {state:11} {size / 1e6:8.1f} MB  {path}")
     return 0
+
+
+def _folder_not_read(folder: Path) -> str:
+    # The service scans the folders it was started with; one named to a client cannot join them while it runs.
+    return (
+        f"modeldeck: --models-dir {folder} is not read while the service runs: these are the service's models, from "
+        f"the folders it was started with (to serve the models in {folder}, start it with `modeldeck serve "
+        f"--models-dir {folder}`)"
+    )
 
 
 def _ps(paths: AppPaths) -> int:

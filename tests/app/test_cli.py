@@ -5,13 +5,14 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import psutil
 
 from app.client import ControlClient, find_service
 from app.hub.library import BUNDLED_ID
 from app.paths import AppPaths
-from tests.support.service import REPO, RunningService, free_port
+from tests.support.service import REPO, RunningService, free_port, start_service_process, stop_service_process
 
 
 def modeldeck(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
@@ -47,6 +48,23 @@ def test_ps_and_models_with_running_service(service: RunningService) -> None:
     assert BUNDLED_ID in ps.stdout and "ready" in ps.stdout and str(pid) in ps.stdout
     assert "MiB at load, predicted" in ps.stdout  # the service checked its memory prediction at load
     assert "ready" in modeldeck("models").stdout
+
+
+def test_models_says_a_models_dir_is_not_read_while_the_service_runs(paths: AppPaths, tmp_path: Path) -> None:
+    folder = tmp_path / "mine"
+    folder.mkdir()
+    running = start_service_process(paths, tmp_path)
+    try:
+        result = modeldeck("models", "--models-dir", str(folder))
+    finally:
+        stop_service_process(running)
+    assert result.returncode == 0
+    assert BUNDLED_ID in result.stdout  # the service's models, still listed
+    assert result.stderr.strip() == (
+        f"modeldeck: --models-dir {folder} is not read while the service runs: these are the service's models, "
+        f"from the folders it was started with (to serve the models in {folder}, start it with `modeldeck serve "
+        f"--models-dir {folder}`)"
+    )
 
 
 def test_serve_refuses_a_bad_model_ttl() -> None:
