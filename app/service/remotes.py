@@ -24,10 +24,10 @@ import keyring
 import keyring.errors
 
 from app.bad_files import set_aside
+from app.bounded_json import load_json
 from app.hub.library import ModelSpec
 from app.keys import insecure_keyring_reason
 from app.paths import AppPaths, write_private
-from app.service.http.json_body import load_json
 
 if TYPE_CHECKING:
     from app.service.engines import EngineManager

@@ -11,10 +11,10 @@ from urllib.parse import urlencode
 import httpx
 import pytest
 
+from app.bounded_json import MAX_DEPTH
 from app.paths import AppPaths
 from app.service.http.api import ApiError, parse_query, query_text, query_whole, read_json_object, read_limited
 from app.service.http.asgi import ClientGone, Message, Receive
-from app.service.http.json_body import MAX_DEPTH
 from tests.support.service import RunningService, start_service_process, stop_service_process
 
 

@@ -3,9 +3,9 @@ DELETE /api/remotes/NAME. Keys are taken, stored and used, never answered back."
 
 from __future__ import annotations
 
+from app.bounded_json import load_json
 from app.service.http.api import MAX_BODY, ApiError, read_limited
 from app.service.http.asgi import Receive, Send, send_error, send_json
-from app.service.http.json_body import load_json
 from app.service.remotes import RemoteError, RemoteRegistry, RemoteUnavailable
 
 

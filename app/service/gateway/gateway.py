@@ -18,6 +18,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
+from app.bounded_json import load_json
 from app.service.engines import EngineManager
 from app.service.gateway.features import adapt, has_features
 from app.service.gateway.model_names import ModelRename
@@ -45,7 +46,6 @@ from app.service.http.asgi import (
     send_json,
     wait_disconnect,
 )
-from app.service.http.json_body import load_json
 from app.service.launch.admission import QueueFull
 from app.service.launch.route import Route
 from app.service.metrics.metering import (

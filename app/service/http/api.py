@@ -1,5 +1,5 @@
 """What every control-API route module reads and refuses the same way: JSON bodies (a size limit, then the
-nesting limit of json_body), query parameters, and refusals in the API's JSON error shape (OpenAI's:
+nesting limit of app.bounded_json), query parameters, and refusals in the API's JSON error shape (OpenAI's:
 `{"error": {"message", "type", "param", "code"}}`, plus any top-level fields a refusal carries)."""
 
 from __future__ import annotations
@@ -7,8 +7,8 @@ from __future__ import annotations
 from typing import Any
 from urllib.parse import parse_qs
 
+from app.bounded_json import load_json
 from app.service.http.asgi import BodyTooLarge, Receive, Scope, Send, openai_error, read_body, send_json
-from app.service.http.json_body import load_json
 
 MAX_BODY = 16_384  # a control-API body: settings, a download, an import, a remote
 MAX_SMALL_BODY = 4096  # a body of a few numbers: a start's launch overrides, a benchmark request

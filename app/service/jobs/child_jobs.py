@@ -18,8 +18,8 @@ from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from typing import Any, Generic, Literal, Protocol, TypeVar
 
+from app.bounded_json import load_json
 from app.service.events import EventBus
-from app.service.http.json_body import load_json
 from engines.processes import spawn_engine, stop_process_tree
 
 RunState = Literal["running", "completed", "failed", "cancelled"]

@@ -13,10 +13,10 @@ from pathlib import Path
 from typing import Any
 
 from app.bad_files import set_aside
+from app.bounded_json import load_json
 from app.hub.pull import PullRequest
 from app.hub.variants import RepoFile, Variant
 from app.paths import AppPaths
-from app.service.http.json_body import load_json
 
 SCHEMA_VERSION = 1
 KEPT_FINISHED = 50  # completed, cancelled and failed downloads remembered, newest first

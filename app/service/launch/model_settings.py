@@ -18,8 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from app.bad_files import set_aside
+from app.bounded_json import load_json
 from app.paths import PRIVATE_FILE_MODE
-from app.service.http.json_body import load_json
 from app.service.launch.overrides import PlanOverrides
 
 SCHEMA_VERSION = 1

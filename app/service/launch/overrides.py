@@ -6,8 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass, fields, replace
 from typing import Any
 
+from app.bounded_json import load_json
 from app.planner.defaults import DEFAULT_SLOTS, LLAMA_SERVER, default_slots, logical_cores
-from app.service.http.json_body import load_json
 from engines.base import LaunchPlan
 
 MIN_CONTEXT = 256

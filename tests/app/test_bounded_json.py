@@ -1,10 +1,10 @@
-"""Request bodies parsed with their nesting bounded."""
+"""JSON (request bodies, files of ours) parsed with its nesting bounded."""
 
 from __future__ import annotations
 
 import pytest
 
-from app.service.http.json_body import MAX_DEPTH, BadJson, load_json
+from app.bounded_json import MAX_DEPTH, BadJson, load_json
 
 
 def nested(depth: int) -> bytes:

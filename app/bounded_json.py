@@ -1,17 +1,18 @@
-"""Request bodies as JSON, with their nesting bounded: a body of 100,000 `[` makes `json.loads` raise
-RecursionError, and one nested a little less deeply than that makes every later recursive walk of it
-(`json.dumps`, a template's loops) raise it instead. Both are refused here as bad JSON."""
+"""JSON with its nesting bounded, for request bodies and for the files ModelDeck reads back: a text of 100,000 `[`
+makes `json.loads` raise RecursionError, and one nested a little less deeply than that makes every later recursive
+walk of it (`json.dumps`, a template's loops) raise it instead. Both are refused here as bad JSON. It imports
+nothing of ModelDeck, so every layer may use it."""
 
 from __future__ import annotations
 
 import json
 from typing import Any
 
-MAX_DEPTH = 64  # far deeper than any OpenAI request (tool schemas nest a few levels)
+MAX_DEPTH = 64  # far deeper than any OpenAI request (tool schemas nest a few levels) or file of ours
 
 
 class BadJson(ValueError):
-    """The body is not JSON, or is nested more deeply than MAX_DEPTH; the message says where or how deep."""
+    """The text is not JSON, or is nested more deeply than MAX_DEPTH; the message says where or how deep."""
 
 
 def load_json(raw: bytes | str, max_depth: int = MAX_DEPTH) -> Any:
