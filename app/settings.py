@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from app.bad_files import set_aside
+from app.bounded_json import load_json
 from app.paths import AppPaths
 
 SCHEMA_VERSION = 1
@@ -87,14 +88,14 @@ def load_settings(paths: AppPaths) -> LoadedSettings:
     except OSError as exc:
         return LoadedSettings(Settings(), f"cannot read {path}: {exc.strerror or exc}; using the defaults")
     try:
-        data = json.loads(raw.decode("utf-8"))
+        data = load_json(raw)
         if not isinstance(data, dict):
             raise SettingsError("settings", "the file must hold a JSON object")
         version = data.pop("schema_version", SCHEMA_VERSION)
         if version != SCHEMA_VERSION:
             raise SettingsError("schema_version", f"version {version!r} is not one this ModelDeck reads")
         return LoadedSettings(Settings().updated(data))
-    except (ValueError, RecursionError) as exc:  # JSONDecodeError, UnicodeDecodeError, SettingsError; deep nesting
+    except ValueError as exc:  # BadJson: not UTF-8, not JSON, or nested past its bound; or a SettingsError
         bad = set_aside(path)
         return LoadedSettings(Settings(), f"{path} is not valid ({exc}); kept it as {bad.name} and used the defaults")
 

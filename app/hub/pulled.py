@@ -17,6 +17,7 @@ from pathlib import Path
 from filelock import FileLock
 
 from app.bad_files import set_aside
+from app.bounded_json import load_json
 from app.paths import AppPaths
 
 SCHEMA_VERSION = 1
@@ -63,10 +64,10 @@ def load_pulled(paths: AppPaths) -> list[PulledModel]:
 def _read_index(paths: AppPaths) -> list[PulledModel] | None:
     """The recorded pulls, None when there is an index but not one this ModelDeck reads (damaged, or newer)."""
     try:
-        raw = json.loads(index_path(paths).read_bytes().decode("utf-8"))
+        raw = load_json(index_path(paths).read_bytes())
     except FileNotFoundError:
         return []
-    except (OSError, ValueError, RecursionError):
+    except (OSError, ValueError):  # ValueError: BadJson (not UTF-8, not JSON, or nested past its bound)
         return None
     entries = raw.get("models") if isinstance(raw, dict) and raw.get("schema") == SCHEMA_VERSION else None
     if not isinstance(entries, list):

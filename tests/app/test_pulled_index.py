@@ -70,3 +70,14 @@ def test_entries_of_a_later_version_or_broken_ones_do_not_break_the_index(paths:
 
     index_path(paths).write_text(json.dumps({"schema": 1, "models": None}))
     assert load_pulled(paths) == []
+
+
+def test_an_index_with_a_byte_order_mark_is_read_not_set_aside(paths: AppPaths, tmp_path: Path) -> None:
+    model = tmp_path / "model.gguf"
+    model.write_bytes(b"GGUF" + bytes(60))
+    record_pull(paths, "org/first", "Q4_K_M", "c0ffee", [model], "first", set())
+    index_path(paths).write_bytes(b"\xef\xbb\xbf" + index_path(paths).read_bytes())  # saved again by an editor
+    assert [m.id for m in load_pulled(paths)] == ["first"]
+    record_pull(paths, "org/second", "Q4_K_M", "c0ffee", [model], "second", set())
+    assert [m.id for m in load_pulled(paths)] == ["first", "second"]
+    assert not index_path(paths).with_name("hub-models.json.bad").exists()

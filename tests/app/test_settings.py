@@ -75,6 +75,17 @@ def test_a_file_that_is_no_text_or_nests_too_deep_is_kept_aside_and_no_earlier_c
     assert [bad.read_bytes() for bad in kept] == texts
 
 
+def test_a_file_saved_with_a_byte_order_mark_is_read(paths: AppPaths) -> None:
+    """Windows' Notepad starts a UTF-8 file with a byte order mark: the settings in it count, none set aside."""
+    path = settings_file(paths)
+    path.parent.mkdir(parents=True)
+    path.write_bytes(b"\xef\xbb\xbf" + b'{"theme": "dark", "idle_ttl_s": 600}')
+    loaded = load_settings(paths)
+    assert loaded.problem is None
+    assert loaded.settings == Settings(theme="dark", idle_ttl_s=600.0)
+    assert path.exists() and not path.with_name("settings.json.bad").exists()
+
+
 @pytest.mark.parametrize(
     ("changes", "field"),
     [
