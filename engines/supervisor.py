@@ -233,7 +233,10 @@ class EngineSupervisor:
         except OSError as exc:
             raise StartFailed(f"could not start {command.argv[0]}: {exc}") from exc
         self._process = process
-        self._record_path = write_record(self._records_dir, record) if record else None
+        try:
+            self._record_path = write_record(self._records_dir, record) if record else None
+        except OSError as exc:  # a full disk: an engine no record names would outlive a crash of this service
+            raise StartFailed(f"could not record {command.argv[0]} in {self._records_dir}: {exc.strerror}") from exc
         self._last_output = time.monotonic()
         assert process.stdout is not None
         self._pump = asyncio.create_task(self._pump_output(process.stdout), name=f"engine-log:{self.model_id}")

@@ -206,3 +206,14 @@ async def test_a_file_that_cannot_be_written_fails_the_start_clearly(tmp_path: P
     assert f"could not write {blocker}" in supervisor.message
     assert supervisor.pid is None
     await supervisor.stop()
+
+
+async def test_an_engine_that_cannot_be_recorded_is_stopped_and_the_start_fails(tmp_path: Path) -> None:
+    """The record lets a later service stop an engine this one left behind; without it (a full disk, here a file
+    where its folder should be) the engine must not run."""
+    (tmp_path / "records").write_text("", encoding="utf-8")
+    supervisor, _ = make(tmp_path, fault_command())
+    assert await asyncio.wait_for(supervisor.start(), 30) == EngineState.FAILED
+    assert f"could not record {sys.executable} in {tmp_path / 'records'}" in supervisor.message
+    assert supervisor.pid is None
+    await supervisor.stop()
