@@ -2,8 +2,9 @@
 
 A plain function that takes a TaskState (progress and cancel), so the CLI, the service and the tests run it alike.
 The result lands in `<dest>/llama-server-<version>-<backend>/llama-server` with a build-info.json beside it, where
-engines.llama_server.installed_builds finds it. The build directory is kept after a failure or a pause, so that
-running it again continues where cmake stopped; a cancel or a success removes it.
+engines.llama_server.installed_builds finds it. Once compiling has begun, the build directory is kept after a
+failure or a pause, so that running it again continues where cmake stopped; a cancel, a success or a failure before
+anything was compiled removes it.
 """
 
 from __future__ import annotations
@@ -274,9 +275,10 @@ def cmake_build(
 ) -> InstalledT:
     """Configure and build `targets` of `source` (an sdist or a source tree) in
     `<dest>/<work_prefix>-<stem>-<backend>`, its output in `<dest>/<log_prefix>-<stem>-<backend>.log`, then
-    `install` what was built. The build folder is kept after a failure or a pause, so that running again continues
-    where cmake stopped; a cancel or a success removes it. Raises BuildError (with the compiler's last lines) or
-    Stopped (pause or cancel)."""
+    `install` what was built. Once compiling has begun, the build folder is kept after a failure or a pause, so that
+    running again continues where cmake stopped; a cancel, a success or a failure before anything was compiled (a
+    source that is not llama.cpp, a compiler cmake does not find) removes it. Raises BuildError (with the compiler's
+    last lines) or Stopped (pause or cancel)."""
     if not shutil.which("cmake"):
         raise BuildError(
             "cmake is not installed: install it (apt install cmake, brew install cmake, pip install cmake)"
@@ -293,7 +295,9 @@ def cmake_build(
     work = dest / f"{work_prefix}-{stem}-{flavour}"
     log_path = dest / f"{log_prefix}-{stem}-{flavour}.log"
     with _alone_in(dest):
+        made_here = not work.exists()  # else a paused or failed build's folder, kept for this run
         work.mkdir(exist_ok=True)
+        compiling = False
         try:
             tree, found_version = _source_tree(source, work)
             version = version or (found_version if found_version != "unknown" else stem.rpartition("-")[2] or stem)
@@ -304,11 +308,13 @@ def cmake_build(
                 configure = ["cmake", "-S", str(tree), "-B", str(work / "build"), *flags]
                 _run(configure, log, steps, log_path, progress=False)
                 state.working_on("compiling")
+                compiling = True
                 _run(["cmake", "--build", str(work / "build"), "--target", *targets, "-j", str(jobs)], log, steps,
                      log_path, progress=True)  # fmt: skip
             result = install(CmakeTree(work / "build", version, backend, flags))
-        except Stopped as stopped:
-            if stopped.reason == "cancel":
+        except BaseException as failure:
+            cancelled = isinstance(failure, Stopped) and failure.reason == "cancel"
+            if cancelled or (made_here and not compiling):
                 shutil.rmtree(work, ignore_errors=True)
             raise
         shutil.rmtree(work, ignore_errors=True)
@@ -381,22 +387,32 @@ def _install(
     if built is None:
         raise BuildError(f"the build finished but no {EXECUTABLE} is in {build}")
     target = dest / f"{EXECUTABLE}-{version}-{backend}{'-portable' if portable else ''}"
-    staging = dest / f".{target.name}.partial"
+    with staged_folder(target) as staging:  # installed_builds never sees a half-copied build
+        shutil.copy2(built, staging / EXECUTABLE)
+        # A shared build's libraries (and a portable one's CPU variants) go beside the executable, links kept as links.
+        libraries = sorted(p for p in built.parent.iterdir() if p.name.startswith("lib") and ".so" in p.name)
+        libraries = [p for p in libraries if _variant(p.name) not in AMX_VARIANTS]
+        for library in libraries:
+            shutil.copy2(library, staging / library.name, follow_symlinks=False)
+        variants = [p.name for p in libraries if CPU_VARIANT.fullmatch(p.name)]
+        if portable and not variants:
+            raise BuildError(f"a portable build must have CPU variant libraries (libggml-cpu-*.so) in {built.parent}")
+        info = {"llama_cpp_python": version, "backend": backend, "flags": flags, "source": str(source),
+                "portable": portable, "cpu_variants": variants}  # fmt: skip
+        (staging / BUILD_INFO).write_text(json.dumps(info, indent=2) + "\n", encoding="utf-8")
+    return BuildResult(target / EXECUTABLE, version, backend, tuple(flags))
+
+
+@contextlib.contextmanager
+def staged_folder(target: Path) -> Iterator[Path]:
+    """A folder beside `target` to fill, which then replaces `target`: the folder appears whole or not at all, and a
+    failure while filling it leaves no part of it behind."""
+    staging = target.with_name(f".{target.name}.partial")
     shutil.rmtree(staging, ignore_errors=True)
     staging.mkdir()
-    shutil.copy2(built, staging / EXECUTABLE)
-    # A shared build's libraries (and a portable one's CPU variants) go beside the executable, links kept as links.
-    libraries = sorted(p for p in built.parent.iterdir() if p.name.startswith("lib") and ".so" in p.name)
-    libraries = [p for p in libraries if _variant(p.name) not in AMX_VARIANTS]
-    for library in libraries:
-        shutil.copy2(library, staging / library.name, follow_symlinks=False)
-    variants = [p.name for p in libraries if CPU_VARIANT.fullmatch(p.name)]
-    if portable and not variants:
-        raise BuildError(f"a portable build must have CPU variant libraries (libggml-cpu-*.so) in {built.parent}")
-    info = {"llama_cpp_python": version, "backend": backend, "flags": flags, "source": str(source),
-            "portable": portable, "cpu_variants": variants}  # fmt: skip
-    (staging / BUILD_INFO).write_text(json.dumps(info, indent=2) + "\n", encoding="utf-8")
-    # The directory appears whole or not at all: installed_builds never sees a half-copied build.
-    shutil.rmtree(target, ignore_errors=True)
-    staging.rename(target)
-    return BuildResult(target / EXECUTABLE, version, backend, tuple(flags))
+    try:
+        yield staging
+        shutil.rmtree(target, ignore_errors=True)
+        staging.rename(target)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)  # gone already after the rename

@@ -2,8 +2,9 @@
 and with the same flags as llama-server (app.installs.llama_server_build), as one build.
 
 The result lands in `<dest>/llama-tools-<version>-<backend>/` with a build-info.json beside the three executables.
-The cmake tree is kept after a failure or a pause so that running again continues where it stopped; a cancel or a
-success removes it. `$MODELDECK_LLAMA_TOOLS` points ModelDeck at a folder holding tools of the user's own.
+Once compiling has begun, the cmake tree is kept after a failure or a pause so that running again continues where it
+stopped; a cancel, a success or a failure before anything was compiled removes it. `$MODELDECK_LLAMA_TOOLS` points
+ModelDeck at a folder holding tools of the user's own.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from app.hub.task import TaskState
-from app.installs.llama_server_build import BuildError, CmakeTree, cmake_build
+from app.installs.llama_server_build import BuildError, CmakeTree, cmake_build, staged_folder
 
 TOOLS = ("llama-perplexity", "llama-quantize", "llama-imatrix")
 TOOLS_PREFIX = "llama-tools"
@@ -89,18 +90,13 @@ def build_llama_tools(
 def _install(tree: CmakeTree, dest: Path, source: Path) -> ToolsBuild:
     build, version, backend, flags = tree.build, tree.version, tree.backend, tree.flags
     target = dest / f"{TOOLS_PREFIX}-{version}-{backend}"
-    staging = dest / f".{target.name}.partial"
-    shutil.rmtree(staging, ignore_errors=True)
-    staging.mkdir()
-    for name in TOOLS:
-        built = next((p for p in (build / "bin" / name, build / name) if p.is_file()), None)
-        if built is None:
-            raise BuildError(f"the build finished but no {name} is in {build}")
-        shutil.copy2(built, staging / name)
-    info = {"llama_cpp_python": version, "backend": backend, "flags": flags, "source": str(source),
-            "tools": list(TOOLS)}  # fmt: skip
-    (staging / BUILD_INFO).write_text(json.dumps(info, indent=2) + "\n", encoding="utf-8")
-    # The folder appears whole or not at all: installed_tools never sees a half-copied build.
-    shutil.rmtree(target, ignore_errors=True)
-    staging.rename(target)
+    with staged_folder(target) as staging:  # installed_tools never sees a half-copied build
+        for name in TOOLS:
+            built = next((p for p in (build / "bin" / name, build / name) if p.is_file()), None)
+            if built is None:
+                raise BuildError(f"the build finished but no {name} is in {build}")
+            shutil.copy2(built, staging / name)
+        info = {"llama_cpp_python": version, "backend": backend, "flags": flags, "source": str(source),
+                "tools": list(TOOLS)}  # fmt: skip
+        (staging / BUILD_INFO).write_text(json.dumps(info, indent=2) + "\n", encoding="utf-8")
     return ToolsBuild(target, version, backend)

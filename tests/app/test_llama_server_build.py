@@ -158,12 +158,34 @@ def test_cancel_stops_the_compiler_at_once_and_installs_nothing(tmp_path: Path) 
     [
         (lambda tmp: tmp, "neither an sdist"),
         (lambda tmp: _tarball_without_sources(tmp), "holds no vendor/llama.cpp"),
+        (lambda tmp: _cut_short(tiny_sdist(tmp)), "is not a whole .tar.gz"),
     ],
 )
 def test_a_source_that_is_not_llama_cpp_is_refused(tmp_path: Path, make_source: object, words: str) -> None:
     source = make_source(tmp_path)  # type: ignore[operator]
+    dest = tmp_path / "builds"
     with pytest.raises(BuildError, match=words):
-        build_llama_server(source, tmp_path / "builds", TaskState(), backend="cpu")
+        build_llama_server(source, dest, TaskState(), backend="cpu")
+    assert [p.name for p in dest.iterdir()] == [".build.lock"], "nothing but the lock is left in the builds folder"
+
+
+def _cut_short(sdist: Path) -> Path:
+    """`sdist` as an interrupted download leaves it: its files start to unpack, then the archive ends."""
+    whole = sdist.read_bytes()
+    sdist.write_bytes(whole[: len(whole) // 2])
+    return sdist
+
+
+def test_a_compiler_cmake_cannot_find_leaves_its_log_and_nothing_else(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("CC", str(tmp_path / "no-such-cc"))
+    dest = tmp_path / "builds"
+    with pytest.raises(BuildError, match="cmake -S` failed") as failed:
+        build_llama_server(tiny_sdist(tmp_path), dest, TaskState(), backend="cpu", jobs=1)
+    log = dest / "llama-server-llama_cpp_python-9.9.9-cpu.log"
+    assert f"Full log: {log}" in str(failed.value) and "no-such-cc" in log.read_text()
+    assert sorted(p.name for p in dest.iterdir()) == [".build.lock", log.name]
 
 
 def _tarball_without_sources(tmp_path: Path) -> Path:
@@ -263,6 +285,7 @@ def test_a_portable_build_without_cpu_variants_is_refused(tmp_path: Path) -> Non
     with pytest.raises(BuildError, match="CPU variant libraries"):
         build_llama_server(source, tmp_path / "builds", TaskState(), backend="cpu", version="9.9.9", portable=True)
     assert installed_builds(tmp_path / "builds") == []
+    assert not list((tmp_path / "builds").glob(".*.partial")), "no half-installed copy is left"
 
 
 def test_a_build_for_this_machine_has_no_cpu_variant(tmp_path: Path) -> None:

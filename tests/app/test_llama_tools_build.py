@@ -72,6 +72,26 @@ def test_a_source_without_one_of_the_tools_is_an_error(tmp_path: Path) -> None:
     assert installed_tools(dest) == []
 
 
+def test_a_source_that_is_not_llama_cpp_leaves_nothing_in_the_builds_folder(tmp_path: Path) -> None:
+    dest = tmp_path / "builds"
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(BuildError, match="neither an sdist"):
+        build_llama_tools(tmp_path / "empty", dest, TaskState(), backend="cpu")
+    assert [p.name for p in dest.iterdir()] == [".build.lock"]
+
+
+def test_a_tool_the_build_did_not_make_leaves_no_half_installed_folder(tmp_path: Path) -> None:
+    """llama-imatrix here is a target that compiles nothing: the build succeeds, the install finds two tools of
+    three."""
+    source = tiny_tools(tmp_path / "src", TOOLS[:2])
+    with (source / "CMakeLists.txt").open("a") as cmakelists:
+        cmakelists.write(f"add_custom_target({TOOLS[2]})\n")
+    dest = tmp_path / "builds"
+    with pytest.raises(BuildError, match=f"no {TOOLS[2]} is in"):
+        build_llama_tools(source, dest, TaskState(), backend="cpu", jobs=1)
+    assert installed_tools(dest) == [] and not list(dest.glob(".*.partial"))
+
+
 def test_engines_build_llama_perplexity_builds_the_tools_with_a_progress_bar(tmp_path: Path) -> None:
     """As a user types it: any of the three names builds all three (one cmake build), and the list shows them."""
     dest = tmp_path / "builds"
