@@ -43,10 +43,9 @@ found = [b for b in installed_builds(Path(sys.argv[1])) if b.executable.parent.n
 print(found[0].executable.parent if found else "")' "$cache/engines")"
 if [ -z "$server_build" ]; then
     # With a whole CUDA toolkit here, the CUDA backend is built too, as a library of its own that loads only where a
-    # driver is; nvcc without cuBLAS (as pip's CUDA packages install it) builds for the CPU alone.
-    backend="$("$python" -c 'import sys; from app.installs.llama_server_build import detect_backend
-backend, why = detect_backend(for_package=True); print(why, file=sys.stderr); print(backend)')"
-    "$python" -m app engines build llama-server --portable --backend "$backend" --dest "$cache/engines"
+    # driver is; nvcc without cuBLAS (as pip's CUDA packages install it) builds for the CPU alone. The build command
+    # chooses (it prints which and why), so that cmake is asked about the toolkit once.
+    "$python" -m app engines build llama-server --portable --dest "$cache/engines"
     server_build="$("$python" -c 'import sys; from pathlib import Path; from engines.llama_server import installed_builds
 print([b for b in installed_builds(Path(sys.argv[1])) if b.executable.parent.name.endswith("-portable")][0].executable.parent)' "$cache/engines")"
 fi

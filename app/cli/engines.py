@@ -29,7 +29,7 @@ def add_engine_commands(commands: argparse._SubParsersAction[argparse.ArgumentPa
     build.add_argument(
         "--portable", action="store_true",
         help="run on any CPU of this architecture: one CPU library per instruction-set level, the best loaded at "
-        "start (what packages ship; several times longer to build)",
+        "start; CUDA needs no driver here (what packages ship; several times longer to build)",
     )  # fmt: skip
 
 
@@ -73,7 +73,7 @@ def _build(args: argparse.Namespace, paths: AppPaths) -> int:
 
     backend = args.backend
     if backend is None:
-        backend, why = detect_backend()
+        backend, why = detect_backend(for_package=args.portable)
         print(f"backend: {why}")
     dest = args.dest or paths.engine_builds
     source: Path | None = args.source

@@ -10,6 +10,7 @@ anything was compiled removes it.
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
 import platform
@@ -92,14 +93,33 @@ endif()
 """
 
 
+# Where cmake's FindCUDAToolkit looks for a toolkit, besides the nvcc on PATH and /usr/local/cuda.
+_TOOLKIT_ENV = ("CUDAToolkit_ROOT", "CUDA_PATH")
+
+
 def cuda_toolkit_gap() -> str | None:
     """What the CUDA toolkit lacks for ggml's CUDA backend, as cmake finds it (a toolkit of nvcc and the runtime
-    alone has no cuBLAS); None when nothing is missing, or when cmake is not here to tell (the build says so)."""
-    if not shutil.which("cmake"):
+    alone has no cuBLAS); None when nothing is missing, or when cmake is not here to tell (the build says so).
+
+    cmake is asked once per process for a toolkit (the cmake and nvcc found, the variables that point at one): a
+    build asks again after detect_backend asked. A long-lived process calls forget_cuda_toolkit before a build."""
+    cmake = shutil.which("cmake")
+    if cmake is None:
         return None
+    return _probe_cuda_toolkit(cmake, shutil.which("nvcc"), *(os.environ.get(name) for name in _TOOLKIT_ENV))
+
+
+def forget_cuda_toolkit() -> None:
+    """Let the next cuda_toolkit_gap ask cmake again (cuBLAS may have been installed since)."""
+    _probe_cuda_toolkit.cache_clear()
+
+
+@functools.cache
+def _probe_cuda_toolkit(cmake: str, *toolkit: str | None) -> str | None:
+    """cuda_toolkit_gap's answer; `toolkit` is only the cache's key."""
     with tempfile.TemporaryDirectory(prefix="modeldeck-cuda-probe-") as folder:
         (Path(folder) / "CMakeLists.txt").write_text(_CUDA_PROBE, encoding="utf-8")
-        done = subprocess.run(["cmake", "-S", folder, "-B", str(Path(folder) / "build")], capture_output=True,
+        done = subprocess.run([cmake, "-S", folder, "-B", str(Path(folder) / "build")], capture_output=True,
                               text=True, errors="replace", stdin=subprocess.DEVNULL, check=False)  # fmt: skip
     if done.returncode == 0:
         return None

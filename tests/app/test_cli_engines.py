@@ -8,9 +8,19 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from app import __version__
 from app.installs.available import LLAMA_SERVER_ENV
-from tests.app.test_llama_server_build import tiny_sdist
+from tests.app.test_llama_server_build import (
+    PORTABLE_EXTRA,
+    cmake_spy,
+    cuda_toolkit_layout,
+    sdist_of,
+    tiny_project,
+    tiny_sdist,
+    toolkit_probes,
+)
 from tests.support.service import REPO
 
 
@@ -33,6 +43,26 @@ def test_build_shows_progress_and_the_list_shows_the_build(tmp_path: Path) -> No
     assert listed.stdout.startswith(f"modeldeck {__version__} (commit ")  # which ModelDeck found these engines
     line = next(ln for ln in listed.stdout.splitlines() if ln.startswith("llama-server "))
     assert "installed" in line and "not installed" not in line and str(executable) in line
+
+
+def test_a_portable_build_is_for_cuda_without_a_driver_and_asks_cmake_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What installers/build.sh runs: a package's CUDA library loads only where a driver is, so the build machine
+    needs none; one command chooses the backend and builds, and cmake is asked about the toolkit once."""
+    for name in ("CUDAToolkit_ROOT", "CUDA_PATH", "CUDA_HOME"):
+        monkeypatch.delenv(name, raising=False)
+    spy, calls = cmake_spy(tmp_path / "spy")
+    toolkit = cuda_toolkit_layout(tmp_path / "cuda", cublas=True)
+    source = sdist_of(tiny_project(tmp_path / "project", extra=PORTABLE_EXTRA), tmp_path)
+    dest = tmp_path / "builds"
+    path = os.pathsep.join((str(spy), str(toolkit), os.environ["PATH"]))
+    built = modeldeck("engines", "build", "llama-server", "--portable", "--source", str(source), "--dest", str(dest),
+                      "--jobs", "2", env={"PATH": path})  # fmt: skip
+    assert built.returncode == 0, built.stderr
+    assert f"backend: CUDA: {toolkit / 'nvcc'}\n" in built.stdout
+    assert (dest / "llama-server-9.9.9-cuda-portable" / "llama-server").is_file()
+    assert toolkit_probes(calls) == 1
 
 
 def test_nothing_built_says_how_to_build(tmp_path: Path) -> None:

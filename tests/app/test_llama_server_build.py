@@ -9,6 +9,7 @@ import io
 import json
 import os
 import re
+import shutil
 import tarfile
 import threading
 import time
@@ -24,8 +25,10 @@ from app.installs.llama_server_build import (
     BuildError,
     build_llama_server,
     cmake_flags,
+    cuda_toolkit_gap,
     detect_backend,
     drop_amx_variants,
+    forget_cuda_toolkit,
     uses_amx,
 )
 from engines.llama_server import LlamaServerEngine, cpu_variant, installed_builds
@@ -329,6 +332,57 @@ def test_a_cuda_toolkit_without_cublas_builds_for_the_cpu(tmp_path: Path, monkey
     whole = cuda_toolkit_layout(tmp_path / "whole", cublas=True)
     monkeypatch.setenv("PATH", f"{whole}{os.pathsep}{os.environ['PATH']}")
     assert detect_backend(for_package=True) == ("cuda", f"CUDA: {whole / 'nvcc'}")
+
+
+CUDA_PROBE_FOLDER = "modeldeck-cuda-probe-"  # the folder cmake is asked about the toolkit in
+
+
+def cmake_spy(folder: Path) -> tuple[Path, Path]:
+    """A cmake for PATH that notes each call's arguments in a file, then runs the real one: cmake's runs counted in
+    this process and in its children alike. The folder for PATH, and the file."""
+    real = shutil.which("cmake")
+    assert real is not None
+    folder.mkdir(parents=True)
+    calls = folder / "calls"
+    spy = folder / "cmake"
+    spy.write_text(f'#!/bin/sh\necho "$*" >> "{calls}"\nexec "{real}" "$@"\n')
+    spy.chmod(0o755)
+    return folder, calls
+
+
+def toolkit_probes(calls: Path) -> int:
+    return sum(CUDA_PROBE_FOLDER in line for line in calls.read_text().splitlines()) if calls.exists() else 0
+
+
+def test_the_cuda_toolkit_is_asked_about_once_for_a_build(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The CLI and the service detect the backend, then build for it, and the build checks a CUDA backend before it
+    configures: cmake answers the first time, the check takes that answer."""
+    for name in ("CUDAToolkit_ROOT", "CUDA_PATH", "CUDA_HOME"):
+        monkeypatch.delenv(name, raising=False)
+    spy, calls = cmake_spy(tmp_path / "spy")
+    whole = cuda_toolkit_layout(tmp_path / "whole", cublas=True)
+    monkeypatch.setenv("PATH", os.pathsep.join((str(spy), str(whole), os.environ["PATH"])))
+    backend, _ = detect_backend(for_package=True)
+    assert backend == "cuda"
+    build = build_llama_server(tiny_sdist(tmp_path), tmp_path / "builds", TaskState(), backend=backend, jobs=1)
+    assert build.backend == "cuda"
+    assert toolkit_probes(calls) == 1
+
+
+def test_a_toolkit_completed_since_is_seen_once_the_answer_is_forgotten(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The service forgets the answer before each build: a user may have installed cuBLAS in the meantime."""
+    for name in ("CUDAToolkit_ROOT", "CUDA_PATH", "CUDA_HOME"):
+        monkeypatch.delenv(name, raising=False)
+    toolkit = cuda_toolkit_layout(tmp_path / "cuda", cublas=False)
+    monkeypatch.setenv("PATH", f"{toolkit}{os.pathsep}{os.environ['PATH']}")
+    assert "no cuBLAS" in (cuda_toolkit_gap() or "")
+    for name in ("include/cublas_v2.h", "lib64/libcublas.so", "lib64/libcublasLt.so"):
+        (toolkit.parent / name).touch()
+    assert "no cuBLAS" in (cuda_toolkit_gap() or ""), "the answer stands until it is forgotten"
+    forget_cuda_toolkit()
+    assert cuda_toolkit_gap() is None
 
 
 def test_a_second_build_in_the_same_folder_is_refused_while_the_first_runs(tmp_path: Path) -> None:

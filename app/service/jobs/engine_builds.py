@@ -19,7 +19,14 @@ from pathlib import Path
 
 from app.api_types import BuildState, EngineBuildRecord
 from app.hub.task import Progress, Stopped, TaskState
-from app.installs.llama_server_build import PINNED_VERSION, BuildError, BuildResult, build_llama_server, detect_backend
+from app.installs.llama_server_build import (
+    PINNED_VERSION,
+    BuildError,
+    BuildResult,
+    build_llama_server,
+    detect_backend,
+    forget_cuda_toolkit,
+)
 from app.installs.sdist_download import download_sdist, sdist_path
 from app.service.events import EventBus
 from engines.llama_server import EXECUTABLE
@@ -157,7 +164,8 @@ class EngineBuilds:
 
     def _work(self, build: EngineBuild, state: TaskState) -> BuildResult:
         """On the worker thread: the sources (the configured sdist, else the pinned one, downloaded once), then the
-        build."""
+        build (the CUDA toolkit asked afresh: it may have changed since the service's last build)."""
+        forget_cuda_toolkit()
         backend = detect_backend()[0]
         configured = os.environ.get(SDIST_ENV)
         if configured:
