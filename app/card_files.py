@@ -61,7 +61,23 @@ def write_card(directory: Path, card_id: str, data: dict[str, Any], markdown: st
     return json_path, md_path
 
 
-def checked_fields(cls: type, data: Any, what: str) -> dict[str, Any]:
+def read_card(cls: type[CardT], data: Any, kind: str, schemas: tuple[int, ...], item: str) -> CardT:
+    """The card of the dataclass `cls` saved as `data`, each of its `results` a dataclass named `item` and its
+    number in messages; ValueError, saying why, for a card of a schema not in `schemas` or not of this shape."""
+    if not isinstance(data, dict):
+        raise ValueError(f"the card is {type(data).__name__}, not an object")
+    version = data.get("schema_version")
+    if version not in schemas:
+        readable = ", ".join(str(schema) for schema in schemas)
+        raise ValueError(f"{kind} card schema {version!r} is not one of those this ModelDeck reads: {readable}")
+    fields = _checked_fields(cls, data, "the card")
+    result_type = typing.get_args(typing.get_type_hints(cls)["results"])[0]
+    results = [result_type(**_checked_fields(result_type, result, f"{item} {n}"))
+               for n, result in enumerate(fields["results"], 1)]  # fmt: skip
+    return cls(**{**fields, "results": results})
+
+
+def _checked_fields(cls: type, data: Any, what: str) -> dict[str, Any]:
     """`data` as the fields of the dataclass `cls`, each of the type it declares (a dataclass in it is left for
     the caller to check on its own); ValueError naming `what` otherwise."""
     if not isinstance(data, dict):
@@ -174,5 +190,5 @@ def side_by_side(rows: list[tuple[str, str, str]]) -> str:
     return "\n".join(f"{name:<{width}}  {left:>{column}}  {right}" for name, left, right in rows) + "\n"
 
 
-__all__ = ["CARD_ID", "MAX_LISTED", "UNREADABLE", "CardSaveError", "card_file", "checked_fields", "id_part",
-           "read_saved_card", "saved_cards", "side_by_side", "write_card"]  # fmt: skip
+__all__ = ["CARD_ID", "MAX_LISTED", "UNREADABLE", "CardSaveError", "card_file", "id_part",
+           "read_card", "read_saved_card", "saved_cards", "side_by_side", "write_card"]  # fmt: skip

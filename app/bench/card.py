@@ -158,15 +158,7 @@ class BenchCard:
     @classmethod
     def from_dict(cls, data: Any) -> BenchCard:
         """The card saved as `data`; ValueError for one of another schema, or not of this shape."""
-        if not isinstance(data, dict):
-            raise ValueError(f"the card is {type(data).__name__}, not an object")
-        if data.get("schema_version") not in READABLE_SCHEMAS:
-            raise ValueError(f"benchmark card schema {data.get('schema_version')} is not one of {READABLE_SCHEMAS}")
-        fields = card_files.checked_fields(cls, data, "the card")
-        levels = [
-            card_files.checked_fields(LevelResult, level, f"level {n}") for n, level in enumerate(fields["results"], 1)
-        ]
-        return cls(**{**fields, "results": [LevelResult(**level) for level in levels]})
+        return card_files.read_card(cls, data, "benchmark", READABLE_SCHEMAS, "level")
 
     def save(self, directory: Path) -> tuple[Path, Path]:
         """Write `<id>.json` and `<id>.md`, whole or not at all (CardSaveError); return both paths."""

@@ -45,15 +45,7 @@ class QualityCard:
     @classmethod
     def from_dict(cls, data: Any) -> QualityCard:
         """The card saved as `data`; ValueError for one of another schema, or not of this shape."""
-        if not isinstance(data, dict):
-            raise ValueError(f"the card is {type(data).__name__}, not an object")
-        if data.get("schema_version") != SCHEMA_VERSION:
-            raise ValueError(f"quality card schema {data.get('schema_version')} is not {SCHEMA_VERSION}")
-        fields = card_files.checked_fields(cls, data, "the card")
-        results = [
-            card_files.checked_fields(VariantResult, r, f"result {n}") for n, r in enumerate(fields["results"], 1)
-        ]
-        return cls(**{**fields, "results": [VariantResult(**r) for r in results]})
+        return card_files.read_card(cls, data, "quality", (SCHEMA_VERSION,), "result")
 
     def result(self, variant_id: str) -> VariantResult | None:
         return next((r for r in self.results if r.id == variant_id), None)

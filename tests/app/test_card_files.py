@@ -99,7 +99,9 @@ def test_an_unreadable_quality_card_is_left_out_and_refused_by_id(
 @pytest.mark.parametrize(
     ("content", "why"),
     [([], "the card is list, not an object"), (None, "the card is NoneType, not an object"),
-     ("card", "the card is str, not an object"), ({"results": {}}, "'results' is dict, not list")],
+     ("card", "the card is str, not an object"), ({"results": {}}, "'results' is dict, not list"),
+     ({"schema_version": 99}, "card schema 99 is not one of those this ModelDeck reads"),
+     ({"schema_version": "1"}, "card schema '1' is not one of those this ModelDeck reads")],
 )  # fmt: skip
 def test_a_card_of_the_wrong_shape_is_a_value_error(content: Any, why: str) -> None:
     for card_class, good in ((QualityCard, QUALITY_CARD), (BenchCard, BENCH_CARD)):
