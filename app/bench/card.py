@@ -9,9 +9,10 @@ import shlex
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, NotRequired, TypedDict
 
 from app import card_files
+from app.api_types import LaunchRecord
 from app.bench.load import RequestResult
 from app.bench.prompts import LEGACY_PROMPT_MODE, mode_label
 
@@ -131,6 +132,28 @@ def hardware_fingerprint(hardware: Mapping[str, Any]) -> dict[str, Any]:
     return {"id": digest, **facts}
 
 
+# The keys of a card's dicts that reading a saved card (listing, showing, comparing) relies on, checked when it is
+# read; the dicts hold others too.
+class _ModelKeys(TypedDict):
+    id: str
+    quantization: NotRequired[str | None]
+
+
+class _EngineKeys(TypedDict):
+    name: str
+    version: NotRequired[str | None]
+    launch: NotRequired[LaunchRecord | None]  # since schema 2
+
+
+class _HardwareKeys(TypedDict):
+    id: str
+
+
+class _ParameterKeys(TypedDict):
+    prompt_tokens: int
+    output_tokens: int
+
+
 @dataclass(frozen=True)
 class BenchCard:
     """One benchmark run."""
@@ -138,12 +161,13 @@ class BenchCard:
     id: str
     created: str  # ISO 8601, UTC
     modeldeck_version: str
-    model: dict[str, Any]  # id, name, path, size_bytes, quantization
-    engine: dict[str, Any]  # name, version, plan, launch (argv and environment, secrets redacted; schema 2)
-    hardware: dict[str, Any]  # hardware_fingerprint()
+    model: Annotated[dict[str, Any], _ModelKeys]  # id, name, path, size_bytes, quantization
+    # name, version, plan, launch (argv and environment, secrets redacted; schema 2)
+    engine: Annotated[dict[str, Any], _EngineKeys]
+    hardware: Annotated[dict[str, Any], _HardwareKeys]  # hardware_fingerprint()
     # concurrency, prompt_tokens, output_tokens, requests_per_level, endpoint; since schema 2 prompt_mode, seed,
     # prefix_tokens, conversations, turns, prompt_words, prompt_digest
-    parameters: dict[str, Any]
+    parameters: Annotated[dict[str, Any], _ParameterKeys]
     results: list[LevelResult]
     schema_version: int = SCHEMA_VERSION
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, TypedDict
 
 from app import card_files
 from app.paths import AppPaths
@@ -24,6 +24,14 @@ def card_id(created_compact: str, model_id: str) -> str:
     return f"{created_compact}-quality-{card_files.id_part(model_id)}"
 
 
+class _TextKeys(TypedDict):
+    """The keys of a card's `text` that reading a saved card (listing, showing, comparing) relies on, checked when
+    it is read; it holds others too."""
+
+    description: str
+    tokens: int
+
+
 @dataclass(frozen=True)
 class QualityCard:
     """One quality run."""
@@ -35,7 +43,8 @@ class QualityCard:
     reference: str  # the id of the variant the others are compared with
     tool: dict[str, Any]  # name, version (llama-cpp-python's), backend, folder
     hardware: dict[str, Any]  # app.bench.card.hardware_fingerprint()
-    text: dict[str, Any]  # kind (user, default), description, path, chars, sha256, tokens, n_ctx, chunks
+    # kind (user, default), description, path, chars, sha256, tokens, n_ctx, chunks
+    text: Annotated[dict[str, Any], _TextKeys]
     results: list[VariantResult]
     schema_version: int = SCHEMA_VERSION
 

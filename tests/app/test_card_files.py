@@ -1,8 +1,9 @@
 """Saved benchmark and quality cards as files: one that cannot be read (no object, not UTF-8, fields of the wrong
-type) is left out of the listings with a warning naming it, and reading it by id is a clear 400, never a crash of
-the listing, the control API or `modeldeck recommend`. A card is saved whole or not at all: a write that fails
-(a file size limit set in a child process) leaves no part of it, and the run says it could not save the card.
-Real card files in a real data directory."""
+type, dicts without the keys readers use) is left out of the listings with a warning naming it, and reading or
+comparing it by id is a clear 400 (a one-line error on the command line), never a crash of the listing, the control
+API or `modeldeck recommend`. A card is saved whole or not at all: a write that fails (a file size limit set in a
+child process) leaves no part of it, and the run says it could not save the card. Real card files in a real data
+directory."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from typing import Any
 import pytest
 
 from app.bench.card import BenchCard, to_markdown
+from app.client import ControlError
 from app.hub.library import BUNDLED_ID
 from app.paths import AppPaths
 from app.quality.card import QualityCard, quality_dir
@@ -27,10 +29,11 @@ from app.service.jobs.bench_runs import BadBenchRequest, BenchRuns
 from app.service.jobs.quality_runs import BadQualityRequest, QualityRuns
 from tests.app.test_bench_prompts import OLD_CARD
 from tests.support.quality_tools import modeldeck
-from tests.support.service import REPO
+from tests.support.service import REPO, start_service_process, stop_service_process
 
 HARDWARE = Path(__file__).parent.parent / "fixtures" / "hardware" / "rtx4090_24gb.json"
-BENCH_CARD: dict[str, Any] = {**OLD_CARD, "id": "20261101-120000-good", "schema_version": 2}
+ENGINE = {**OLD_CARD["engine"], "launch": {"argv": ["llama-server", "-m", "m.gguf"], "env": {"OMP_NUM_THREADS": "2"}}}
+BENCH_CARD: dict[str, Any] = {**OLD_CARD, "id": "20261101-120000-good", "schema_version": 2, "engine": ENGINE}
 TEXT = {"description": "a text", "chars": 10, "sha256": "0" * 64, "tokens": 1, "chunks": 1, "n_ctx": 2}
 QUALITY_CARD = QualityCard(
     "20261101-120000-quality-good", "2026-11-01T12:00:00+00:00", "0.1.0", "m", "m.f16", {}, {}, TEXT,
@@ -48,11 +51,24 @@ BAD_BENCH: dict[str, tuple[Any, str]] = {
                   "'output_tokens_per_s' is str, not float"),
     "model-a-list": ({**BENCH_CARD, "model": []}, "'model' is list, not dict[str, Any]"),
     "no-engine": ({k: v for k, v in BENCH_CARD.items() if k != "engine"}, "has no 'engine'"),
+    "model-empty": ({**BENCH_CARD, "model": {}}, "the card: 'model' has no 'id'"),
+    "engine-null": ({**BENCH_CARD, "engine": {"name": None}}, "the card: 'engine.name' is NoneType, not str"),
+    "hardware-empty": ({**BENCH_CARD, "hardware": {}}, "the card: 'hardware' has no 'id'"),
+    "tokens-text": ({**BENCH_CARD, "parameters": {**BENCH_CARD["parameters"], "prompt_tokens": "256"}},
+                    "the card: 'parameters.prompt_tokens' is str, not int"),
+    "argv-text": ({**BENCH_CARD, "engine": {**ENGINE, "launch": {"argv": "llama", "env": {}}}},
+                  "the card: 'engine.launch.argv' is str, not list[str]"),
+    "env-a-list": ({**BENCH_CARD, "engine": {**ENGINE, "launch": {"argv": [], "env": []}}},
+                   "the card: 'engine.launch.env' is list, not dict[str, str]"),
+    "launch-no-argv": ({**BENCH_CARD, "engine": {**ENGINE, "launch": {"env": {}}}},
+                       "the card: 'engine.launch' has no 'argv'"),
 }  # fmt: skip
 BAD_QUALITY: dict[str, tuple[Any, str]] = {
     "a-list": ([], "the card is list, not an object"),
     "latin-1": ("Modèle".encode("latin-1"), "not UTF-8 text"),
     "text-a-list": ({**QUALITY_CARD, "text": []}, "'text' is list, not dict[str, Any]"),
+    "text-empty": ({**QUALITY_CARD, "text": {}}, "the card: 'text' has no 'description'"),
+    "tokens-text": ({**QUALITY_CARD, "text": {**TEXT, "tokens": "1"}}, "the card: 'text.tokens' is str, not int"),
     "size-true": ({**QUALITY_CARD, "results": [{**QUALITY_CARD["results"][0], "size_bytes": True}]},
                   "'size_bytes' is bool, not int"),
 }  # fmt: skip
@@ -108,6 +124,37 @@ def test_a_card_of_the_wrong_shape_is_a_value_error(content: Any, why: str) -> N
         data = {**good, **content} if isinstance(content, dict) else content
         with pytest.raises(ValueError, match=re.escape(why)):
             card_class.from_dict(data)
+
+
+def test_comparing_with_an_unreadable_card_through_the_api_is_a_clear_400(paths: AppPaths, tmp_path: Path) -> None:
+    write_cards(paths.bench_dir, BENCH_CARD, BAD_BENCH)
+    write_cards(quality_dir(paths), QUALITY_CARD, BAD_QUALITY)
+    service = start_service_process(paths, tmp_path)
+    try:
+        client = service.client
+        for compare, good, bad in ((client.compare_bench_cards, BENCH_CARD, BAD_BENCH),
+                                   (client.compare_quality_cards, QUALITY_CARD, BAD_QUALITY)):  # fmt: skip
+            for name, (_, why) in bad.items():
+                for first, second in ((good["id"], name), (name, good["id"])):
+                    with pytest.raises(ControlError) as refused:
+                        compare(first, second)
+                    assert refused.value.status == 400, (name, refused.value.status, str(refused.value))
+                    assert f"The card {name!r} cannot be read" in str(refused.value) and why in str(refused.value)
+            assert compare(good["id"], good["id"])[0] == ["card", good["id"], good["id"]]
+        assert [card["id"] for card in client.bench()["cards"]] == [BENCH_CARD["id"]]
+        assert [card["id"] for card in client.quality()["cards"]] == [QUALITY_CARD["id"]]
+    finally:
+        stop_service_process(service)
+    assert "Traceback" not in service.output()
+
+
+def test_comparing_with_an_unreadable_card_on_the_command_line_says_why(paths: AppPaths) -> None:
+    write_cards(paths.bench_dir, BENCH_CARD, {"model-empty": BAD_BENCH["model-empty"]})
+    write_cards(quality_dir(paths), QUALITY_CARD, {"text-empty": BAD_QUALITY["text-empty"]})
+    for kind, good, bad in (("bench", BENCH_CARD, "model-empty"), ("quality", QUALITY_CARD, "text-empty")):
+        done = modeldeck(kind, "--compare", good["id"], bad, timeout=120)
+        assert done.returncode == 2 and done.stdout == "", done.stderr
+        assert done.stderr == f"modeldeck: cannot read the card: {(BAD_BENCH | BAD_QUALITY)[bad][1]}\n"
 
 
 def test_recommend_reads_past_an_unreadable_quality_card(paths: AppPaths) -> None:
