@@ -472,6 +472,8 @@ def _bench(args: argparse.Namespace, paths: AppPaths) -> int:
     try:
         json_path, md_path = card.save(paths.bench_dir)
     except CardSaveError as exc:
+        if args.json and not args.progress_jsonl:  # the measurements are not lost with the card
+            print(json.dumps(card.to_dict(), indent=2))
         print(f"modeldeck: the benchmark ran, but {exc}", file=sys.stderr)
         return 1
     if args.progress_jsonl:

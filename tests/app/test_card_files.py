@@ -2,8 +2,8 @@
 type, dicts without the keys readers use) is left out of the listings with a warning naming it, and reading or
 comparing it by id is a clear 400 (a one-line error on the command line), never a crash of the listing, the control
 API or `modeldeck recommend`. A card is saved whole or not at all: a write that fails (a file size limit set in a
-child process) leaves no part of it, and the run says it could not save the card. Real card files in a real data
-directory."""
+child process) leaves no part of it, and the run says it could not save the card (`bench --json` still prints it).
+Real card files in a real data directory."""
 
 from __future__ import annotations
 
@@ -211,3 +211,18 @@ def test_a_card_that_cannot_be_written_whole_leaves_nothing_and_says_why(paths: 
     assert json.loads((directory / f"{new['id']}.json").read_text()) == card.to_dict()
     assert (directory / f"{new['id']}.md").read_text() == markdown
     assert {path.name for path in directory.iterdir()} == {*before, f"{new['id']}.json", f"{new['id']}.md"}
+
+
+def test_a_benchmark_whose_card_cannot_be_saved_still_prints_it_with_json(paths: AppPaths) -> None:
+    # Tests may run as root, whom no folder mode stops: a file stands where the cards folder should be.
+    paths.bench_dir.parent.mkdir(parents=True, exist_ok=True)
+    paths.bench_dir.write_text("not a folder")
+    done = subprocess.run([sys.executable, "-c", SAVE_UNDER_A_LIMIT, "bench", json.dumps(BENCH_CARD), str(2**30)],
+                          capture_output=True, text=True, cwd=REPO, timeout=120, check=False)  # fmt: skip
+    assert done.returncode == 1, done.stderr
+    assert json.loads(done.stdout) == BenchCard.from_dict(BENCH_CARD).to_dict()
+    assert done.stderr.splitlines() == [
+        f"modeldeck: the benchmark ran, but could not save the card {BENCH_CARD['id']} in {paths.bench_dir}: "
+        "File exists"
+    ]
+    assert paths.bench_dir.read_text() == "not a folder"
