@@ -7,6 +7,7 @@ is happening at each stage: loading the model, waiting for the first token, stre
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import replace
 
 from PySide6.QtCore import QObject, Qt, QThread, QTimer, Signal, Slot
@@ -27,7 +28,15 @@ from app.client import ChatStream, ControlError, ServiceUnavailable, stream_chat
 from app.gui.chat_model_picker import ChatModelPicker
 from app.gui.chat_params_panel import ChatParamsPanel
 from app.gui.chat_sidebar import ChatSidebar
-from app.gui.chat_store import AnswerStats, ChatMessage, ChatParams, ChatStore, Conversation, title_from
+from app.gui.chat_store import (
+    AnswerStats,
+    ChatMessage,
+    ChatParams,
+    ChatSaveError,
+    ChatStore,
+    Conversation,
+    title_from,
+)
 from app.gui.chat_transcript import ChatTranscript
 from app.gui.model_item_model import ModelItemModel
 from app.gui.service_connection import ServiceConnection
@@ -55,9 +64,14 @@ class ChatStreamThread(QThread):
 
 
 class ChatPage(QWidget):
-    """Reaches the endpoint only through app.client; keeps conversations in `store`."""
+    """Reaches the endpoint only through app.client; keeps conversations in `store`.
+
+    A save the store refuses (another program holds the file) leaves the conversation on the page, unsaved: the page
+    stays on it until a later save writes it whole."""
 
     sig_status_changed = Signal(str)  # the status line's new text
+    sig_save_failed = Signal(str)  # why a change is not saved, in words for the user
+    sig_save_resumed = Signal()  # everything on the page is saved again
 
     def __init__(
         self,
@@ -73,6 +87,7 @@ class ChatPage(QWidget):
         self._conversation: Conversation | None = None
         self._messages: tuple[ChatMessage, ...] = ()
         self._editing: int | None = None  # index of the user message being edited
+        self._unsaved = False  # the store refused the last save: the file lacks some of what the page shows
         self._thread: ChatStreamThread | None = None
         self._answer = ""
         self._answer_model = ""
@@ -104,6 +119,7 @@ class ChatPage(QWidget):
         self.sidebar.sig_conversation_opened.connect(self._on_sidebar_conversation_opened)
         self.sidebar.sig_new_requested.connect(self._on_sidebar_new_requested)
         self.sidebar.sig_conversation_deleted.connect(self._on_sidebar_conversation_deleted)
+        self.sidebar.sig_save_failed.connect(self.sig_save_failed)
         self.params_panel.sig_params_changed.connect(self._on_params_panel_params_changed)
         self.transcript.sig_regenerate_requested.connect(self.regenerate)
         self.transcript.sig_edit_requested.connect(self.edit_message)
@@ -162,7 +178,7 @@ class ChatPage(QWidget):
         self._endpoint = info
 
     def open_conversation(self, conversation_id: int) -> None:
-        if self.is_streaming:
+        if self.is_streaming or not self._saved_before_leaving():
             return
         found = self._store.load(conversation_id)
         if found is None:
@@ -178,7 +194,7 @@ class ChatPage(QWidget):
 
     def new_conversation(self) -> None:
         """An empty chat; it is saved with its first message."""
-        if self.is_streaming:
+        if self.is_streaming or not self._saved_before_leaving():
             return
         self._conversation, self._messages, self._editing = None, (), None
         self.transcript.show_messages(())
@@ -197,10 +213,6 @@ class ChatPage(QWidget):
         if not model_id or self._endpoint is None:
             self._set_status("Choose a model first." if self._endpoint else "Not connected to the service.")
             return
-        if self._conversation is None:
-            self._conversation = self._store.create(model_id, self.params_panel.params(), title_from(text))
-            self.sidebar.refresh()
-            self.sidebar.show_current(self._conversation.id)
         kept = self._messages[: self._editing] if self._editing is not None else self._messages
         self._editing = None
         self._messages = (*kept, ChatMessage("user", text))
@@ -277,10 +289,38 @@ class ChatPage(QWidget):
             self.sig_status_changed.emit(text)
 
     def _save_messages(self) -> None:
-        if self._conversation is not None:
+        self._save(self._write_all)
+
+    def _write_all(self) -> None:
+        """The conversation on the page, whole: created with its first message if the file does not have it yet."""
+        model = self._answer_model or self.picker.current_model()
+        try:
+            if self._conversation is None:
+                title = title_from(self._messages[0].content)
+                self._conversation = self._store.create(model, self.params_panel.params(), title)
             self._store.set_messages(self._conversation.id, self._messages)
-            self._store.save_model(self._conversation.id, self._answer_model or self.picker.current_model())
-            self.sidebar.refresh()
+            self._store.save_model(self._conversation.id, model)
+            self._store.save_params(self._conversation.id, self._conversation.params)
+        finally:
+            self.sidebar.show_current(self._conversation.id if self._conversation is not None else None)
+
+    def _save(self, write: Callable[[], None]) -> bool:
+        """Run `write` (a change to the store); after a refused save, write everything instead. On refusal the page
+        keeps what it shows and says why. Whether the file now has it all."""
+        try:
+            (self._write_all if self._unsaved else write)()
+        except ChatSaveError as error:
+            self._unsaved = True
+            self.sig_save_failed.emit(f"{error}; this chat is not saved yet and stays open until it is")
+            return False
+        if self._unsaved:
+            self._unsaved = False
+            self.sig_save_resumed.emit()
+        return True
+
+    def _saved_before_leaving(self) -> bool:
+        """Whether the page may put its conversation away: only once the file has all of it."""
+        return not self._unsaved or self._save(self._write_all)
 
     def _set_streaming(self, streaming: bool) -> None:
         self.send_button.setEnabled(not streaming)
@@ -364,13 +404,14 @@ class ChatPage(QWidget):
     @Slot(int)
     def _on_sidebar_conversation_deleted(self, conversation_id: int) -> None:
         if self._conversation is not None and self._conversation.id == conversation_id:
+            self._unsaved = False  # deleted on purpose: nothing of it is to be kept
             self.new_conversation()
 
     @Slot(object)
     def _on_params_panel_params_changed(self, params: ChatParams) -> None:
         if self._conversation is not None:
-            self._store.save_params(self._conversation.id, params)
-            self._conversation = replace(self._conversation, params=params)
+            conversation = self._conversation = replace(self._conversation, params=params)
+            self._save(lambda: self._store.save_params(conversation.id, params))
 
     @Slot()
     def _on_picker_state_changed(self) -> None:

@@ -15,17 +15,19 @@ from PySide6.QtWidgets import (
 )
 
 from app.gui import quit_dialogs
-from app.gui.chat_store import ChatStore
+from app.gui.chat_store import ChatSaveError, ChatStore
 
 CONVERSATION_ID_ROLE = Qt.ItemDataRole.UserRole + 1
 
 
 class ChatSidebar(QWidget):
-    """Lists the store's conversations, newest first; edits go straight to the store."""
+    """Lists the store's conversations, newest first; edits go straight to the store, and one it refuses is undone
+    in the list and told through `sig_save_failed`."""
 
     sig_conversation_opened = Signal(int)
     sig_new_requested = Signal()
     sig_conversation_deleted = Signal(int)
+    sig_save_failed = Signal(str)  # why a rename or a delete did not happen, in words for the user
 
     def __init__(self, store: ChatStore, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -92,11 +94,23 @@ class ChatSidebar(QWidget):
         return [self.list_widget.item(row).text() for row in range(self.list_widget.count())]
 
     def rename(self, conversation_id: int, title: str) -> None:
-        self._store.rename(conversation_id, title)
+        self._rename(conversation_id, title)
         self.refresh()
 
+    def _rename(self, conversation_id: int, title: str) -> str | None:
+        """The title the conversation now has; None when the store refused the change."""
+        try:
+            return self._store.rename(conversation_id, title)
+        except ChatSaveError as error:
+            self.sig_save_failed.emit(f"{error}; the conversation keeps its name")
+            return None
+
     def delete(self, conversation_id: int) -> None:
-        self._store.delete(conversation_id)
+        try:
+            self._store.delete(conversation_id)
+        except ChatSaveError as error:
+            self.sig_save_failed.emit(f"{error}; the conversation is not deleted")
+            return
         if conversation_id == self._current:
             self._current = None
         self.refresh()
@@ -118,11 +132,12 @@ class ChatSidebar(QWidget):
     @Slot(QListWidgetItem)
     def _on_list_widget_item_changed(self, item: QListWidgetItem) -> None:
         if not self._filling:
-            title = self._store.rename(int(item.data(CONVERSATION_ID_ROLE)), item.text())
-            if title != item.text():
-                self._filling = True
-                item.setText(title)
-                self._filling = False
+            # The tooltip holds the saved title: what the item shows again when the store refuses the new one.
+            title = self._rename(int(item.data(CONVERSATION_ID_ROLE)), item.text()) or item.toolTip()
+            self._filling = True
+            item.setText(title)
+            item.setToolTip(title)
+            self._filling = False
 
     @Slot()
     def _on_list_widget_current_item_changed(self) -> None:

@@ -2,7 +2,8 @@
 chosen for each conversation. No Qt here: the chat page is a view of this store.
 
 Writes are a few rows at the end of a turn; with WAL and synchronous=NORMAL a commit does not wait for the disk,
-so the GUI thread can make them without a visible pause.
+so the GUI thread can make them without a visible pause. A write that finds the file held by another program waits
+only a moment (SAVE_WAIT_S) and raises ChatSaveError: the caller keeps what it could not save and tries again later.
 """
 
 from __future__ import annotations
@@ -10,6 +11,8 @@ from __future__ import annotations
 import json
 import sqlite3
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -23,7 +26,8 @@ DEFAULT_TITLE = "New chat"
 TITLE_LENGTH = 60
 SQLITE_HEADER = b"SQLite format 3\x00"
 SQLITE_COMPANIONS = ("-wal", "-shm")  # the -wal holds the file's latest changes: set aside, it goes with the file
-LOCK_WAIT_S = 5.0  # how long to wait for another program (another ModelDeck) writing the file
+LOCK_WAIT_S = 5.0  # how long opening the file waits for another program (another ModelDeck) writing it
+SAVE_WAIT_S = 0.2  # how long a save waits for it: the GUI thread waits too, and a turn's save takes milliseconds
 
 
 @dataclass(frozen=True)
@@ -104,6 +108,11 @@ class ChatMessage:
     stopped: bool = False  # cut short: by Stop, or by an error (the engine failed, the service went away)
 
 
+class ChatSaveError(Exception):
+    """A change could not be written (another program holds the file, the disk is full); the file is as it was.
+    The message says why, in words for the user."""
+
+
 @dataclass(frozen=True)
 class Conversation:
     id: int
@@ -123,6 +132,7 @@ class ChatStore:
 
     def __init__(self, path: Path, lock_wait_s: float = LOCK_WAIT_S) -> None:
         self.problem: str | None = None
+        self._path = path
         try:
             if not _is_sqlite(path):  # before SQLite opens it: on closing, SQLite deletes a -wal it could not use
                 self._kept_aside(path, set_aside(path, SQLITE_COMPANIONS))
@@ -132,6 +142,7 @@ class ChatStore:
                 lambda bad, _error: self._kept_aside(path, bad),
                 SQLITE_COMPANIONS,
             )
+            self._db.execute(f"PRAGMA busy_timeout={round(SAVE_WAIT_S * 1000)}")
             return
         except _NewerFileError:
             self.problem = f"{path} was made by a newer ModelDeck and is left as it is"
@@ -150,10 +161,22 @@ class ChatStore:
     def close(self) -> None:
         self._db.close()
 
+    @contextmanager
+    def _writing(self) -> Iterator[sqlite3.Connection]:
+        """One transaction; ChatSaveError, with nothing of it written, when the file refuses it."""
+        try:
+            with self._db:
+                yield self._db
+        except sqlite3.OperationalError as error:
+            busy = sqlite_code(error) == sqlite3.SQLITE_BUSY
+            raise ChatSaveError(
+                f"{self._path} is in use by another program" if busy else f"cannot save to {self._path} ({error})"
+            ) from error
+
     def create(self, model: str | None, params: ChatParams, title: str = DEFAULT_TITLE) -> Conversation:
         now = time.time()
-        with self._db:
-            cursor = self._db.execute(
+        with self._writing() as db:
+            cursor = db.execute(
                 "INSERT INTO conversations (title, model, params, created, updated) VALUES (?, ?, ?, ?, ?)",
                 (title, model, params.to_json(), now, now),
             )
@@ -196,29 +219,29 @@ class ChatStore:
              int(m.stopped))
             for i, m in enumerate(messages)
         ]  # fmt: skip
-        with self._db:
-            self._db.execute("DELETE FROM messages WHERE conversation = ?", (conversation_id,))
-            self._db.executemany("INSERT INTO messages VALUES (?, ?, ?, ?, ?, ?, ?)", rows)
-            self._db.execute("UPDATE conversations SET updated = ? WHERE id = ?", (time.time(), conversation_id))
+        with self._writing() as db:
+            db.execute("DELETE FROM messages WHERE conversation = ?", (conversation_id,))
+            db.executemany("INSERT INTO messages VALUES (?, ?, ?, ?, ?, ?, ?)", rows)
+            db.execute("UPDATE conversations SET updated = ? WHERE id = ?", (time.time(), conversation_id))
 
     def rename(self, conversation_id: int, title: str) -> str:
         """Give the conversation a title (trimmed to one line); the title it now has."""
         title = " ".join(title.split())[:TITLE_LENGTH] or DEFAULT_TITLE
-        with self._db:
-            self._db.execute("UPDATE conversations SET title = ? WHERE id = ?", (title, conversation_id))
+        with self._writing() as db:
+            db.execute("UPDATE conversations SET title = ? WHERE id = ?", (title, conversation_id))
         return title
 
     def save_params(self, conversation_id: int, params: ChatParams) -> None:
-        with self._db:
-            self._db.execute("UPDATE conversations SET params = ? WHERE id = ?", (params.to_json(), conversation_id))
+        with self._writing() as db:
+            db.execute("UPDATE conversations SET params = ? WHERE id = ?", (params.to_json(), conversation_id))
 
     def save_model(self, conversation_id: int, model: str | None) -> None:
-        with self._db:
-            self._db.execute("UPDATE conversations SET model = ? WHERE id = ?", (model, conversation_id))
+        with self._writing() as db:
+            db.execute("UPDATE conversations SET model = ? WHERE id = ?", (model, conversation_id))
 
     def delete(self, conversation_id: int) -> None:
-        with self._db:
-            self._db.execute("DELETE FROM conversations WHERE id = ?", (conversation_id,))
+        with self._writing() as db:
+            db.execute("DELETE FROM conversations WHERE id = ?", (conversation_id,))
 
 
 class _NewerFileError(Exception):
@@ -285,4 +308,4 @@ def _stats(text: str | None) -> AnswerStats | None:
         return None  # a row written by a newer version: the answer stays, its speed is unknown
 
 
-__all__ = ["AnswerStats", "ChatMessage", "ChatParams", "ChatStore", "Conversation", "title_from"]
+__all__ = ["AnswerStats", "ChatMessage", "ChatParams", "ChatSaveError", "ChatStore", "Conversation", "title_from"]

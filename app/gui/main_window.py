@@ -182,6 +182,8 @@ class MainWindow(QMainWindow):
     def _connect_signals(self) -> None:
         connection = self._connection
         connection.sig_endpoint_received.connect(self.chat_page.set_endpoint)
+        self.chat_page.sig_save_failed.connect(self._on_chat_page_save_failed)
+        self.chat_page.sig_save_resumed.connect(self._on_chat_page_save_resumed)
         connection.sig_endpoint_received.connect(self.snippets_panel.set_endpoint)
         self.model_list_panel.sig_selection_changed.connect(self.snippets_panel.set_model)
         self.home_page.sig_start_requested.connect(self._on_model_list_launch_requested)
@@ -358,6 +360,14 @@ class MainWindow(QMainWindow):
     @Slot(str)
     def _on_home_page_chat_requested(self, _model_id: str) -> None:
         self.tabs.setCurrentWidget(self.chat_page)
+
+    @Slot(str)
+    def _on_chat_page_save_failed(self, message: str) -> None:
+        self.statusBar().showMessage(f"Chats: {message}")  # kept until the chats are saved again
+
+    @Slot()
+    def _on_chat_page_save_resumed(self) -> None:
+        self.statusBar().showMessage("Chats: saved.", 5000)
 
     @Slot()
     def _on_home_page_snippets_requested(self) -> None:

@@ -1,24 +1,35 @@
 """The chat's SQLite store on a real file: conversations kept across opening it again, search, rename, delete, the
 file private to the user, and parameters a newer or damaged row holds read back as defaults, never as an error; a
 file that is not a database set aside, one in use or from a newer version left untouched, and the window still
-opening; and the copy buttons of a bubble's code blocks."""
+opening; a file another program locks while the window is open: the chat kept on the page, said so, and saved whole
+once the file is free; and the copy buttons of a bubble's code blocks."""
 
 from __future__ import annotations
 
+import socket
 import sqlite3
 import stat
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
 from pathlib import Path
 
+import pytest
 from PySide6.QtCore import Qt
 from PySide6.QtGui import QGuiApplication
 from pytestqt.qtbot import QtBot
 
+from app.api_types import EndpointRecord
 from app.client import default_port
 from app.gui.chat_store import FILE_NAME, AnswerStats, ChatMessage, ChatParams, ChatStore, title_from
 from app.gui.chat_transcript import ChatBubble, code_blocks
 from app.gui.main_window import MainWindow
 from app.gui.service_connection import ServiceConnection
 from app.paths import AppPaths
+from tests.support.service import free_port
+from tests.support.synthetic import SYNTHETIC_ENGINE, SYNTHETIC_MODEL
+from tests.support.waiting import wait_for
 
 NOT_A_DATABASE = bytes(range(256)) * 32
 
@@ -126,6 +137,109 @@ def test_the_window_opens_on_a_bad_chats_file_and_says_so(qtbot: QtBot, paths: A
     qtbot.addWidget(window)
     assert f"{FILE_NAME}.bad" in window.statusBar().currentMessage()
     assert (paths.data / f"{FILE_NAME}.bad").read_bytes() == NOT_A_DATABASE
+
+
+SAVE_PAUSE_S = 1.0  # the longest a save may hold the GUI thread while another program holds the file
+SYNTHETIC_RECORD = {
+    "id": SYNTHETIC_MODEL, "name": SYNTHETIC_MODEL, "path": None, "size_bytes": 0, "source": "external",
+    "engine": "external", "state": "ready", "message": "", "pid": None, "port": None, "restarts": 0,
+    "diagnosis": None, "rss_bytes": None, "running_requests": 0, "waiting_requests": 0, "memory": None,
+    "plan": None, "launch": None, "idle_ttl_s": None, "startup": None, "vllm": None,
+    "max_concurrent_requests": None, "embedding_companion": None,
+}  # fmt: skip
+
+
+def _listening(port: int) -> bool:
+    try:
+        socket.create_connection(("127.0.0.1", port), timeout=1).close()
+    except OSError:
+        return False
+    return True
+
+
+@pytest.fixture
+def synthetic_endpoint() -> Iterator[EndpointRecord]:
+    """A synthetic engine (tests/support/synthetic.py says why) in its own process, as the chat's endpoint."""
+    port = free_port()
+    engine = subprocess.Popen([sys.executable, str(SYNTHETIC_ENGINE), "--port", str(port)])
+    try:
+        wait_for(lambda: _listening(port), 30, "the synthetic engine listening", 0.02)
+        yield {"url": f"http://127.0.0.1:{port}/v1", "api_key": None, "key_source": "", "key_note": "", "tls": None}
+    finally:
+        engine.terminate()
+        engine.wait(timeout=10)
+
+
+def _holding(path: Path) -> sqlite3.Connection:
+    """Another program's connection to `path`, holding its write lock until it rolls back."""
+    holder = sqlite3.connect(path, isolation_level=None)
+    holder.execute("BEGIN EXCLUSIVE")
+    return holder
+
+
+def test_a_chats_file_locked_after_start_keeps_the_chat_and_saves_it_once_free(
+    qtbot: QtBot, paths: AppPaths, synthetic_endpoint: EndpointRecord
+) -> None:
+    window = MainWindow(ServiceConnection(paths, default_port()))  # never opened: the chat uses its own endpoint
+    qtbot.addWidget(window)
+    page, path = window.chat_page, paths.data / FILE_NAME
+    assert window.chat_store.problem is None
+    window.item_model.set_models([SYNTHETIC_RECORD])  # type: ignore[list-item]
+    page.set_endpoint(synthetic_endpoint)
+    page.picker.select_model(SYNTHETIC_MODEL)
+
+    holder = _holding(path)
+    try:
+        page.prompt_edit.setText("Hello")
+        started = time.monotonic()
+        qtbot.mouseClick(page.send_button, Qt.MouseButton.LeftButton)
+        assert time.monotonic() - started < SAVE_PAUSE_S
+        qtbot.waitUntil(lambda: not page.is_streaming)
+        assert [m.role for m in page.messages] == ["user", "assistant"] and page.messages[0].content == "Hello"
+        status = window.statusBar().currentMessage()
+        assert f"{path} is in use by another program" in status and "not saved yet" in status, status
+        # Another chat would put this one away unsaved: the page stays on it, and says why.
+        qtbot.mouseClick(page.sidebar.new_button, Qt.MouseButton.LeftButton)
+        assert len(page.messages) == 2 and "in use by another program" in window.statusBar().currentMessage()
+        assert holder.execute("SELECT count(*) FROM conversations").fetchone() == (0,)
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+
+    page.send("Again")  # the first save after the file is free writes the whole chat
+    qtbot.waitUntil(lambda: not page.is_streaming)
+    assert window.statusBar().currentMessage().startswith("Chats: saved")
+    store = ChatStore(path)
+    [saved] = store.conversations()
+    loaded = store.load(saved.id)
+    assert loaded is not None and loaded.title == "Hello" and loaded.model == SYNTHETIC_MODEL
+    assert loaded.messages == page.messages and len(loaded.messages) == 4
+    store.close()
+    assert page.sidebar.titles() == ["Hello"]
+
+    # Renaming, deleting or changing a parameter while the file is held: the list as the file has it, and said.
+    holder = _holding(path)
+    try:
+        page.sidebar.list_widget.item(0).setText("Renamed")  # as an edit in place ends
+        assert page.sidebar.titles() == ["Hello"]
+        assert "keeps its name" in window.statusBar().currentMessage()
+        page.sidebar.delete(saved.id)
+        assert page.sidebar.titles() == ["Hello"] and page.conversation is not None
+        assert "not deleted" in window.statusBar().currentMessage()
+        page.params_panel.max_tokens_spin.setValue(7)
+        assert "not saved yet" in window.statusBar().currentMessage()
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+    page.params_panel.max_tokens_spin.setValue(8)
+    assert window.statusBar().currentMessage().startswith("Chats: saved")
+    page.sidebar.rename(saved.id, "Renamed")
+    assert page.sidebar.titles() == ["Renamed"]
+    store = ChatStore(path)
+    loaded = store.load(saved.id)
+    assert loaded is not None and loaded.params == page.params_panel.params() and loaded.params.max_tokens == 8
+    assert loaded.title == "Renamed" and loaded.messages == page.messages
+    store.close()
 
 
 def test_params_from_a_bad_row_fall_back_to_defaults() -> None:
