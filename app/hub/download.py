@@ -300,7 +300,7 @@ def _verify_and_store(file: RemoteFile, store: Store, state: TaskState) -> None:
 def _place_without_overwriting(file: RemoteFile, partial: Path, final: Path, state: TaskState) -> None:
     """Put a verified partial at `final` unless a file arrived there during the download (a pull of another repo's
     file of the same name, the user): that file is kept, and so is the partial, which a later pull takes once the
-    name is free."""
+    name is free. A file placed here is told to `state`: only those are the job's to take back."""
     try:
         os.link(partial, final)  # never replaces: FileExistsError instead
     except FileExistsError:
@@ -310,7 +310,10 @@ def _place_without_overwriting(file: RemoteFile, partial: Path, final: Path, sta
             _check_existing(file, final, state)
         else:
             partial.replace(final)
+            state.record_placed(file.filename)
             return
+    else:
+        state.record_placed(file.filename)
     partial.unlink()
 
 

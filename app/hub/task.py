@@ -32,6 +32,7 @@ class Progress:
     phase: Phase = "download"
     checked: int = 0  # while verifying: bytes of `current` hashed so far, of `check_total`
     check_total: int = 0
+    placed: tuple[str, ...] = ()  # the files the job has put where they stay, by its own names for them
 
 
 class Stopped(Exception):
@@ -65,6 +66,7 @@ class TaskState:
         self._check_total = 0
         self._last_report = float("-inf")
         self._samples: deque[tuple[float, int]] = deque()
+        self._placed: list[str] = []
 
     def pause(self) -> None:
         self._stop = "pause"
@@ -104,6 +106,15 @@ class TaskState:
         if now - self._last_report >= self._interval_s or checked == 0:
             self._report(now, finished=False)
 
+    @property
+    def placed(self) -> tuple[str, ...]:
+        return tuple(self._placed)
+
+    def record_placed(self, name: str) -> None:
+        """The job put a file where it stays: reported at once, as the owner takes it back if the job is cancelled."""
+        self._placed.append(name)
+        self._report(self._clock(), finished=False)
+
     def advance(self, nbytes: int) -> None:
         """Count bytes done (negative when work is thrown away) and report when the last report is old enough."""
         self._done += nbytes
@@ -128,6 +139,7 @@ class TaskState:
         phase = "download" if finished else self._phase
         self._on_progress(
             Progress(
-                self._done, self._total, rate, eta, self._current, finished, phase, self._checked, self._check_total
+                self._done, self._total, rate, eta, self._current, finished, phase, self._checked, self._check_total,
+                self.placed,
             )
-        )
+        )  # fmt: skip

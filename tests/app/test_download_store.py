@@ -1,4 +1,5 @@
-"""The file that keeps the service's downloads across restarts: damaged or tampered records lose nothing else."""
+"""The file that keeps the service's downloads across restarts: damaged or tampered records lose nothing else, and a
+record of an earlier version is read."""
 
 from __future__ import annotations
 
@@ -21,16 +22,20 @@ from app.service.jobs.download_store import (
 )
 
 VARIANT = Variant("Q4_0", "Q4_0", (RepoFile("m-Q4_0.gguf", 10, "a" * 64),), 1)
-FIELDS = {"state": "running", "done": 3, "total": 10, "error": None, "model_id": None, "models_dir": None}
+FIELDS = {
+    "state": "running", "done": 3, "total": 10, "error": None, "model_id": None, "models_dir": None, "placed": set()
+}  # fmt: skip
 
 
 def test_a_job_survives_the_round_trip(paths: AppPaths, tmp_path: Path) -> None:
     request = PullRequest.parse("org/m:Q4_0")
-    into_folder = FIELDS | {"models_dir": tmp_path / "mine"}
+    into_folder = FIELDS | {"models_dir": tmp_path / "mine", "placed": {"m-Q4_0.gguf"}}
     save_records(paths, [to_record("dl-4", request, VARIANT, FIELDS), to_record("dl-5", request, VARIANT, into_folder)])
     first, second = load_records(paths)
     assert from_record(first) == ("dl-4", request, VARIANT, FIELDS)
     assert from_record(second) == ("dl-5", request, VARIANT, into_folder)
+    del first["placed"]  # as an earlier version wrote it
+    assert from_record(first) == ("dl-4", request, VARIANT, FIELDS)
 
 
 def test_a_damaged_or_later_file_reads_as_no_jobs_and_is_kept_aside(paths: AppPaths) -> None:
@@ -56,6 +61,10 @@ def test_a_tampered_record_is_refused(paths: AppPaths) -> None:
         from_record(raw)
     raw = to_record("dl-1", PullRequest.parse("org/m"), VARIANT, FIELDS) | {"models_dir": "relative/dir"}
     with pytest.raises(ValueError, match="must be a full path"):
+        from_record(raw)
+    # A cancel deletes what its job placed: only files of the job's own variant may be named.
+    raw = to_record("dl-1", PullRequest.parse("org/m"), VARIANT, FIELDS | {"placed": {"../../etc/passwd"}})
+    with pytest.raises(ValueError, match="files of its variant"):
         from_record(raw)
 
 

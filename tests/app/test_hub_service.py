@@ -12,6 +12,7 @@ from app.client import ControlClient, ControlError
 from app.hub.cache import RepoCache
 from app.hub.library import BUNDLED_ID
 from app.hub.pulled import load_pulled
+from app.hub.stores import PARTIAL_DIR
 from app.paths import AppPaths
 from app.service.jobs.downloads import MAX_PARALLEL
 from tests.support.hub_server import FakeHub, add_repo, sha256
@@ -379,6 +380,58 @@ def test_serve_models_dir_downloads_into_it_and_a_kept_job_resumes_there(
         assert entry["path"] == str(mine / FILE)
         assert hub.bytes_sent(FILE) == len(gguf_bytes)
         assert "downloads folder" not in {d["what"] for d in again.client.library()["disk"]}  # no --models-dir now
+    finally:
+        stop_service_process(again)
+
+
+def test_a_cancelled_split_pull_takes_back_the_parts_it_placed_in_the_folder(
+    hub: FakeHub, gguf_slice: bytes, gguf_bytes: bytes, hf_home: Path, paths: AppPaths, tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:  # fmt: skip
+    """A split GGUF pulled into a models folder and cancelled, while it runs or after a crash: the parts it placed
+    and its partial file go, and a part that was there before the pull stays."""
+    for name in ("HF_TOKEN", "HF_HUB_OFFLINE", "HF_HUB_CACHE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("HF_ENDPOINT", hub.url)
+    monkeypatch.setenv("HF_HOME", str(hf_home))
+    first, placed, last = (f"smol-Q4_1-0000{n}-of-00003.gguf" for n in (1, 2, 3))
+    parts = {first: gguf_slice, placed: gguf_slice[:500_000], last: gguf_bytes}
+    add_repo(hub, REPO_ID, parts)
+    # Every answer ends after 1 MB: the two small parts arrive whole, the last one a megabyte a try.
+    hub.faults.drop_after, hub.faults.drop_times = 1_000_000, 1000
+    mine = tmp_path / "my-models"
+    mine.mkdir()
+    (mine / first).write_bytes(gguf_slice)  # the user's copy of the first part, from before the pull
+    partials = mine / PARTIAL_DIR
+    started_last = len(parts[first]) + len(parts[placed])  # bytes done once the last part is under way
+
+    def left_behind() -> list[str]:
+        return sorted(p.name for p in mine.iterdir() if p.name != PARTIAL_DIR) + [
+            p.name for p in partials.glob("*.incomplete")
+        ]
+
+    service = start_service_process(paths, tmp_path, "--models-dir", str(mine))
+    try:
+        job = service.client.start_download(REPO_ID, "Q4_1")
+        wait_for(lambda: download(service.client, job["id"])["done"] > started_last, 60, "the last part", 0.02)
+        assert (mine / placed).read_bytes() == parts[placed]
+        assert service.client.control_download(job["id"], "cancel")["state"] == "cancelled"
+        assert left_behind() == [first] and (mine / first).read_bytes() == gguf_slice
+
+        # The service is killed while the pull runs; the next one cancels the job it finds paused.
+        job = service.client.start_download(REPO_ID, "Q4_1")
+        wait_for(lambda: download(service.client, job["id"])["done"] > started_last, 60, "the last part", 0.02)
+        service.process.kill()
+        service.process.wait(timeout=30)
+    finally:
+        stop_service_process(service)
+    assert (mine / placed).exists() and any(partials.glob("*.incomplete"))
+    again = start_service_process(paths, tmp_path)
+    try:
+        assert download(again.client, job["id"])["state"] == "paused"
+        assert again.client.control_download(job["id"], "cancel")["state"] == "cancelled"
+        assert left_behind() == [first] and (mine / first).read_bytes() == gguf_slice
+        assert load_pulled(paths) == []
     finally:
         stop_service_process(again)
 

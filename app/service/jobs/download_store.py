@@ -39,6 +39,7 @@ def to_record(job_id: str, request: PullRequest, variant: Variant, fields: dict[
         },
         **{key: fields[key] for key in ("state", "done", "total", "error", "model_id")},
         "models_dir": str(fields["models_dir"]) if fields.get("models_dir") else None,
+        "placed": sorted(fields["placed"]),
     }  # fmt: skip
 
 
@@ -60,6 +61,10 @@ def from_record(raw: dict[str, Any]) -> tuple[str, PullRequest, Variant, dict[st
     if folder is not None and (not isinstance(folder, str) or not Path(folder).is_absolute()):
         raise ValueError(f"a models folder must be a full path, not {folder!r}")
     fields["models_dir"] = Path(folder) if folder else None
+    placed = raw.get("placed", [])  # absent from a record of an earlier version
+    if not isinstance(placed, list) or not set(placed) <= {f.path for f in files}:
+        raise ValueError(f"the files a job placed must be files of its variant, not {placed!r}")
+    fields["placed"] = set(placed)
     return str(raw["id"]), request, variant, fields
 
 

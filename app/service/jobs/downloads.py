@@ -67,6 +67,7 @@ class DownloadJob:
     error: str | None = None
     model_id: str | None = None
     models_dir: Path | None = None  # where the files go as plain files; None: the Hugging Face cache
+    placed: set[str] = field(default_factory=set)  # the files its runs put in the models folder: a cancel's to delete
     token: TaskState | None = field(default=None, repr=False)
     run: asyncio.Task[None] | None = field(default=None, repr=False)
     work: Future[PulledModel] | None = field(default=None, repr=False)  # the run's pull, queued for a thread
@@ -146,7 +147,7 @@ class Downloads:
         self._ids = itertools.count(max(numbers, default=0) + 1)
 
     def _save(self) -> None:
-        fields = ("state", "done", "total", "error", "model_id", "models_dir")
+        fields = ("state", "done", "total", "error", "model_id", "models_dir", "placed")
         records = [
             to_record(job.id, job.request, job.variant, {name: getattr(job, name) for name in fields})
             for job in self._jobs.values()
@@ -194,7 +195,8 @@ class Downloads:
         return job
 
     async def cancel(self, job_id: str) -> DownloadJob:
-        """Stop the job and delete its partial files; the files already complete stay in the shared cache."""
+        """Stop the job and delete its partial files, and the files it placed in a models folder (never one that was
+        there before it); the files already complete stay in the shared cache, where other tools use them too."""
         job = self._job(job_id)
         if job.state in ("cancelled", "completed"):
             raise DownloadConflict(f"{job.id} is {job.state}; there is nothing to cancel.")
@@ -205,7 +207,8 @@ class Downloads:
             return job
         job.state, job.rate_bps, job.eta_s = "cancelled", None, None  # before any await: a resume is refused now
         # A paused or failed job has no worker to delete its partials: do it here.
-        await asyncio.to_thread(self._drop_partials, job)
+        await asyncio.to_thread(self._take_back, job)
+        job.placed.clear()
         job.done = await asyncio.to_thread(self._bytes_on_disk, job)
         self._publish(job)
         return job
@@ -261,6 +264,7 @@ class Downloads:
             job.state, job.model_id, job.eta_s = "completed", model.id, 0.0
             job.done = job.total = model.size_bytes
             self._on_pulled(model)
+        job.placed.update(token.placed)  # progress reports come only while the job runs: the last may be missing
         job.rate_bps, job.phase = None, "download"
         self._publish(job)
 
@@ -276,6 +280,9 @@ class Downloads:
         job.done, job.total, job.current = progress.done, progress.total, progress.current
         job.rate_bps, job.eta_s = progress.rate_bps, progress.eta_s
         job.phase, job.checked, job.check_total = progress.phase, progress.checked, progress.check_total
+        if not job.placed.issuperset(progress.placed):
+            job.placed.update(progress.placed)
+            self._save()  # at once: after a crash, a cancel must still find what this job placed
         self._publish(job)
 
     def _store(self, job: DownloadJob) -> Store:
@@ -298,10 +305,12 @@ class Downloads:
                     break
         return done
 
-    def _drop_partials(self, job: DownloadJob) -> None:
+    def _take_back(self, job: DownloadJob) -> None:
         store = self._store(job)
         for file in self._lfs_files(job):
             store.incomplete(file).unlink(missing_ok=True)
+        for name in job.placed:  # each a file of the job's variant (app.service.jobs.download_store checks it)
+            store.final(RemoteFile(job.request.repo_id, name, "main", "", "", 0, "")).unlink(missing_ok=True)
 
     def _publish(self, job: DownloadJob) -> None:
         if self._saved_states.get(job.id) != job.state:  # kept at each change of state, not at each progress event
