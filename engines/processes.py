@@ -10,12 +10,12 @@ import json
 import os
 import signal
 import socket
-import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import psutil
 
+from engines.atomic_files import write_atomically
 from engines.environment import engine_environment
 from engines.python_entry import script_command
 
@@ -87,27 +87,8 @@ async def spawn_engine(
 
 def write_record(directory: Path, record: EngineRecord) -> Path:
     path = directory / f"{record.marker}.json"
-    write_private_file(path, json.dumps(asdict(record)))
+    write_atomically(path, json.dumps(asdict(record)))
     return path
-
-
-def write_private_file(path: Path, text: str) -> None:
-    """Replace `path` by a file only this user can read, in a directory only this user can enter when it is created
-    here. The text goes to a temporary file beside it, which then takes the name: a reader sees the old file or the
-    new one whole, and a failed write (a full disk) or a crash leaves the old one as it was."""
-    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-    # mkstemp creates the file 0600 and never through a link; its name does not end in .json, so the reaper skips it
-    fd, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
-            handle.flush()
-            os.fsync(handle.fileno())  # on disk before the name moves: a power cut leaves no empty file
-        os.replace(temporary, path)  # a link at `path` is replaced, never followed
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(temporary)
-        raise
 
 
 def _signal_group(pid: int, sig: signal.Signals) -> None:

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import aiohttp
 
+from engines.atomic_files import write_atomically
 from engines.base import EngineCommand
 from engines.diagnosis import Diagnosis, diagnose
 from engines.gpu_release import GPUMemoryProbe, GPURelease, process_tree, wait_gpu_released
@@ -25,7 +26,6 @@ from engines.processes import (
     spawn_engine,
     stop_process_tree,
     wait_for_exit,
-    write_private_file,
     write_record,
 )
 from engines.states import ACTIVE_STATES, EngineEvent, EngineState, check_transition
@@ -222,7 +222,7 @@ class EngineSupervisor:
         self._ready_headers = command.ready_headers
         for path, text in command.files.items():
             try:
-                write_private_file(path, text)
+                write_atomically(path, text)
             except OSError as exc:
                 raise StartFailed(f"could not write {exc.filename} for {command.argv[0]}: {exc.strerror}") from exc
             self._files += (path,)

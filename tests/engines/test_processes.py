@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import errno
 import os
 import subprocess
 import sys
@@ -23,7 +22,6 @@ from engines.processes import (
     reap_leftover_engines,
     spawn_engine,
     stop_process_tree,
-    write_private_file,
     write_record,
 )
 from tests.support.waiting import wait_for
@@ -58,40 +56,6 @@ async def test_reused_pid_or_foreign_marker_is_left_alone(tmp_path: Path) -> Non
     finally:
         bystander.kill()
         bystander.wait()
-
-
-def test_a_write_that_fails_part_way_leaves_the_old_file_whole(tmp_path: Path) -> None:
-    """A full disk cannot be made here. A file-size limit (RLIMIT_FSIZE, in a child process) is the kernel refusing
-    a write part-way as a full disk does: the first 4 KiB land, the rest fails (EFBIG where a disk says ENOSPC)."""
-    path = tmp_path / "engines" / "record.json"
-    write_private_file(path, '{"old": true}')
-    child = textwrap.dedent(f"""
-        import resource, signal
-        from pathlib import Path
-        from engines.processes import write_private_file
-        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # the write then fails with EFBIG instead of killing us
-        resource.setrlimit(resource.RLIMIT_FSIZE, (4096, 4096))
-        try:
-            write_private_file(Path({str(path)!r}), "x" * 100_000)
-        except OSError as exc:
-            print(exc.errno)
-    """)
-    done = subprocess.run([sys.executable, "-c", child], capture_output=True, text=True, timeout=60, check=True)
-    assert done.stdout.strip() == str(errno.EFBIG), done.stderr
-    assert path.read_text(encoding="utf-8") == '{"old": true}'
-    assert list(path.parent.iterdir()) == [path], "the temporary file is removed"
-
-
-def test_a_private_file_replaces_a_link_without_writing_through_it(tmp_path: Path) -> None:
-    victim = tmp_path / "victim"
-    victim.write_text("untouched")
-    path = tmp_path / "engines" / "options.yaml"
-    path.parent.mkdir()
-    path.symlink_to(victim)
-    write_private_file(path, "mine")
-    assert victim.read_text() == "untouched"
-    assert not path.is_symlink() and path.read_text() == "mine"
-    assert path.stat().st_mode & 0o777 == 0o600
 
 
 def test_engine_dies_with_its_parent_even_on_sigkill(tmp_path: Path) -> None:
