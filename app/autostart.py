@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from app.self_command import modeldeck_command
+from engines.atomic_files import write_atomically
 
 APP_ID = "io.modeldeck.ModelDeck"
 DESKTOP_FILE = "modeldeck.desktop"
@@ -95,11 +96,8 @@ def enable(command: list[str] | None = None) -> Path | RegistryEntry:
             _windows_set(entry)
             return entry
         path = macos_agent_path() if sys.platform == "darwin" else linux_entry_path()
-        path.parent.mkdir(parents=True, exist_ok=True)
         content = launch_agent(command) if sys.platform == "darwin" else desktop_entry(command).encode()
-        tmp = path.with_name(f".{path.name}.tmp")
-        tmp.write_bytes(content)
-        os.replace(tmp, path)
+        write_atomically(path, content, 0o644)  # as the desktop's other login entries: readable by all
         return path
     except OSError as exc:
         raise AutostartError(f"could not set ModelDeck to start at login: {exc.strerror or exc}") from exc

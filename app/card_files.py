@@ -18,6 +18,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
+from engines.atomic_files import write_beside
+
 CARD_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 MAX_LISTED = 500
 
@@ -45,13 +47,8 @@ def write_card(directory: Path, card_id: str, data: dict[str, Any], markdown: st
     texts = {md_path: markdown, json_path: json.dumps(data, indent=2) + "\n"}  # the JSON, which lists it, last
     written: dict[Path, Path] = {}
     try:
-        directory.mkdir(parents=True, exist_ok=True)
         for path, text in texts.items():
-            written[path] = tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-            with tmp.open("w", encoding="utf-8") as handle:
-                handle.write(text)
-                handle.flush()
-                os.fsync(handle.fileno())
+            written[path] = write_beside(path, text)
         for path, tmp in written.items():
             os.replace(tmp, path)
     except OSError as exc:

@@ -10,7 +10,8 @@ import keyring
 import keyring.errors
 
 from app.bad_files import set_aside
-from app.paths import AppPaths, write_private
+from app.paths import AppPaths
+from engines.atomic_files import write_atomically
 
 API_KEY_ENV = "MODELDECK_API_KEY"
 KEYRING_SERVICE = "modeldeck"
@@ -88,7 +89,7 @@ def load_api_key(paths: AppPaths) -> ApiKey:
         value = ""
     if not value:
         value = new_secret()
-        write_private(paths.api_key_file, value + "\n")
+        write_atomically(paths.api_key_file, value + "\n")
     return ApiKey(value, "file", note)
 
 
@@ -110,5 +111,5 @@ def replace_api_key(paths: AppPaths, current: ApiKey) -> ApiKey:
         except keyring.errors.KeyringError as exc:
             raise KeyNotReplaceable(f"the OS keyring did not keep the new key: {exc}") from exc
         raise KeyNotReplaceable("the OS keyring did not keep the new key")
-    write_private(paths.api_key_file, fresh + "\n")
+    write_atomically(paths.api_key_file, fresh + "\n")
     return ApiKey(fresh, "file", current.note)

@@ -136,13 +136,3 @@ def make_private_file(path: Path) -> None:
     for existing in (path, path.with_name(path.name + "-wal"), path.with_name(path.name + "-shm")):
         if existing.exists():
             _tighten(existing, PRIVATE_FILE_MODE)
-
-
-def write_private(path: Path, text: str) -> None:
-    """Write a file readable only by this user, created with that mode (never briefly world-readable)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w", encoding="utf-8") as handle:
-        handle.write(text)
-    os.replace(tmp, path)

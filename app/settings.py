@@ -10,7 +10,6 @@ from __future__ import annotations
 import ipaddress
 import json
 import math
-import os
 import urllib.parse
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, fields, replace
@@ -20,6 +19,7 @@ from typing import Any
 from app.bad_files import set_aside
 from app.bounded_json import load_json
 from app.paths import AppPaths
+from engines.atomic_files import write_atomically
 
 SCHEMA_VERSION = 1
 SETTINGS_FILE = "settings.json"
@@ -102,15 +102,8 @@ def load_settings(paths: AppPaths) -> LoadedSettings:
 
 def save_settings(paths: AppPaths, settings: Settings) -> None:
     """Write the settings atomically: readers see the old file or the new one, never a part."""
-    path = settings_file(paths)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with tmp.open("w", encoding="utf-8") as handle:
-        json.dump({"schema_version": SCHEMA_VERSION, **settings.to_dict()}, handle, indent=2)
-        handle.write("\n")
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(tmp, path)
+    text = json.dumps({"schema_version": SCHEMA_VERSION, **settings.to_dict()}, indent=2) + "\n"
+    write_atomically(settings_file(paths), text)
 
 
 def with_models_dir(paths: AppPaths, settings: Settings) -> AppPaths:

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, fields
@@ -19,6 +18,7 @@ from filelock import FileLock
 from app.bad_files import set_aside
 from app.bounded_json import load_json
 from app.paths import AppPaths
+from engines.atomic_files import write_atomically
 
 SCHEMA_VERSION = 1
 
@@ -98,14 +98,11 @@ def _changing(paths: AppPaths) -> Iterator[None]:
 
 
 def _save(paths: AppPaths, models: list[PulledModel]) -> None:
-    target = index_path(paths)
-    tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
     data = {
         "schema": SCHEMA_VERSION,
         "models": [asdict(m) | {"files": list(m.files), "hashes": list(m.hashes)} for m in models],
     }
-    tmp.write_text(json.dumps(data, indent=2), encoding="utf-8")
-    os.replace(tmp, target)
+    write_atomically(index_path(paths), json.dumps(data, indent=2))
 
 
 def record_pull(

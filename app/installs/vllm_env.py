@@ -25,6 +25,7 @@ from app.hub.task import TaskState
 from app.installs.child_output import output_lines, stop_group
 from app.installs.pip_progress import RAW_PROGRESS_PIP, parse_pip_line, pip_version
 from app.paths import AppPaths
+from engines.atomic_files import write_atomically
 from engines.base import Engine
 from engines.vllm import VLLMEngine
 
@@ -104,11 +105,7 @@ def verify(executable: Path, expected: str | None = None, timeout_s: float = VER
 
 def register(paths: AppPaths, install: VLLMInstall) -> None:
     """Make `install` the vLLM that ModelDeck launches."""
-    target = registration_file(paths)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(install.to_dict(), indent=2), encoding="utf-8")
-    os.replace(tmp, target)
+    write_atomically(registration_file(paths), json.dumps(install.to_dict(), indent=2))
 
 
 def registered(paths: AppPaths) -> VLLMInstall | None:

@@ -27,7 +27,8 @@ from app.bad_files import set_aside
 from app.bounded_json import load_json
 from app.hub.library import ModelSpec
 from app.keys import insecure_keyring_reason
-from app.paths import AppPaths, write_private
+from app.paths import AppPaths
+from engines.atomic_files import write_atomically
 
 if TYPE_CHECKING:
     from app.service.engines import EngineManager
@@ -169,7 +170,7 @@ class RemoteKeys:
                 return
             except keyring.errors.KeyringError:
                 self._use_file = True
-        write_private(self._file, json.dumps({**self._read_file(), name: key}))
+        write_atomically(self._file, json.dumps({**self._read_file(), name: key}))
 
     def delete(self, name: str) -> None:
         if not self._use_file:
@@ -182,7 +183,7 @@ class RemoteKeys:
         stored = self._read_file()
         if name in stored:
             del stored[name]
-            write_private(self._file, json.dumps(stored))
+            write_atomically(self._file, json.dumps(stored))
 
 
 @dataclass(frozen=True)
@@ -257,7 +258,7 @@ class RemoteRegistry:
             return {}
 
     def _save(self) -> None:
-        write_private(self._file, json.dumps([asdict(r) for r in self._saved.values()], indent=2))
+        write_atomically(self._file, json.dumps([asdict(r) for r in self._saved.values()], indent=2))
 
     async def start(self, from_command_line: tuple[tuple[str, str], ...]) -> None:
         """Register the saved remotes and those given with --remote; one that does not answer keeps the models

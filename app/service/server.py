@@ -30,7 +30,7 @@ from app.hub.library import ModelSpec, external_model, known_models
 from app.installs.available import available_engines
 from app.interrupt import kill_descendants
 from app.keys import ApiKey, load_api_key
-from app.paths import AppPaths, make_private_dirs, make_private_file, write_private
+from app.paths import AppPaths, make_private_dirs, make_private_file
 from app.quality.card import quality_dir
 from app.service.control.advisor import Advisor
 from app.service.control.bench_routes import BenchRoutes
@@ -61,6 +61,7 @@ from app.service.metrics.request_log import RequestLog
 from app.service.metrics.series_history import SeriesHistory
 from app.service.remotes import RemoteRegistry
 from app.settings import is_loopback_address
+from engines.atomic_files import write_atomically
 from engines.processes import reap_leftover_engines
 from engines.states import EngineState
 from engines.supervisor import SupervisorPolicy
@@ -378,8 +379,8 @@ class Service:
                 if any(task.done() for task in tasks):
                     raise ServiceError("a listener failed to start; see the service log")
                 await asyncio.sleep(0.01)
-            write_private(paths.control_token_file, token + "\n")
-            write_private(paths.service_file, json.dumps({
+            write_atomically(paths.control_token_file, token + "\n")
+            write_atomically(paths.service_file, json.dumps({
                 "pid": os.getpid(), "url": url, "control_url": f"http://127.0.0.1:{control_port}",
                 "started": time.time(),
             }))  # fmt: skip

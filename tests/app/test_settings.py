@@ -3,14 +3,18 @@ service: validation, LAN exposure, API key regeneration against the real gateway
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import socket
 import ssl
+import stat
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import httpx
@@ -22,6 +26,7 @@ from app.hub.library import BUNDLED_ID
 from app.paths import AppPaths
 from app.service.http.lan import allowed_hosts, lan_addresses
 from app.settings import Settings, SettingsError, load_settings, save_settings, settings_file, with_models_dir
+from tests.support.full_disk import errno_of_a_full_disk
 from tests.support.memory_keyring import BACKEND_NAME
 from tests.support.service import REPO, RunningService, free_port, start_service_process, stop_service_process
 
@@ -84,6 +89,38 @@ def test_a_file_saved_with_a_byte_order_mark_is_read(paths: AppPaths) -> None:
     assert loaded.problem is None
     assert loaded.settings == Settings(theme="dark", idle_ttl_s=600.0)
     assert path.exists() and not path.with_name("settings.json.bad").exists()
+
+
+def test_a_save_that_fails_part_way_leaves_the_old_settings_and_nothing_else(paths: AppPaths) -> None:
+    save_settings(paths, Settings(theme="dark"))
+    code = (
+        "from app.paths import app_paths; from app.settings import Settings, save_settings; "
+        "save_settings(app_paths(), Settings(models_dir='/' + 'x' * 100_000))"
+    )
+    assert errno_of_a_full_disk(code) == str(errno.EFBIG)
+    assert load_settings(paths).settings == Settings(theme="dark")
+    assert [p.name for p in paths.config.iterdir()] == ["settings.json"], "the temporary file is removed"
+    assert stat.S_IMODE(settings_file(paths).stat().st_mode) == 0o600  # private, as every file of ours
+
+
+def test_two_threads_saving_the_settings_at_once_both_succeed(paths: AppPaths, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The service saves settings on worker threads. Each writer is held just before its file takes the name, once
+    both have written: two writers sharing one temporary name (the process id) would find it truncated by the other,
+    and then moved away."""
+    both_written = threading.Barrier(2, timeout=30)
+    replace = os.replace
+
+    def replace_once_both_have_written(source: str, target: str) -> None:
+        both_written.wait()
+        replace(source, target)
+
+    monkeypatch.setattr(os, "replace", replace_once_both_have_written)
+    chosen = [Settings(theme="dark"), Settings(theme="light", idle_ttl_s=60.0)]
+    with ThreadPoolExecutor(2) as pool:
+        for saving in [pool.submit(save_settings, paths, settings) for settings in chosen]:
+            saving.result()
+    assert load_settings(paths).settings in chosen
+    assert [p.name for p in paths.config.iterdir()] == ["settings.json"]
 
 
 @pytest.mark.parametrize(

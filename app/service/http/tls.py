@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import datetime
 import ipaddress
-import os
 import ssl
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
@@ -21,6 +20,8 @@ from cryptography.exceptions import UnsupportedAlgorithm
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+from engines.atomic_files import write_atomically
 
 CERT_FILE = "cert.pem"
 KEY_FILE = "key.pem"
@@ -182,18 +183,10 @@ def _make(cert_path: Path, key_path: Path, names: _Names, now: datetime.datetime
     key_bytes = key.private_bytes(
         serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
     )
-    _write(key_path, key_bytes, 0o600)  # the key first: a certificate without its key is never left alone
-    _write(cert_path, certificate.public_bytes(serialization.Encoding.PEM), 0o644)
-
-
-def _write(path: Path, data: bytes, mode: int) -> None:
-    """Write atomically, created with `mode` (a key is never briefly readable by others)."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.unlink(missing_ok=True)  # O_EXCL below: the mode is the one given, not that of a leftover file
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
-    with os.fdopen(fd, "wb") as handle:
-        handle.write(data)
-    os.replace(tmp, path)
+    # Each created with its mode (a key never briefly readable by others); the key first: a certificate without
+    # its key is never left alone
+    write_atomically(key_path, key_bytes)
+    write_atomically(cert_path, certificate.public_bytes(serialization.Encoding.PEM), 0o644)
 
 
 def endpoint_identity(

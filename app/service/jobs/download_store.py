@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +16,7 @@ from app.bounded_json import load_json
 from app.hub.pull import PullRequest
 from app.hub.variants import RepoFile, Variant
 from app.paths import AppPaths
+from engines.atomic_files import write_atomically
 
 SCHEMA_VERSION = 1
 KEPT_FINISHED = 50  # completed, cancelled and failed downloads remembered, newest first
@@ -92,9 +92,5 @@ def save_records(paths: AppPaths, records: list[dict[str, Any]]) -> None:
     active = [r for r in records if r["state"] in ("running", "paused")]
     finished = [r for r in records if r["state"] not in ("running", "paused")][-KEPT_FINISHED:]
     keep = {id(r) for r in active + finished}
-    target = store_path(paths)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
     data = {"schema": SCHEMA_VERSION, "jobs": [r for r in records if id(r) in keep]}
-    tmp.write_text(json.dumps(data, indent=1), encoding="utf-8")
-    os.replace(tmp, target)
+    write_atomically(store_path(paths), json.dumps(data, indent=1))

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import threading
 from dataclasses import asdict, fields
 from pathlib import Path
@@ -19,8 +18,8 @@ from typing import Any
 
 from app.bad_files import set_aside
 from app.bounded_json import load_json
-from app.paths import PRIVATE_FILE_MODE
 from app.service.launch.overrides import PlanOverrides
+from engines.atomic_files import write_atomically
 
 SCHEMA_VERSION = 1
 FILE_NAME = "model-settings.json"
@@ -107,14 +106,7 @@ class ModelSettingsStore:
         models |= {m: {k: v for k, v in asdict(o).items() if v is not None} for m, o in saved.items()}
         models = dict(sorted(models.items()))
         text = json.dumps({"schema_version": SCHEMA_VERSION, "models": models}, indent=2) + "\n"
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, PRIVATE_FILE_MODE)
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, self.path)
+        write_atomically(self.path, text)
 
 
 __all__ = ["ModelSettingsStore", "settings_dict"]
