@@ -69,7 +69,7 @@ def _quality(args: argparse.Namespace, paths: AppPaths) -> int:
     from app.card_files import UNREADABLE, CardSaveError
     from app.quality.card import compare, load_card, quality_dir, results_table
     from app.quality.measure import Layout, QualityError
-    from app.quality.run import RunRequest, SetupError, prepare, run_and_save
+    from app.quality.run import RunRequest, SetupError, prepare, run_quality
     from app.quality.text import TextError
 
     if args.compare:
@@ -98,14 +98,18 @@ def _quality(args: argparse.Namespace, paths: AppPaths) -> int:
         print(f"reference {setup.reference.id}; text: {setup.text.description}", file=sys.stderr)
     try:
         with tempfile.TemporaryDirectory(prefix="quality-", dir=paths.cache if paths.cache.is_dir() else None) as tmp:
-            card, json_path, md_path = _in_thread(
-                lambda: run_and_save(paths, setup, Path(tmp), state, progress, threads=args.threads), state
+            card = _in_thread(
+                lambda: run_quality(paths, setup, Path(tmp), state, progress, threads=args.threads), state
             )
     except Stopped:
         return _fail("quality run cancelled", 130)
     except QualityError as exc:
         return _fail(str(exc), 1)
+    try:
+        json_path, md_path = card.save(quality_dir(paths))
     except CardSaveError as exc:
+        if not args.progress_jsonl:  # the measurements are not lost with the card (the service has them as events)
+            print(json.dumps(card.to_dict(), indent=2) if args.json else "\n".join(results_table(card.results)))
         return _fail(f"the quality run ended, but {exc}", 1)
     if args.progress_jsonl:
         progress({"type": "card", "id": card.id, "json": str(json_path), "markdown": str(md_path)})

@@ -1,4 +1,4 @@
-"""From a request (a model, maybe chosen variants, a reference, a text) to a saved quality card."""
+"""From a request (a model, maybe chosen variants, a reference, a text) to a quality card, which the caller saves."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from app.hub.library import ModelSpec, known_models
 from app.hub.task import TaskState
 from app.installs.llama_tools_build import ToolsBuild, find_tools
 from app.paths import AppPaths
-from app.quality.card import QualityCard, card_id, quality_dir
+from app.quality.card import QualityCard, card_id
 from app.quality.family import Subject, checked, family, file_subject, most_precise, subject_of
 from app.quality.measure import Layout, Progress, measure
 from app.quality.text import TextSource, default_text, user_text
@@ -102,10 +102,10 @@ def prepare(paths: AppPaths, request: RunRequest, text_dir: Path | None = None) 
     return Setup(request, tools, reference, variants, text)
 
 
-def run_and_save(
+def run_quality(
     paths: AppPaths, setup: Setup, workdir: Path, state: TaskState, progress: Progress, *, threads: int | None = None
-) -> tuple[QualityCard, Path, Path]:
-    """Measure, then save the card; returns it and where its JSON and Markdown are."""
+) -> QualityCard:
+    """Measure, and return the card, not yet saved: one that cannot be saved is still the caller's to show."""
     from app.hardware.detect import detect_hardware
 
     now = datetime.datetime.now(datetime.UTC)
@@ -115,7 +115,7 @@ def run_and_save(
                        paths.logs / "quality" / f"{new_id}.log", layout, state, progress, threads=threads)  # fmt: skip
     hardware = detect_hardware(paths.models_dir).to_dict()
     scored = measured.chunks * (measured.n_ctx - 1 - measured.n_ctx // 2)
-    card = QualityCard(
+    return QualityCard(
         id=new_id,
         created=now.isoformat(timespec="seconds"),
         modeldeck_version=provenance().version,
@@ -128,5 +128,3 @@ def run_and_save(
               "n_ctx": measured.n_ctx, "chunks": measured.chunks},
         results=measured.results,
     )  # fmt: skip
-    json_path, md_path = card.save(quality_dir(paths))
-    return card, json_path, md_path

@@ -2,8 +2,8 @@
 type, dicts without the keys readers use) is left out of the listings with a warning naming it, and reading or
 comparing it by id is a clear 400 (a one-line error on the command line), never a crash of the listing, the control
 API or `modeldeck recommend`. A card is saved whole or not at all: a write that fails (a file size limit set in a
-child process) leaves no part of it, and the run says it could not save the card (`bench --json` still prints it).
-Real card files in a real data directory."""
+child process) leaves no part of it, and the run says it could not save the card (`bench --json` and `quality` still
+print what they measured). Real card files in a real data directory."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ from app.bench.card import BenchCard, to_markdown
 from app.client import ControlError
 from app.hub.library import BUNDLED_ID
 from app.paths import AppPaths
-from app.quality.card import QualityCard, quality_dir
+from app.quality.card import QualityCard, quality_dir, results_table
 from app.quality.card import to_markdown as quality_markdown
 from app.quality.measure import VariantResult
 from app.service.events import EventBus
@@ -164,25 +164,26 @@ def test_recommend_reads_past_an_unreadable_quality_card(paths: AppPaths) -> Non
     assert "a-list.json" in done.stderr and "Traceback" not in done.stderr
 
 
-# `modeldeck bench|quality` in a child whose files may not grow past LIMIT bytes, the run itself replaced by one
-# that returns CARD: what is left is saving it.
+# `modeldeck bench|quality ARGS` in a child whose files may not grow past LIMIT bytes, the run itself replaced by
+# one that returns CARD: what is left is saving it.
 SAVE_UNDER_A_LIMIT = """
-import json, resource, signal, sys
+import json, resource, signal, sys, types
 import app.bench.sweep, app.cli.entry, app.quality.run
 from app.bench.card import BenchCard
-from app.quality.card import QualityCard, quality_dir
+from app.quality.card import QualityCard
 
 kind, card, limit = sys.argv[1], json.loads(sys.argv[2]), int(sys.argv[3])
 if kind == "bench":
     app.cli.entry.connect = lambda paths: type("Client", (), {"close": lambda self: None})()
     app.bench.sweep.run_sweep = lambda *args, **kwargs: BenchCard.from_dict(card)
 else:
-    app.quality.run.prepare = lambda *args, **kwargs: None
-    app.quality.run.run_and_save = lambda paths, *args, **kwargs: (
-        QualityCard.from_dict(card), *QualityCard.from_dict(card).save(quality_dir(paths)))
+    setup = types.SimpleNamespace(reference=types.SimpleNamespace(id="m.f16"), text=types.SimpleNamespace(
+        description="a text"))
+    app.quality.run.prepare = lambda *args, **kwargs: setup
+    app.quality.run.run_quality = lambda *args, **kwargs: QualityCard.from_dict(card)
 signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails with EFBIG instead
 resource.setrlimit(resource.RLIMIT_FSIZE, (limit, resource.RLIM_INFINITY))
-app.cli.entry.main([kind, "m", "--json"])
+app.cli.entry.main([kind, "m", *sys.argv[4:]])
 """
 
 
@@ -197,7 +198,7 @@ def test_a_card_that_cannot_be_written_whole_leaves_nothing_and_says_why(paths: 
     # The Markdown fits, the JSON does not: the old way left a JSON cut short, and no Markdown.
     limit = (len(markdown.encode()) + len(json.dumps(new, indent=2).encode())) // 2
     assert len(markdown.encode()) < limit < len(json.dumps(new, indent=2).encode())
-    done = subprocess.run([sys.executable, "-c", SAVE_UNDER_A_LIMIT, kind, json.dumps(new), str(limit)],
+    done = subprocess.run([sys.executable, "-c", SAVE_UNDER_A_LIMIT, kind, json.dumps(new), str(limit), "--json"],
                           capture_output=True, text=True, cwd=REPO, timeout=120, check=False)  # fmt: skip
     assert done.returncode == 1, done.stderr
     assert f"but could not save the card {new['id']} in {directory}: File too large" in done.stderr, done.stderr
@@ -205,7 +206,7 @@ def test_a_card_that_cannot_be_written_whole_leaves_nothing_and_says_why(paths: 
     assert {path.name: path.read_bytes() for path in directory.iterdir()} == before, "no part of it, the rest kept"
 
     # With room for it, the same run saves it whole.
-    done = subprocess.run([sys.executable, "-c", SAVE_UNDER_A_LIMIT, kind, json.dumps(new), str(2**30)],
+    done = subprocess.run([sys.executable, "-c", SAVE_UNDER_A_LIMIT, kind, json.dumps(new), str(2**30), "--json"],
                           capture_output=True, text=True, cwd=REPO, timeout=120, check=False)  # fmt: skip
     assert done.returncode == 0, done.stderr
     assert json.loads((directory / f"{new['id']}.json").read_text()) == card.to_dict()
@@ -213,16 +214,33 @@ def test_a_card_that_cannot_be_written_whole_leaves_nothing_and_says_why(paths: 
     assert {path.name for path in directory.iterdir()} == {*before, f"{new['id']}.json", f"{new['id']}.md"}
 
 
-def test_a_benchmark_whose_card_cannot_be_saved_still_prints_it_with_json(paths: AppPaths) -> None:
+@pytest.mark.parametrize("kind", ["bench", "quality"])
+def test_a_run_whose_card_cannot_be_saved_still_prints_it_with_json(paths: AppPaths, kind: str) -> None:
+    directory, good = (paths.bench_dir, BENCH_CARD) if kind == "bench" else (quality_dir(paths), QUALITY_CARD)
+    card = BenchCard.from_dict(good) if kind == "bench" else QualityCard.from_dict(good)
+    ran = "the benchmark ran" if kind == "bench" else "the quality run ended"
     # Tests may run as root, whom no folder mode stops: a file stands where the cards folder should be.
-    paths.bench_dir.parent.mkdir(parents=True, exist_ok=True)
-    paths.bench_dir.write_text("not a folder")
-    done = subprocess.run([sys.executable, "-c", SAVE_UNDER_A_LIMIT, "bench", json.dumps(BENCH_CARD), str(2**30)],
+    directory.parent.mkdir(parents=True, exist_ok=True)
+    directory.write_text("not a folder")
+    done = subprocess.run([sys.executable, "-c", SAVE_UNDER_A_LIMIT, kind, json.dumps(good), str(2**30), "--json"],
                           capture_output=True, text=True, cwd=REPO, timeout=120, check=False)  # fmt: skip
     assert done.returncode == 1, done.stderr
-    assert json.loads(done.stdout) == BenchCard.from_dict(BENCH_CARD).to_dict()
+    assert json.loads(done.stdout) == card.to_dict()
     assert done.stderr.splitlines() == [
-        f"modeldeck: the benchmark ran, but could not save the card {BENCH_CARD['id']} in {paths.bench_dir}: "
-        "File exists"
+        f"modeldeck: {ran}, but could not save the card {good['id']} in {directory}: File exists"
     ]
-    assert paths.bench_dir.read_text() == "not a folder"
+    assert directory.read_text() == "not a folder"
+
+
+def test_a_quality_run_whose_card_cannot_be_saved_still_shows_its_figures(paths: AppPaths) -> None:
+    quality_dir(paths).parent.mkdir(parents=True, exist_ok=True)
+    quality_dir(paths).write_text("not a folder")
+    done = subprocess.run([sys.executable, "-c", SAVE_UNDER_A_LIMIT, "quality", json.dumps(QUALITY_CARD), str(2**30)],
+                          capture_output=True, text=True, cwd=REPO, timeout=120, check=False)  # fmt: skip
+    assert done.returncode == 1, done.stderr
+    assert done.stdout.splitlines() == results_table(QualityCard.from_dict(QUALITY_CARD).results)
+    assert done.stderr.splitlines() == [
+        "reference m.f16; text: a text",
+        f"modeldeck: the quality run ended, but could not save the card {QUALITY_CARD['id']} in {quality_dir(paths)}: "
+        "File exists",
+    ]
