@@ -41,6 +41,13 @@ def card_cells(card: dict[str, Any]) -> list[str]:
             text, "; ".join(_variant_text(v) for v in others)]  # fmt: skip
 
 
+def run_results_text(run: QualityRunRecord) -> str:
+    """The variants a run has measured so far, as in a card's row: still there when its card could not be saved."""
+    measured = [{**r, "ppl_increase_pct": None if r.get("ppl_ratio") is None else (r["ppl_ratio"] - 1) * 100}
+                for r in run.get("results") or [] if not r.get("reference")]  # fmt: skip
+    return "; ".join(_variant_text(v) for v in measured)
+
+
 def run_status(run: QualityRunRecord) -> str:
     """One line on where a quality run stands."""
     state = run.get("state")

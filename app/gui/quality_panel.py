@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from PySide6.QtCore import Slot
+from PySide6.QtCore import Qt, Slot
 from PySide6.QtGui import QShowEvent
 from PySide6.QtWidgets import (
     QAbstractItemView,
@@ -25,7 +25,7 @@ from PySide6.QtWidgets import (
 
 from app.api_types import ModelRecord, QualityListing, QualityRunRecord
 from app.client import ControlClient
-from app.gui.quality_format import CARD_COLUMNS, card_cells, run_status
+from app.gui.quality_format import CARD_COLUMNS, card_cells, run_results_text, run_status
 from app.gui.service_connection import LatestCall, ServiceConnection
 
 PROGRESS_STEPS = 1000
@@ -82,6 +82,11 @@ class QualityPanel(QWidget):
         self.progress_bar.setRange(0, PROGRESS_STEPS)
         self.status_label = QLabel("Measures each variant of a model against its most precise one (llama.cpp).")
         self.status_label.setWordWrap(True)
+        self.results_label = QLabel()  # the run's figures, which a card that could not be saved does not hold
+        self.results_label.setWordWrap(True)
+        self.results_label.setTextFormat(Qt.TextFormat.PlainText)
+        self.results_label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.results_label.setAccessibleName("Figures of this quality run")
         self.cards_table = _table(list(CARD_COLUMNS), multi=True)
         self.compare_button = QPushButton("Compare the two selected quality cards")
         self.compare_button.setAccessibleName("Compare the two selected quality cards")
@@ -114,6 +119,7 @@ class QualityPanel(QWidget):
         layout.addLayout(controls)
         layout.addWidget(self.progress_bar)
         layout.addWidget(self.status_label)
+        layout.addWidget(self.results_label)
         layout.addWidget(self.cards_table, 1)
         layout.addWidget(self.compare_button)
         layout.addWidget(self.compare_table, 1)
@@ -154,6 +160,9 @@ class QualityPanel(QWidget):
         self.run = run
         self.progress_bar.setValue(round(float(run["fraction"]) * PROGRESS_STEPS))
         self.status_label.setText(run_status(run))
+        measured = run_results_text(run)
+        self.results_label.setText(f"Measured in this run (PPL change, mean KLD, top-token agreement): {measured}"
+                                   if measured else "")  # fmt: skip
         running = run["state"] == "running"
         self.run_button.setEnabled(not running)
         self.cancel_button.setEnabled(running)

@@ -1,6 +1,7 @@
 """Quality runs through the control API (what the window does), on the real service, the bundled model and its
-variants made with `modeldeck quantize`: progress as `quality` events, a card listed and compared; a cancel leaves
-no process; one run at a time; bad requests refused with a reason."""
+variants made with `modeldeck quantize`: progress as `quality` events, a card listed and compared; a card that
+cannot be saved fails the run with the reason, its figures kept; a cancel leaves no process; one run at a time; bad
+requests refused with a reason."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import pytest
 from app.client import ControlError
 from app.hub.library import BUNDLED_ID
 from app.paths import AppPaths
+from app.quality.card import quality_dir
 from tests.support.events import EventRecorder
 from tests.support.quality_tools import Q2_K, Q4_0, TOKENS
 from tests.support.service import RunningService, start_service_process, stop_service_process
@@ -71,6 +73,23 @@ def test_a_run_through_the_api_publishes_progress_and_saves_a_card(quality_servi
     assert card["reference"] == BUNDLED_ID and len(card["results"]) == 3
     rows = client.compare_quality_cards(run["card_id"], run["card_id"])
     assert ["reference", BUNDLED_ID, BUNDLED_ID] in rows
+
+
+def test_a_run_whose_card_cannot_be_saved_fails_saying_why_and_keeps_its_figures(
+    quality_service: RunningService, paths: AppPaths
+) -> None:
+    # Tests may run as root, whom no folder mode stops: a file stands where the cards folder should be.
+    quality_dir(paths).parent.mkdir(parents=True, exist_ok=True)
+    quality_dir(paths).write_text("not a folder")
+    client = quality_service.client
+    client.start_quality(BUNDLED_ID, tokens=int(TOKENS))
+    run = wait_for(lambda: (r := client.quality()["run"]) and r["state"] != "running" and r, RUN_TIMEOUT_S,
+                   "the quality run's end")  # fmt: skip
+    assert run["state"] == "failed" and run["card_id"] is None, run
+    assert run["error"].startswith("modeldeck: the quality run ended, but could not save the card "), run["error"]
+    assert run["error"].endswith(f" in {quality_dir(paths)}: File exists") and "\n" not in run["error"]
+    assert {r["id"] for r in run["results"]} == {BUNDLED_ID, Q4_0, Q2_K}, "what was measured is not lost"
+    assert quality_dir(paths).read_text() == "not a folder"
 
 
 def test_cancel_stops_the_tool_and_leaves_no_process(quality_service: RunningService, paths: AppPaths) -> None:

@@ -5,6 +5,8 @@ tested end to end in tests/app/test_quality*.py."""
 
 from __future__ import annotations
 
+from dataclasses import asdict
+
 from PySide6.QtCore import Qt
 from pytestqt.qtbot import QtBot
 
@@ -78,3 +80,23 @@ def test_a_run_that_ended_is_not_shown_running_again_by_an_older_answer(main_win
     assert panel.run_button.isEnabled() and not panel.cancel_button.isEnabled()
     panel.show_run(run_record("r2", "running", 0.0))  # a new run is shown from its start
     assert panel.status_label.text().startswith("Measuring m") and not panel.run_button.isEnabled()
+
+
+def test_a_run_whose_card_could_not_be_saved_keeps_its_figures_and_says_why(main_window: MainWindow) -> None:
+    """The service keeps what a run measured in the run (tests/app/test_quality_service.py), but no card lists it
+    when the card could not be saved: the panel shows the run's own figures beside the reason."""
+    panel = main_window.benchmark_page.quality_panel
+    reference = VariantResult("m.q8_0", "Q8_0", 2, True, 10.0, 0.1, 1.0, 0.0, 0.0, 0.0, 1.0, 1.5, 2**27)
+    q4 = VariantResult("m.q4_0", "Q4_0", 1, False, 10.5, 0.1, 1.05, 0.05, 0.3, 1.2, 0.9, 1.2, 2**26)
+    running = run_record("r1", "running", 0.5)
+    running["results"] = [asdict(reference)]  # as the service carries them: each variant's event
+    panel.show_run(running)
+    assert panel.results_label.text() == ""
+    failed = run_record("r1", "failed", 0.5)
+    failed["results"] = [asdict(reference), asdict(q4)]
+    failed["error"] = "modeldeck: the quality run ended, but could not save the card c1 in /d/quality: File exists"
+    panel.show_run(failed)
+    assert panel.status_label.text() == f"Failed: {failed['error']}"
+    assert panel.results_label.text().endswith(": Q4_0: +5.00 %, 0.0500, 90.0 %")
+    panel.show_run(run_record("r2", "running", 0.0))  # a new run starts with none of the old one's figures
+    assert panel.results_label.text() == ""
