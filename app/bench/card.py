@@ -281,7 +281,7 @@ def to_markdown(card: BenchCard) -> str:
         f"- Model: {card.model['id']}, quantization {card.model.get('quantization') or 'unknown'}",
         f"- Engine: {card.engine['name']} {card.engine.get('version') or '(version unknown)'}, "
         f"plan {json.dumps(card.engine.get('plan'))}",
-        f"- Hardware {hw['id']}: {hw['cpu']}, {hw['logical_cores']} logical cores, "
+        f"- Hardware {hw['id']}: {hw['cpu'] or 'unknown CPU'}, {hw['logical_cores']} logical cores, "
         f"{(hw['ram_total'] or 0) / 2**30:.1f} GiB RAM, GPUs: {gpus}",
         f"- Parameters: concurrency {params['concurrency']}, {about}{params['prompt_tokens']} prompt tokens, "
         f"{params['output_tokens']} output tokens, {params['requests_per_level']} requests per level, "

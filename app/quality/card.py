@@ -113,7 +113,7 @@ def to_markdown(card: QualityCard) -> str:
         f"- Reference: {card.reference} (the others are compared with its logits)",
         f"- Tool: llama-perplexity from llama-cpp-python {tool.get('version') or '(version unknown)'} "
         f"({tool.get('backend') or 'backend unknown'})",
-        f"- Hardware {hw.get('id')}: {hw.get('cpu')}, {hw.get('logical_cores')} logical cores",
+        f"- Hardware {hw.get('id')}: {hw.get('cpu') or 'unknown CPU'}, {hw.get('logical_cores')} logical cores",
         f"- Text: {text['description']}, {text['chars']} characters, sha256 {str(text['sha256'])[:16]}; "
         f"{text['tokens']} tokens scored in {text['chunks']} chunks of {text['n_ctx']}",
         "",

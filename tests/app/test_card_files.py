@@ -7,6 +7,7 @@ print what they measured). Real card files in a real data directory."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import re
@@ -17,8 +18,9 @@ from typing import Any
 
 import pytest
 
-from app.bench.card import BenchCard, to_markdown
+from app.bench.card import BenchCard, hardware_fingerprint, to_markdown
 from app.client import ControlError
+from app.hardware.profile import HardwareProfile
 from app.hub.library import BUNDLED_ID
 from app.paths import AppPaths
 from app.quality.card import QualityCard, quality_dir, results_table
@@ -244,3 +246,15 @@ def test_a_quality_run_whose_card_cannot_be_saved_still_shows_its_figures(paths:
         f"modeldeck: the quality run ended, but could not save the card {QUALITY_CARD['id']} in {quality_dir(paths)}: "
         "File exists",
     ]
+
+
+def test_a_cpu_without_a_model_name_reads_as_unknown_on_the_cards() -> None:
+    # Arm kernels often print no model name in /proc/cpuinfo: the profile holds None (app.hardware.cpu).
+    recorded = HardwareProfile.from_file(HARDWARE)
+    profile = dataclasses.replace(recorded, cpu=dataclasses.replace(recorded.cpu, model=None, physical_cores=None))
+    hardware = hardware_fingerprint(profile.to_dict())
+    bench = to_markdown(BenchCard.from_dict({**BENCH_CARD, "hardware": hardware}))
+    quality = quality_markdown(QualityCard.from_dict({**QUALITY_CARD, "hardware": hardware}))
+    for markdown in (bench, quality):
+        assert f"- Hardware {hardware['id']}: unknown CPU, 32 logical cores" in markdown
+        assert "None" not in markdown
