@@ -51,6 +51,7 @@ from app.api_types import (
     library_from_json,
     model_from_json,
 )
+from app.bounded_json import load_json
 from app.paths import AppPaths
 from app.self_command import modeldeck_command
 
@@ -105,10 +106,10 @@ class ServiceAddress:
 def find_service(paths: AppPaths) -> ServiceAddress | None:
     """The running service's address from its discovery file, or None when none is published."""
     try:
-        info = json.loads(paths.service_file.read_text(encoding="utf-8"))
+        info = load_json(paths.service_file.read_bytes())
         token = paths.control_token_file.read_text(encoding="utf-8").strip()
         return ServiceAddress(int(info["pid"]), str(info["url"]), str(info["control_url"]), token)
-    except (OSError, ValueError, KeyError, TypeError):
+    except (OSError, ValueError, KeyError, TypeError):  # ValueError: BadJson, not UTF-8, not JSON or nested too deeply
         return None
 
 

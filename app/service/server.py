@@ -24,6 +24,7 @@ import psutil
 import uvicorn
 from filelock import FileLock, Timeout
 
+from app.bounded_json import load_json
 from app.hardware.detect import detect_hardware
 from app.hub.cache import default_cache_dir
 from app.hub.library import ModelSpec, external_model, known_models
@@ -439,9 +440,9 @@ def _claim_data_folder(paths: AppPaths) -> FileLock:
 def _published(paths: AppPaths) -> tuple[int, str]:
     """The pid and endpoint the discovery file names; (0, "") when there is none to read."""
     try:
-        info = json.loads(paths.service_file.read_text(encoding="utf-8"))
+        info = load_json(paths.service_file.read_bytes())
         return int(info["pid"]), str(info["url"])
-    except (OSError, ValueError, KeyError, TypeError):
+    except (OSError, ValueError, KeyError, TypeError):  # ValueError: BadJson, not UTF-8, not JSON or nested too deeply
         return 0, ""
 
 

@@ -41,6 +41,16 @@ def test_ps_without_service_says_so() -> None:
     assert "not running" in result.stdout
 
 
+def test_a_discovery_file_nested_too_deeply_is_no_service(paths: AppPaths) -> None:
+    """json.loads raised RecursionError on it, and every command that looks for the service printed a traceback."""
+    paths.state.mkdir(parents=True)
+    paths.service_file.write_text("[" * 100_000)
+    paths.control_token_file.write_text("token")
+    result = modeldeck("ps")
+    assert result.returncode == 1, result.stderr
+    assert "not running" in result.stdout and "Traceback" not in result.stderr
+
+
 def test_ps_and_models_with_running_service(service: RunningService) -> None:
     ps = modeldeck("ps")
     assert ps.returncode == 0

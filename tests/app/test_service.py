@@ -14,6 +14,7 @@ import httpx
 import openai
 import psutil
 import pytest
+from filelock import FileLock
 
 from app.client import find_service
 from app.hub.library import BUNDLED_ID
@@ -140,6 +141,19 @@ def test_a_second_service_of_the_data_folder_is_refused_and_leaves_the_first_who
     service.process.terminate()
     assert service.process.wait(timeout=30) == 0
     assert paths.service_file.exists() and paths.control_token_file.exists()
+
+
+def test_a_service_refused_beside_a_discovery_file_nested_too_deeply_says_why_in_one_line(paths: AppPaths) -> None:
+    """The refusal reads the discovery file to name the running service; json.loads raised RecursionError on it."""
+    paths.state.mkdir(parents=True)
+    paths.service_file.write_text("[" * 100_000)
+    with FileLock(paths.service_lock):  # the data folder is another service's
+        second = subprocess.run(
+            [sys.executable, "-m", "app", "serve", "--port", str(free_port())], capture_output=True, text=True,
+            timeout=60, cwd=REPO, env={**os.environ, "MODELDECK_API_KEY": "test-key"}, check=False,
+        )  # fmt: skip
+    assert second.returncode == 2
+    assert second.stderr.strip().startswith("modeldeck: Another ModelDeck service of this data folder is starting")
 
 
 def test_corrupt_gguf_fails_clearly_and_service_stays_up(paths: AppPaths, tmp_path: Path, bundled_gguf: Path) -> None:
