@@ -62,7 +62,7 @@ def installed_builds(root: Path) -> list[Build]:
         executable = directory / EXECUTABLE
         try:
             info = json.loads((directory / BUILD_INFO).read_text(encoding="utf-8"))
-        except (OSError, ValueError):
+        except (OSError, ValueError, RecursionError):  # RecursionError: nested thousands of levels deep
             continue
         if not executable.is_file() or not isinstance(info, dict):
             continue
@@ -140,7 +140,7 @@ class LlamaServerEngine:
             return False
         try:
             info = json.loads((executable.parent / BUILD_INFO).read_text(encoding="utf-8"))
-        except (OSError, ValueError):
+        except (OSError, ValueError, RecursionError):  # RecursionError: nested thousands of levels deep
             return True
         return not isinstance(info, dict) or str(info.get("backend") or "cpu") != "cpu"
 

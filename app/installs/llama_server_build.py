@@ -29,6 +29,7 @@ from typing import TextIO, TypeVar
 
 from filelock import FileLock, Timeout
 
+from app.bounded_json import load_json
 from app.hub.task import Stopped, TaskState
 from app.installs.child_output import output_lines, stop_group
 from engines.llama_server import BUILD_INFO, CPU_VARIANT, EXECUTABLE
@@ -185,8 +186,8 @@ def uses_amx(folder: Path) -> bool:
     """Whether the build in `folder` (its build-info.json) may run AMX code: a build for this machine, an AMX CPU,
     made before AMX was left out, or a portable one that carries an AMX variant."""
     try:
-        info = json.loads((folder / BUILD_INFO).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        info = load_json((folder / BUILD_INFO).read_bytes())
+    except (OSError, ValueError):  # ValueError: BadJson, not UTF-8, not JSON or nested too deeply
         return False
     if not isinstance(info, dict):
         return False

@@ -15,6 +15,7 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
+from app.bounded_json import load_json
 from app.hub.task import TaskState
 from app.installs.llama_server_build import BuildError, CmakeTree, cmake_build, staged_folder
 
@@ -47,8 +48,8 @@ def installed_tools(root: Path) -> list[ToolsBuild]:
         return found
     for folder in sorted(root.glob(f"{TOOLS_PREFIX}-*"), reverse=True):
         try:
-            info = json.loads((folder / BUILD_INFO).read_text(encoding="utf-8"))
-        except (OSError, ValueError):
+            info = load_json((folder / BUILD_INFO).read_bytes())
+        except (OSError, ValueError):  # ValueError: BadJson, not UTF-8, not JSON or nested too deeply
             continue
         if isinstance(info, dict) and _complete(folder):
             found.append(ToolsBuild(folder, info.get("llama_cpp_python"), info.get("backend")))

@@ -12,6 +12,8 @@ import pytest
 
 from app import __version__
 from app.installs.available import LLAMA_SERVER_ENV
+from app.installs.llama_tools_build import TOOLS_PREFIX
+from app.paths import AppPaths
 from tests.app.test_llama_server_build import (
     PORTABLE_EXTRA,
     cmake_spy,
@@ -70,6 +72,17 @@ def test_nothing_built_says_how_to_build(tmp_path: Path) -> None:
     line = next(ln for ln in listed.stdout.splitlines() if ln.startswith("llama-server "))
     assert "not installed" in line and "modeldeck engines build llama-server" in line
     assert "builds in" in listed.stdout and ": none" in listed.stdout
+
+
+def test_build_records_nested_too_deeply_are_no_builds(paths: AppPaths) -> None:
+    """json.loads raised RecursionError on a build-info.json of 100,000 '[', and `engines` printed a traceback."""
+    for folder in ("llama-server-9.9.9-cpu", f"{TOOLS_PREFIX}-9.9.9-cpu"):
+        (paths.engine_builds / folder).mkdir(parents=True)
+        (paths.engine_builds / folder / "build-info.json").write_text("[" * 100_000)
+    listed = modeldeck("engines", env={"PATH": os.path.dirname(os.path.realpath("/bin/sh"))})
+    assert listed.returncode == 0, listed.stderr
+    assert f"llama-server builds in {paths.engine_builds}: none" in listed.stdout
+    assert "quality tools (llama-perplexity, llama-quantize, llama-imatrix): not built" in listed.stdout
 
 
 def test_a_missing_source_is_a_clear_error(tmp_path: Path) -> None:

@@ -262,6 +262,12 @@ def test_a_portable_build_cached_with_its_amx_variant_loses_it(tmp_path: Path) -
     assert not uses_amx(folder)
 
 
+def test_a_build_info_nested_too_deeply_says_no_amx(tmp_path: Path) -> None:
+    """installers/test.sh asks this of every build; json.loads raised RecursionError on 100,000 '['."""
+    (tmp_path / "build-info.json").write_text("[" * 100_000)
+    assert not uses_amx(tmp_path)
+
+
 @pytest.mark.parametrize(("machine", "amx_off"), [("x86_64", True), ("aarch64", False)])
 def test_a_build_for_this_machine_leaves_out_amx_on_x86(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, machine: str, amx_off: bool

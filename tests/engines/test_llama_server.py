@@ -160,6 +160,14 @@ def test_builds_are_found_newest_first_and_need_their_build_info(tmp_path: Path)
     assert installed_builds(tmp_path / "absent") == []
 
 
+def test_a_build_info_nested_too_deeply_is_no_build_info(tmp_path: Path) -> None:
+    """json.loads raised RecursionError on it, which neither the listing nor the offload check caught."""
+    executable = _fake_build(tmp_path, "0.3.36", info=False)
+    (executable.parent / "build-info.json").write_text("[" * 100_000)
+    assert installed_builds(tmp_path) == []
+    assert LlamaServerEngine(configured=executable).gpu_offload()  # as for a llama-server of unknown make
+
+
 def test_a_configured_path_wins_and_a_wrong_one_is_not_hidden(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     build = _fake_build(tmp_path / "builds", "0.3.36")
     on_path = _fake_build(tmp_path / "bin", "0.0.1")
