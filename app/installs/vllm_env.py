@@ -21,6 +21,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from app.bounded_json import load_json
 from app.hub.task import TaskState
 from app.installs.child_output import output_lines, stop_group
 from app.installs.pip_progress import RAW_PROGRESS_PIP, parse_pip_line, pip_version
@@ -114,7 +115,7 @@ def registered(paths: AppPaths) -> VLLMInstall | None:
     if not path.is_file():
         return None
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = load_json(path.read_bytes())
         return VLLMInstall(Path(data["executable"]), str(data["version"]), bool(data["managed"]))
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise InstallError(f"{path} is not a vLLM record ({exc}); run `modeldeck vllm-env use PATH` again") from exc

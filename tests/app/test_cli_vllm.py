@@ -53,3 +53,18 @@ def test_status_without_a_vllm() -> None:
     result = modeldeck("vllm-env", "status")
     assert result.returncode == 1
     assert "No vLLM is registered" in result.stdout
+
+
+def test_a_record_nested_too_deeply_is_named_in_one_line(paths: AppPaths) -> None:
+    """json.loads raised RecursionError on a vllm.json of 100,000 '[', through `vllm-env status` and `engines`."""
+    record = paths.data / "engines" / "vllm.json"
+    record.parent.mkdir(parents=True)
+    record.write_text("[" * 100_000)
+    status = modeldeck("vllm-env", "status")
+    assert status.returncode == 2
+    assert status.stderr.strip() == (
+        f"modeldeck: {record} is not a vLLM record (nested more than 64 levels deep); run `modeldeck vllm-env use "
+        "PATH` again"
+    )
+    listed = modeldeck("engines")
+    assert listed.returncode == 0 and "Traceback" not in listed.stderr
