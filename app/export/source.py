@@ -3,13 +3,13 @@ planned for the cluster the user describes."""
 
 from __future__ import annotations
 
-import json
 import re
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from app.bounded_json import BadJson, load_json
 from app.export.deployment import VLLM_VERSION, Deployment, ExportError
 from app.paths import AppPaths
 from app.planner.cluster import ClusterPlan, ClusterPlanError, ClusterTarget, plan_cluster
@@ -52,16 +52,20 @@ def hub_facts(repo_id: str, *, endpoint: str, token: str | None) -> ModelFacts:
         with tempfile.TemporaryDirectory(prefix="modeldeck-export-") as folder:
             config_path = hf_hub_download(repo_id, "config.json", endpoint=endpoint, token=token or False,
                                           cache_dir=folder)  # fmt: skip
-            config = json.loads(Path(config_path).read_text(encoding="utf-8"))
+            raw_config = Path(config_path).read_bytes()
     except NotASafetensorsRepoError as exc:
         raise ExportError(
             f"{repo_id} has no safetensors weights; export deploys vLLM, which serves Hugging Face models in "
             "safetensors"
         ) from exc
-    except json.JSONDecodeError as exc:  # config.json that is not JSON
-        raise ExportError(f"{repo_id}: config.json is not readable JSON ({exc})") from exc
     except Exception as exc:  # huggingface_hub's error zoo; translate() names each case or re-raises
         raise translate(exc, endpoint, repo_id, token is not None) from exc
+    try:
+        config = load_json(raw_config)
+    except BadJson as exc:
+        raise ExportError(f"{repo_id}: config.json is not readable JSON ({exc})") from None
+    if not isinstance(config, dict):
+        raise ExportError(f"{repo_id}: config.json is not a JSON object")
     counts: dict[str, int] = {str(dtype): int(n) for dtype, n in metadata.parameter_count.items()}
     try:
         return facts_from_hf_config(config, counts)
@@ -108,14 +112,15 @@ def load_deployment(target: str, options: ExportOptions, paths: AppPaths, *, end
     path = Path(target).expanduser()
     if path.suffix == ".json" and path.is_file():
         try:
-            data = json.loads(path.read_text(encoding="utf-8"))
+            data = load_json(path.read_bytes())
             if not isinstance(data, dict):
                 raise ExportError(f"{path}: a plan is a JSON object")
             return _from_saved(data, options)
         except (OSError, ValueError, KeyError, TypeError, StopIteration) as exc:
             if isinstance(exc, ExportError | ClusterPlanError):
                 raise
-            raise ExportError(f"{path}: not a readable plan ({type(exc).__name__}: {exc})") from exc
+            what = str(exc) if isinstance(exc, BadJson) else f"{type(exc).__name__}: {exc}"
+            raise ExportError(f"{path}: not a readable plan ({what})") from exc
     if is_hub_repo(target) and target not in _library_ids(paths):
         facts, model_id, ref = hub_facts(target, endpoint=endpoint, token=token), target.split("/")[1], target
     else:

@@ -348,6 +348,7 @@ def test_export_from_a_recommendation(tmp_path: Path, capsys: pytest.CaptureFixt
         ("bundled", ["--format", "k8s"], "export deploys vLLM, which serves Hugging Face models"),
         ("nothing", ["--format", "k8s"], "is neither a model ModelDeck knows"),
         ("bad-json", ["--format", "docker"], "not a readable plan"),
+        ("deep-json", ["--format", "docker"], "not a readable plan (nested more than 64 levels deep)"),
         ("other-json", ["--format", "docker"], "neither a plan written by `modeldeck export`"),
         ("70b", ["--format", "k8s", "--gpu-memory", "24G", "--gpus-per-node", "4", "--nodes", "4"],
          "use --format helm"),
@@ -366,9 +367,11 @@ def test_bad_input_is_refused_with_a_reason(
         "bundled": "smollm2-135m-instruct",
         "nothing": str(tmp_path / "missing"),
         "bad-json": str(tmp_path / "bad.json"),
+        "deep-json": str(tmp_path / "deep.json"),
         "other-json": str(tmp_path / "other.json"),
     }.get(setup) or str(model_folder(tmp_path, "llama-70b", LLAMA_70B, {"BF16": 70_553_706_496}))
     (tmp_path / "bad.json").write_text("{not json")
+    (tmp_path / "deep.json").write_text("[" * 100_000)  # json.loads raised RecursionError
     (tmp_path / "other.json").write_text('{"hello": 1}')
     (tmp_path / "FILE").write_text("a file where the folder should go")
     args = [str(tmp_path / "FILE") if a == "FILE" else a for a in args]
@@ -443,6 +446,26 @@ def test_export_a_hub_repository_reads_only_its_config_and_headers(
         assert code == 2 and "meta/missing" in err
         code, _, err = run_cli(["export", "someone/gguf-only", "--format", "k8s"], capsys)
         assert code == 2 and "has no safetensors weights" in err
+
+
+@pytest.mark.parametrize(
+    ("config", "message"),
+    [
+        (b"[1, 2]", "config.json is not a JSON object"),  # was AttributeError from the planner
+        (b"[" * 100_000, "config.json is not readable JSON (nested more than 64 levels deep)"),  # was "network error"
+        (b"\xff{}", "config.json is not readable JSON ('utf-8' codec can't decode byte 0xff"),  # was "network error"
+    ],
+)
+def test_a_hub_config_that_is_no_json_object_is_named(
+    config: bytes, message: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    repo = hub_repo("meta/broken", LLAMA_70B, {"BF16": 70_553_706_496})
+    repo.files["config.json"] = config
+    with running_hub([repo]) as hub:
+        monkeypatch.setenv("HF_ENDPOINT", hub.url)
+        code, out, err = run_cli(["export", "meta/broken", "--format", "k8s"], capsys)
+    assert code == 2 and out == ""
+    assert err.startswith(f"modeldeck: meta/broken: {message}"), err
 
 
 def test_export_for_nodes_like_a_recorded_machine(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
