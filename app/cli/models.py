@@ -35,17 +35,11 @@ def add_model_commands(commands: argparse._SubParsersAction[argparse.ArgumentPar
     which.add_argument("--all", action="store_true", help="stop every running engine")
     logs = commands.add_parser("logs", help="print a model's engine log")
     logs.add_argument("model", metavar="MODEL")
-    logs.add_argument("--tail", type=_count, default=200, metavar="N", help="the last N lines (200)")
+    logs.add_argument("--tail", type=whole_number(0), default=200, metavar="N", help="the last N lines (200)")
     logs.add_argument("-f", "--follow", action="store_true", help="keep printing new lines until Ctrl-C")
     rm = commands.add_parser("rm", help="delete a downloaded or imported model's files (asks first)")
     rm.add_argument("model", metavar="MODEL")
     rm.add_argument("-y", "--yes", action="store_true", help="do not ask")
-
-
-def _count(text: str) -> int:
-    if not text.isdigit():
-        raise argparse.ArgumentTypeError(f"not a whole number of lines: {text!r}")
-    return int(text)
 
 
 def run_model_command(args: argparse.Namespace, paths: AppPaths) -> int:

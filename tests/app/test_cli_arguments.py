@@ -40,6 +40,16 @@ def test_serve_refuses_a_port_out_of_range(
     assert refusal(capsys, "serve", flag, value).endswith(f"argument {flag}: {words}")
 
 
+@pytest.mark.parametrize(
+    ("value", "words"), [("-3", "must be at least 0, got -3"), ("ten", "not a whole number: 'ten'")]
+)
+def test_logs_refuses_a_tail_that_is_no_count_of_lines(
+    capsys: pytest.CaptureFixture[str], value: str, words: str
+) -> None:
+    assert refusal(capsys, "logs", "some-model", "--tail", value).endswith(f"argument --tail: {words}")
+    assert _parser().parse_args(["logs", "some-model", "--tail", "0"]).tail == 0  # the new lines only, with -f
+
+
 def test_a_control_port_of_0_is_any_free_port() -> None:
     args = _parser().parse_args(["serve", "--port", "65535", "--control-port", "0"])
     assert (args.port, args.control_port) == (65535, 0)
