@@ -321,7 +321,11 @@ def _serve(args: argparse.Namespace, paths: AppPaths, loaded: LoadedSettings) ->
 def _models(paths: AppPaths, models_dirs: Sequence[Path] = ()) -> int:
     client = connect(paths)
     if client is not None:
-        rows = [(m["id"], str(m["state"]), m["size_bytes"], m["path"]) for m in client.models()]
+        try:
+            records = client.models()
+        finally:
+            client.close()
+        rows = [(m["id"], str(m["state"]), m["size_bytes"], m["path"]) for m in records]
         for folder in models_dirs:
             print(_folder_not_read(folder), file=sys.stderr)
     else:
@@ -348,10 +352,14 @@ def _ps(paths: AppPaths) -> int:
     if client is None:
         print("The ModelDeck service is not running (start it with `modeldeck serve`).")
         return 1
-    budget = client.health().get("memory_budget")
+    try:
+        budget = client.health().get("memory_budget")
+        models = client.models()
+    finally:
+        client.close()
     if budget is not None and (limit := budget.get("bytes")) is not None:
         print(f"Memory budget of the engines: {limit / 2**20:.0f} MiB ({budget['source']})")
-    running = [m for m in client.models() if m["state"] != ModelState.STOPPED]
+    running = [m for m in models if m["state"] != ModelState.STOPPED]
     if not running:
         print("No engines are running.")
     for model in running:

@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import gc
 import os
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import psutil
+import pytest
 
+from app.cli import main
 from app.client import ControlClient, find_service
 from app.hub.library import BUNDLED_ID
 from app.paths import AppPaths
@@ -58,6 +62,25 @@ def test_ps_and_models_with_running_service(service: RunningService) -> None:
     assert BUNDLED_ID in ps.stdout and "ready" in ps.stdout and str(pid) in ps.stdout
     assert "MiB at load, predicted" in ps.stdout  # the service checked its memory prediction at load
     assert "ready" in modeldeck("models").stdout
+
+
+def test_models_and_ps_close_their_client_of_the_service(
+    paths: AppPaths, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Neither closed its ControlClient: its kept-alive connection to the service was left to the garbage collector,
+    which says so with a ResourceWarning."""
+    running = start_service_process(paths, tmp_path)
+    try:
+        for command in ("models", "ps"):
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                with pytest.raises(SystemExit) as exited:
+                    main([command])
+                gc.collect()
+            assert exited.value.code in (0, None), capsys.readouterr().err
+            assert [str(w.message) for w in caught if issubclass(w.category, ResourceWarning)] == [], command
+    finally:
+        stop_service_process(running)
 
 
 def test_models_says_a_models_dir_is_not_read_while_the_service_runs(paths: AppPaths, tmp_path: Path) -> None:
