@@ -522,7 +522,12 @@ class StartedService:
 
 def start_service(paths: AppPaths, port: int | None = None, timeout_s: float = START_TIMEOUT_S) -> StartedService:
     """Start `modeldeck serve` in the background and wait until its control API answers, or until the one that
-    another process started at the same time answers."""
+    another process started at the same time answers. A service of the data folder that no longer answers but still
+    holds the folder (stopping) is waited for first."""
+    deadline = time.monotonic() + timeout_s
+    other = _wait_for_the_folder(paths, deadline)
+    if other is not None:
+        return StartedService(other, None)
     paths.logs.mkdir(parents=True, exist_ok=True)
     command = [*modeldeck_command(), "serve"]
     if port is not None:
@@ -532,7 +537,6 @@ def start_service(paths: AppPaths, port: int | None = None, timeout_s: float = S
             command, stdin=subprocess.DEVNULL, stdout=output, stderr=subprocess.STDOUT, start_new_session=True,
             env=os.environ.copy(),
         )  # fmt: skip
-    deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         exited = process.poll() is not None
         address = find_service(paths)
@@ -545,6 +549,24 @@ def start_service(paths: AppPaths, port: int | None = None, timeout_s: float = S
         time.sleep(0.1)
     process.terminate()
     raise ServiceUnavailable(f"The service did not start within {timeout_s:.0f} s.")
+
+
+def _wait_for_the_folder(paths: AppPaths, deadline: float) -> ControlClient | None:
+    """None once no service holds the data folder; a client of the one that holds it if it comes to answer (it was
+    starting). A service that is stopping holds the folder until its engines have stopped, which can take longer than
+    a new one waits for it (CLAIM_WAIT_S in app.service.server): started meanwhile, ours would give up on the folder
+    and the command fail, though the folder is free a moment later."""
+    while _service_claimed(paths):
+        client = connect(paths)
+        if client is not None:
+            return client
+        if time.monotonic() >= deadline:
+            raise ServiceUnavailable(
+                "Another ModelDeck service of this data folder is still starting or stopping and does not answer: "
+                "try again once it has stopped."
+            )
+        time.sleep(0.1)
+    return None
 
 
 def _service_claimed(paths: AppPaths) -> bool:

@@ -16,7 +16,9 @@ from app.cli import main
 from app.client import ControlClient, find_service
 from app.hub.library import BUNDLED_ID
 from app.paths import AppPaths
+from tests.support.hub_server import FakeHub, add_repo
 from tests.support.service import REPO, RunningService, free_port, start_service_process, stop_service_process
+from tests.support.waiting import wait_for
 
 
 def modeldeck(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
@@ -147,6 +149,38 @@ def test_two_commands_starting_the_service_at_once_both_use_the_one_that_starts(
         assert start.returncode == 0, stderr
         assert f"{BUNDLED_ID} is ready" in stdout
     assert address is not None and [service.pid for service in services] == [address.pid]
+
+
+def test_a_command_that_starts_the_service_while_the_last_one_stops_waits_for_it(
+    hub: FakeHub, gguf_slice: bytes, paths: AppPaths, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A stopping service holds the data folder until its downloads have paused (up to 5 s for one stalled on the Hub)
+    and its engines have stopped (up to 5 s for one that does not act on SIGTERM), and answers no more meanwhile. The
+    service a command started then gave up on the folder after CLAIM_WAIT_S, and the command failed with "The service
+    exited with code 2", though the folder was free a moment later."""
+    monkeypatch.setenv("HF_ENDPOINT", hub.url)
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf-home"))
+    add_repo(hub, "org/smol-GGUF", {"smol-Q4_1.gguf": gguf_slice})
+    hub.faults.stall_after = 1_000_000
+    old = start_service_process(paths, tmp_path, "--model", BUNDLED_ID)
+    try:
+        job = old.client.start_download("org/smol-GGUF", "Q4_1")["id"]
+        wait_for(lambda: next(d for d in old.client.downloads() if d["id"] == job)["done"] > 0, 30, "the download")
+        psutil.Process(old.model()["pid"]).suspend()  # a stopped engine acts on SIGTERM only once it is killed
+        old.process.terminate()
+        start = modeldeck("start", BUNDLED_ID, env={"MODELDECK_PORT": str(free_port())})
+        assert old.process.wait(timeout=30) == 0
+    finally:
+        stop_service_process(old)
+        address = find_service(paths)
+        if address is not None and address.pid != old.process.pid:
+            client = ControlClient(address)
+            client.shutdown()
+            client.close()
+            psutil.wait_procs([psutil.Process(address.pid)], timeout=60)
+    assert start.returncode == 0, start.stderr
+    assert f"{BUNDLED_ID} is ready" in start.stdout
+    assert address is not None and address.pid != old.process.pid
 
 
 def _serves_this_folder(process: psutil.Process) -> bool:
