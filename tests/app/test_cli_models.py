@@ -244,7 +244,7 @@ def test_start_refuses_bad_values_with_the_service_reason(shared_service: Runnin
     assert small.stderr.startswith("modeldeck: ") and "context" in small.stderr and len(small.stderr.splitlines()) == 1
     assert record(shared_service, BUNDLED_ID)["state"] == "stopped"  # nothing started
     words = modeldeck("start", BUNDLED_ID, "--context", "many")
-    assert words.returncode == 2 and "--context: invalid int value" in words.stderr
+    assert words.returncode == 2 and "--context: not a whole number: 'many'" in words.stderr
     engine = modeldeck("start", BUNDLED_ID, "--engine", "nope")
     assert engine.returncode == 1 and "engine" in engine.stderr
 
