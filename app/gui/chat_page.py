@@ -87,7 +87,8 @@ class ChatPage(QWidget):
         self._conversation: Conversation | None = None
         self._messages: tuple[ChatMessage, ...] = ()
         self._editing: int | None = None  # index of the user message being edited
-        self._unsaved = False  # the store refused the last save: the file lacks some of what the page shows
+        # Why the store refused the last save (None: it did not): the file lacks some of what the page shows.
+        self._unsaved: str | None = None
         self._thread: ChatStreamThread | None = None
         self._answer = ""
         self._answer_model = ""
@@ -256,6 +257,11 @@ class ChatPage(QWidget):
         self._thread.stream.cancel()
         return self._thread.wait(timeout_ms)
 
+    def save_before_closing(self) -> str | None:
+        """Try once more to save what the page shows, as the window closes: None once the file has it all, else why
+        not, in words for the user."""
+        return None if self._saved_before_leaving() else self._unsaved
+
     def _stream(self, model_id: str) -> None:
         assert self._endpoint is not None
         params = self.params_panel.params()
@@ -308,19 +314,19 @@ class ChatPage(QWidget):
         """Run `write` (a change to the store); after a refused save, write everything instead. On refusal the page
         keeps what it shows and says why. Whether the file now has it all."""
         try:
-            (self._write_all if self._unsaved else write)()
+            (self._write_all if self._unsaved is not None else write)()
         except ChatSaveError as error:
-            self._unsaved = True
+            self._unsaved = str(error)
             self.sig_save_failed.emit(f"{error}; this chat is not saved yet and stays open until it is")
             return False
-        if self._unsaved:
-            self._unsaved = False
+        if self._unsaved is not None:
+            self._unsaved = None
             self.sig_save_resumed.emit()
         return True
 
     def _saved_before_leaving(self) -> bool:
         """Whether the page may put its conversation away: only once the file has all of it."""
-        return not self._unsaved or self._save(self._write_all)
+        return self._unsaved is None or self._save(self._write_all)
 
     def _set_streaming(self, streaming: bool) -> None:
         self.send_button.setEnabled(not streaming)
@@ -404,7 +410,7 @@ class ChatPage(QWidget):
     @Slot(int)
     def _on_sidebar_conversation_deleted(self, conversation_id: int) -> None:
         if self._conversation is not None and self._conversation.id == conversation_id:
-            self._unsaved = False  # deleted on purpose: nothing of it is to be kept
+            self._unsaved = None  # deleted on purpose: nothing of it is to be kept
             self.new_conversation()
 
     @Slot(object)

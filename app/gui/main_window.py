@@ -442,6 +442,16 @@ class MainWindow(QMainWindow):
         states = (self.item_model.state_of(model_id) for model_id in self.item_model.model_ids())
         return sum(1 for state in states if state in ACTIVE)
 
+    def _chat_may_be_lost(self, ask: bool) -> bool:
+        """Whether quitting goes on: the open chat is saved at last, or the user lets it go (when asking is allowed;
+        Ctrl+C in the terminal quits whatever happens)."""
+        problem = self.chat_page.save_before_closing()
+        if problem is None or not ask:
+            return True
+        show_window(self)  # from the tray's Quit the window may be hidden: the chat in question is on it
+        self.tabs.setCurrentWidget(self.chat_page)
+        return quit_dialogs.ask_quit_unsaved(self, problem)
+
     def closeEvent(self, event: QCloseEvent) -> None:
         if self._connection.is_closed:
             event.accept()
@@ -455,6 +465,10 @@ class MainWindow(QMainWindow):
             self.hide()
             return
         preset, self._preset_stop_service = self._preset_stop_service, _ASK
+        if not self._chat_may_be_lost(ask=preset == _ASK):
+            self._quitting = False
+            event.ignore()
+            return
         if preset == _ASK:
             choice = quit_dialogs.ask_stop_engines(self, self._running_engines())
             self._quitting = False

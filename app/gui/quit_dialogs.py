@@ -49,6 +49,22 @@ def ask_stop_engines(parent: QWidget, running_engines: int) -> QuitChoice:
     return QuitChoice.CANCEL
 
 
+def ask_quit_unsaved(parent: QWidget, why: str) -> bool:
+    """Asked when ModelDeck quits with the open chat still not saved (`why`, in words for the user): quit and lose
+    it? Keeping the window open is the default, so that a hurried Enter loses nothing."""
+    box = QMessageBox(parent)
+    box.setWindowTitle("Quit without saving the chat?")
+    box.setIcon(QMessageBox.Icon.Warning)
+    box.setText("The open chat is not saved, and is lost if ModelDeck quits now.")
+    box.setInformativeText(f"{why}. Keep the window open to save it once the file is free.")
+    keep = box.addButton("Keep the window open", QMessageBox.ButtonRole.RejectRole)
+    lose = box.addButton("Quit without saving", QMessageBox.ButtonRole.DestructiveRole)
+    box.setDefaultButton(keep)
+    box.setEscapeButton(keep)
+    box.exec()
+    return box.clickedButton() is lose
+
+
 def ask_confirmation(parent: QWidget, title: str, text: str) -> bool:
     """A yes/no question before an action that cannot be undone (a new API key)."""
     answer = QMessageBox.question(parent, title, text, defaultButton=QMessageBox.StandardButton.No)

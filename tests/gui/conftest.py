@@ -29,8 +29,9 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if item.path.is_relative_to(GUI_TESTS):
             item.add_marker(pytest.mark.qt_log_level_fail("WARNING"))
-            # Qt's offscreen platform (the tests' display) says this of every top-level window.
-            item.add_marker(pytest.mark.qt_log_ignore("This plugin does not support propagateSizeHints"))
+            # Qt's offscreen platform (the tests' display) says these of every top-level window, and of raising one.
+            offscreen = ("This plugin does not support propagateSizeHints", "This plugin does not support raise")
+            item.add_marker(pytest.mark.qt_log_ignore(*offscreen))
 
 
 @dataclass
@@ -42,6 +43,7 @@ class QuitAnswers:
 
     close_to_tray: bool = False
     stop_engines: QuitChoice | None = None
+    quit_unsaved: bool = False  # as the dialog's default: keep the window open
     asked: list[str] = field(default_factory=list)
 
 
@@ -60,12 +62,17 @@ def quit_answers(monkeypatch: pytest.MonkeyPatch) -> QuitAnswers:
         started = isinstance(parent, MainWindow) and parent.connection.started_service
         return QuitChoice.STOP if started else QuitChoice.LEAVE_RUNNING
 
+    def ask_quit_unsaved(_parent: QWidget, _why: str) -> bool:
+        answers.asked.append("quit_unsaved")
+        return answers.quit_unsaved
+
     def ask_confirmation(_parent: QWidget, title: str, _text: str) -> bool:
         answers.asked.append(title)
         return True
 
     monkeypatch.setattr(quit_dialogs, "ask_close_to_tray", ask_close_to_tray)
     monkeypatch.setattr(quit_dialogs, "ask_stop_engines", ask_stop_engines)
+    monkeypatch.setattr(quit_dialogs, "ask_quit_unsaved", ask_quit_unsaved)
     monkeypatch.setattr(quit_dialogs, "ask_confirmation", ask_confirmation)
     return answers
 

@@ -2,7 +2,8 @@
 file private to the user, and parameters a newer or damaged row holds read back as defaults, never as an error; a
 file that is not a database set aside, one in use or from a newer version left untouched, and the window still
 opening; a file another program locks while the window is open: the chat kept on the page, said so, and saved whole
-once the file is free; and the copy buttons of a bubble's code blocks."""
+once the file is free, and quitting then saving it at last or asking before it is lost; and the copy buttons of a
+bubble's code blocks."""
 
 from __future__ import annotations
 
@@ -16,17 +17,20 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from PySide6.QtCore import Qt
+from PySide6.QtCore import Qt, QTimer
 from PySide6.QtGui import QGuiApplication
+from PySide6.QtWidgets import QApplication, QMessageBox, QSystemTrayIcon, QWidget
 from pytestqt.qtbot import QtBot
 
 from app.api_types import EndpointRecord
 from app.client import default_port
+from app.gui import quit_dialogs
 from app.gui.chat_store import FILE_NAME, AnswerStats, ChatMessage, ChatParams, ChatStore, title_from
 from app.gui.chat_transcript import ChatBubble, code_blocks
 from app.gui.main_window import MainWindow
 from app.gui.service_connection import ServiceConnection
 from app.paths import AppPaths
+from tests.gui.conftest import QuitAnswers
 from tests.support.service import free_port
 from tests.support.synthetic import SYNTHETIC_ENGINE, SYNTHETIC_MODEL
 from tests.support.waiting import wait_for
@@ -177,16 +181,22 @@ def _holding(path: Path) -> sqlite3.Connection:
     return holder
 
 
+def _chat_window(qtbot: QtBot, paths: AppPaths, endpoint: EndpointRecord) -> MainWindow:
+    """The window with its chat on `endpoint`; its connection is never opened, so closing it stops no service."""
+    window = MainWindow(ServiceConnection(paths, default_port()))
+    qtbot.addWidget(window)
+    assert window.chat_store.problem is None
+    window.item_model.set_models([SYNTHETIC_RECORD])  # type: ignore[list-item]
+    window.chat_page.set_endpoint(endpoint)
+    window.chat_page.picker.select_model(SYNTHETIC_MODEL)
+    return window
+
+
 def test_a_chats_file_locked_after_start_keeps_the_chat_and_saves_it_once_free(
     qtbot: QtBot, paths: AppPaths, synthetic_endpoint: EndpointRecord
 ) -> None:
-    window = MainWindow(ServiceConnection(paths, default_port()))  # never opened: the chat uses its own endpoint
-    qtbot.addWidget(window)
+    window = _chat_window(qtbot, paths, synthetic_endpoint)
     page, path = window.chat_page, paths.data / FILE_NAME
-    assert window.chat_store.problem is None
-    window.item_model.set_models([SYNTHETIC_RECORD])  # type: ignore[list-item]
-    page.set_endpoint(synthetic_endpoint)
-    page.picker.select_model(SYNTHETIC_MODEL)
 
     holder = _holding(path)
     try:
@@ -240,6 +250,99 @@ def test_a_chats_file_locked_after_start_keeps_the_chat_and_saves_it_once_free(
     assert loaded is not None and loaded.params == page.params_panel.params() and loaded.params.max_tokens == 8
     assert loaded.title == "Renamed" and loaded.messages == page.messages
     store.close()
+
+
+def _saved_chats(path: Path) -> list[tuple[str, tuple[ChatMessage, ...]]]:
+    store = ChatStore(path)
+    try:
+        loaded = [store.load(conversation.id) for conversation in store.conversations()]
+        return [(chat.title, chat.messages) for chat in loaded if chat is not None]
+    finally:
+        store.close()
+
+
+def test_quitting_with_an_unsaved_chat_saves_it_at_last_or_asks_first(
+    qtbot: QtBot, paths: AppPaths, synthetic_endpoint: EndpointRecord, quit_answers: QuitAnswers
+) -> None:
+    """Closing to the tray asks nothing: the chat stays on the page. Quitting tries the save once more and, with the
+    file still held, asks before the chat is lost; kept open (the default), the window shows it again, and the next
+    quit, the file free, saves it and asks nothing."""
+    window = _chat_window(qtbot, paths, synthetic_endpoint)
+    page, path = window.chat_page, paths.data / FILE_NAME
+    window.show()
+    window.tray.icon = QSystemTrayIcon(window.tray)  # offscreen has no tray: one that is never shown
+    quit_answers.close_to_tray = True
+    holder = _holding(path)
+    try:
+        page.send("Hello")
+        qtbot.waitUntil(lambda: not page.is_streaming)
+        assert "not saved yet" in window.statusBar().currentMessage()
+        window.close()
+        assert quit_answers.asked == ["close_to_tray"] and not window.isVisible() and len(page.messages) == 2
+        window.tabs.setCurrentIndex(0)
+        window.quit()  # as from the tray's menu, the window hidden
+        assert quit_answers.asked == ["close_to_tray", "quit_unsaved"]
+        assert window.isVisible() and window.tabs.currentWidget() is page and not window.connection.is_closed
+        assert len(page.messages) == 2 and f"{path} is in use by another program" in window.statusBar().currentMessage()
+        assert holder.execute("SELECT count(*) FROM conversations").fetchone() == (0,)
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+    window.quit()
+    qtbot.waitUntil(lambda: window.connection.is_closed)
+    assert quit_answers.asked == ["close_to_tray", "quit_unsaved", "stop_engines"]
+    assert _saved_chats(path) == [("Hello", page.messages)]
+
+
+@pytest.mark.parametrize("how", ["answered", "ctrl_c"])
+def test_quitting_without_saving_loses_only_the_unsaved_chat(
+    qtbot: QtBot, paths: AppPaths, synthetic_endpoint: EndpointRecord, quit_answers: QuitAnswers, how: str
+) -> None:
+    """Told to quit without saving, or quitting by Ctrl+C in the terminal (which asks nothing), while the file is
+    held: the window closes, and the file is as the other program left it."""
+    window = _chat_window(qtbot, paths, synthetic_endpoint)
+    page, path = window.chat_page, paths.data / FILE_NAME
+    window.show()
+    holder = _holding(path)
+    try:
+        page.send("Hello")
+        qtbot.waitUntil(lambda: not page.is_streaming)
+        quit_answers.quit_unsaved = True
+        if how == "ctrl_c":
+            window.quit_without_asking()
+        else:
+            window.quit()
+        qtbot.waitUntil(lambda: window.connection.is_closed)
+        assert quit_answers.asked == ([] if how == "ctrl_c" else ["quit_unsaved", "stop_engines"])
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+    assert _saved_chats(path) == []
+
+
+REAL_ASK_QUIT_UNSAVED = quit_dialogs.ask_quit_unsaved  # the quit_answers fixture replaces it in every test
+
+
+@pytest.mark.parametrize(("key", "quits"), [(Qt.Key.Key_Return, False), (Qt.Key.Key_Escape, False), (None, True)])
+def test_the_unsaved_chat_question_keeps_the_window_open_unless_told_otherwise(
+    qtbot: QtBot, key: Qt.Key | None, quits: bool
+) -> None:
+    parent = QWidget()
+    qtbot.addWidget(parent)
+    seen: list[str] = []
+
+    def answer() -> None:
+        box = QApplication.activeModalWidget()
+        assert isinstance(box, QMessageBox)  # anything else would leave the question waiting: the test hangs
+        seen.append(box.informativeText())
+        if key is not None:
+            qtbot.keyClick(box, key)
+        else:
+            next(b for b in box.buttons() if b.text() == "Quit without saving").click()
+
+    QTimer.singleShot(0, answer)
+    assert REAL_ASK_QUIT_UNSAVED(parent, "chats.sqlite3 is in use by another program") is quits
+    assert len(seen) == 1 and seen[0].startswith("chats.sqlite3 is in use by another program.")
 
 
 def test_params_from_a_bad_row_fall_back_to_defaults() -> None:
