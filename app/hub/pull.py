@@ -112,18 +112,18 @@ def pull(
     details = model_details(request.repo_id, endpoint=endpoint, token=token)
     variant = choose_variant(request, details)
     remote = [resolve(request.repo_id, f.path, endpoint=endpoint, token=token) for f in variant.files]
-    store: Path | Store = cache_dir
-    existed: set[Path] = set()
+    folder = None
     if models_dir is not None:
-        store = FolderStore(models_dir, folder_for_repo(request.repo_id) if variant.name == SAFETENSORS else None)
-        existed = {path for path in map(store.final, remote) if path.exists()}
+        folder = FolderStore(models_dir, folder_for_repo(request.repo_id) if variant.name == SAFETENSORS else None)
+    store: Path | Store = folder or cache_dir
     files = download_files(remote, store, state, token=token, endpoint=endpoint, retry=retry, free_bytes=free_bytes)
     try:
         return _register(request, variant, remote, files, paths)
     except HubError:
-        if models_dir is not None:  # a folder the library scans must not keep files no engine can read
-            for file in set(files) - existed:  # what was there before is the user's
-                file.unlink(missing_ok=True)
+        if folder is not None:  # a folder the library scans must not keep files no engine can read
+            for file in remote:
+                if file.filename in state.placed:  # a file found there (the user's, another pull's) is not ours
+                    folder.final(file).unlink(missing_ok=True)
         raise
 
 

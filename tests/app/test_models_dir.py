@@ -112,6 +112,29 @@ def test_a_file_no_engine_can_read_is_not_left_in_the_folder(
     assert hub.bytes_sent("m-Q4_0.gguf") == SLICE_BYTES
 
 
+def test_a_pull_that_fails_its_model_check_takes_back_only_the_files_it_placed(
+    hub: FakeHub, gguf_slice: bytes, paths: AppPaths, tmp_path: Path
+) -> None:
+    """A split GGUF whose first part no engine can read: the part the pull placed goes; the second part, arrived
+    whole under its name while the first downloaded (the same bytes, as another pull of it places them), is not
+    this pull's to delete. No second pull can stage that here: to place the second part it must first pass the
+    same-named first one, which fails its own check or this pull's, so the test writes the bytes itself."""
+    first, second = (f"m-Q4_0-0000{n}-of-00002.gguf" for n in (1, 2))
+    parts = {first: gguf_slice, second: gguf_slice[:500_000]}
+    add_repo(hub, "org/m", parts)
+    mine = tmp_path / "my-models"
+
+    def second_part_arrives(name: str) -> None:
+        if name == first:
+            (mine / second).write_bytes(parts[second])
+
+    hub.faults.before_last_chunk = second_part_arrives
+    with pytest.raises(HubError, match="not a usable GGUF"):
+        pull_into(hub, "org/m:Q4_0", paths, mine, tmp_path / "hf-cache")
+    assert not (mine / first).exists() and (mine / second).read_bytes() == parts[second]
+    assert hub.downloads(second) == [] and load_pulled(paths) == []
+
+
 def test_serve_models_dir_lists_and_serves_the_folders_models(
     bundled_gguf: Path, paths: AppPaths, tmp_path: Path
 ) -> None:
