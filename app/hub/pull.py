@@ -121,9 +121,8 @@ def pull(
         return _register(request, variant, remote, files, paths)
     except HubError:
         if folder is not None:  # a folder the library scans must not keep files no engine can read
-            for file in remote:
-                if file.filename in state.placed:  # a file found there (the user's, another pull's) is not ours
-                    folder.final(file).unlink(missing_ok=True)
+            folder.take_back(state.placed)  # a file found there (the user's, another pull's) stays
+            state.record_taken_back()
         raise
 
 

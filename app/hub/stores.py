@@ -6,6 +6,7 @@ and the final place of the verified bytes; `publish` then makes the file visible
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
@@ -70,7 +71,10 @@ class FolderStore:
     trusts_existing: bool = False  # a file of the same name may be another model: it is hashed first
 
     def final(self, file: RemoteFile) -> Path:
-        name = check_filename(file.filename).rsplit("/", 1)[-1]
+        return self._final(file.filename)
+
+    def _final(self, filename: str) -> Path:
+        name = check_filename(filename).rsplit("/", 1)[-1]
         return (self.root / self.subfolder / name) if self.subfolder else self.root / name
 
     def incomplete(self, file: RemoteFile) -> Path:
@@ -81,6 +85,11 @@ class FolderStore:
 
     def publish(self, file: RemoteFile) -> Path:
         return self.final(file)
+
+    def take_back(self, placed: Iterable[str]) -> None:
+        """Delete the files a job placed (by their names in the repository); nothing the job did not put here."""
+        for filename in placed:
+            self._final(filename).unlink(missing_ok=True)
 
 
 def folder_for_repo(repo_id: str) -> str:

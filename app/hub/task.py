@@ -9,7 +9,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Literal
 
@@ -44,7 +44,8 @@ class Stopped(Exception):
 
 
 class TaskState:
-    """Shared between a job and its owner. Progress events come at most every `interval_s`, plus the last one."""
+    """Shared between a job and its owner. Progress events come at most every `interval_s`, plus the last one.
+    `placed`: what earlier runs of the same job put where it stays, and still the job's."""
 
     def __init__(
         self,
@@ -52,6 +53,7 @@ class TaskState:
         *,
         interval_s: float = 0.25,
         clock: Callable[[], float] = time.monotonic,
+        placed: Iterable[str] = (),
     ) -> None:
         self._on_progress = on_progress
         self._interval_s = interval_s
@@ -66,7 +68,7 @@ class TaskState:
         self._check_total = 0
         self._last_report = float("-inf")
         self._samples: deque[tuple[float, int]] = deque()
-        self._placed: list[str] = []
+        self._placed = sorted(placed)
 
     def pause(self) -> None:
         self._stop = "pause"
@@ -112,7 +114,13 @@ class TaskState:
 
     def record_placed(self, name: str) -> None:
         """The job put a file where it stays: reported at once, as the owner takes it back if the job is cancelled."""
-        self._placed.append(name)
+        if name not in self._placed:
+            self._placed.append(name)
+        self._report(self._clock(), finished=False)
+
+    def record_taken_back(self) -> None:
+        """The job deleted all it placed: none of it is the job's any more (the names may soon be another's)."""
+        self._placed.clear()
         self._report(self._clock(), finished=False)
 
     def advance(self, nbytes: int) -> None:

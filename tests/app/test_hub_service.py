@@ -30,14 +30,17 @@ def hf_home(tmp_path: Path) -> Path:
 
 
 @pytest.fixture
-def hub_service(
-    hub: FakeHub, hf_home: Path, paths: AppPaths, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> Iterator[RunningService]:
-    """A service with no model started, whose Hub is the stand-in and whose cache is under tmp_path."""
+def hub_env(hub: FakeHub, hf_home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A service started in this test talks to the stand-in Hub, with its cache under tmp_path."""
     for name in ("HF_TOKEN", "HF_HUB_OFFLINE", "HF_HUB_CACHE"):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("HF_ENDPOINT", hub.url)
     monkeypatch.setenv("HF_HOME", str(hf_home))
+
+
+@pytest.fixture
+def hub_service(hub_env: None, paths: AppPaths, tmp_path: Path) -> Iterator[RunningService]:
+    """A service with no model started, whose Hub is the stand-in and whose cache is under tmp_path."""
     running = start_service_process(paths, tmp_path)
     yield running
     stop_service_process(running)
@@ -345,14 +348,10 @@ def test_a_safetensors_model_is_found_shown_downloaded_and_listed_for_vllm(
 
 
 def test_serve_models_dir_downloads_into_it_and_a_kept_job_resumes_there(
-    hub: FakeHub, gguf_bytes: bytes, hf_home: Path, paths: AppPaths, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    hub: FakeHub, hub_env: None, gguf_bytes: bytes, hf_home: Path, paths: AppPaths, tmp_path: Path
 ) -> None:
     """Downloads of a service started with --models-dir land in that folder as plain files; a job cut by a crash
     remembers its folder, so a service started without the option still finishes it there."""
-    for name in ("HF_TOKEN", "HF_HUB_OFFLINE", "HF_HUB_CACHE"):
-        monkeypatch.delenv(name, raising=False)
-    monkeypatch.setenv("HF_ENDPOINT", hub.url)
-    monkeypatch.setenv("HF_HOME", str(hf_home))
     add_repo(hub, REPO_ID, {FILE: gguf_bytes})
     mine = tmp_path / "my-models"
     cut = 4_000_000
@@ -385,15 +384,10 @@ def test_serve_models_dir_downloads_into_it_and_a_kept_job_resumes_there(
 
 
 def test_a_cancelled_split_pull_takes_back_the_parts_it_placed_in_the_folder(
-    hub: FakeHub, gguf_slice: bytes, gguf_bytes: bytes, hf_home: Path, paths: AppPaths, tmp_path: Path,
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:  # fmt: skip
+    hub: FakeHub, hub_env: None, gguf_slice: bytes, gguf_bytes: bytes, paths: AppPaths, tmp_path: Path
+) -> None:
     """A split GGUF pulled into a models folder and cancelled, while it runs or after a crash: the parts it placed
     and its partial file go, and a part that was there before the pull stays."""
-    for name in ("HF_TOKEN", "HF_HUB_OFFLINE", "HF_HUB_CACHE"):
-        monkeypatch.delenv(name, raising=False)
-    monkeypatch.setenv("HF_ENDPOINT", hub.url)
-    monkeypatch.setenv("HF_HOME", str(hf_home))
     first, placed, last = (f"smol-Q4_1-0000{n}-of-00003.gguf" for n in (1, 2, 3))
     parts = {first: gguf_slice, placed: gguf_slice[:500_000], last: gguf_bytes}
     add_repo(hub, REPO_ID, parts)
@@ -434,6 +428,50 @@ def test_a_cancelled_split_pull_takes_back_the_parts_it_placed_in_the_folder(
         assert load_pulled(paths) == []
     finally:
         stop_service_process(again)
+
+
+def hold_the_rest_after(hub: FakeHub, last_sent: str) -> None:
+    """Once `last_sent` is on its way, the Hub answers every further download "429, retry in a minute": the pull
+    waits there, where a pause or a cancel finds it at once."""
+
+    def hold(name: str) -> None:
+        if name == last_sent:
+            hub.faults.too_many_times, hub.faults.retry_after_s = 1000, 60
+
+    hub.faults.too_many_times, hub.faults.before_last_chunk = 0, hold
+
+
+def placed_files(folder: Path) -> list[str]:
+    return sorted(p.name for p in folder.iterdir() if p.name != PARTIAL_DIR)
+
+
+def test_a_resumed_pull_that_fails_its_model_check_takes_back_what_every_run_placed(
+    hub: FakeHub, hub_env: None, gguf_slice: bytes, paths: AppPaths, tmp_path: Path
+) -> None:
+    """A split GGUF whose first part no engine can read, paused once that part is placed, then resumed: the failed
+    check takes back both parts, the first one placed by the run before. The failed job then owns nothing in the
+    folder: cancelling it later leaves the file that has taken the name meanwhile."""
+    first, second = (f"smol-Q4_1-0000{n}-of-00002.gguf" for n in (1, 2))
+    add_repo(hub, REPO_ID, {first: gguf_slice, second: gguf_slice[:500_000]})
+    mine = tmp_path / "my-models"
+    hold_the_rest_after(hub, first)
+    service = start_service_process(paths, tmp_path, "--models-dir", str(mine))
+    try:
+        client = service.client
+        job = client.start_download(REPO_ID, "Q4_1")
+        wait_for(lambda: (mine / first).is_file(), 60, "the first part placed", 0.02)
+        client.control_download(job["id"], "pause")
+        wait_state(client, job["id"], "paused")
+        hub.faults.too_many_times, hub.faults.before_last_chunk = 0, None
+        client.control_download(job["id"], "resume")
+        failed = wait_state(client, job["id"], "failed", "completed")
+        assert failed["state"] == "failed" and "not a usable GGUF" in failed["error"]
+        assert placed_files(mine) == []
+        (mine / first).write_bytes(b"the user's own file")
+        assert client.control_download(job["id"], "cancel")["state"] == "cancelled"
+        assert (mine / first).read_bytes() == b"the user's own file"
+    finally:
+        stop_service_process(service)
 
 
 @pytest.mark.skipif(not hasattr(__import__("resource"), "prlimit"), reason="resource.prlimit is Linux-only")

@@ -238,7 +238,8 @@ class Downloads:
         def report(progress: Progress) -> None:  # on the worker thread
             loop.call_soon_threadsafe(self._on_progress, job, progress)
 
-        job.token = TaskState(report, interval_s=PROGRESS_INTERVAL_S)
+        # What earlier runs placed is this run's too: a pull that fails its model check takes it back with its own.
+        job.token = TaskState(report, interval_s=PROGRESS_INTERVAL_S, placed=job.placed)
         job.run = asyncio.create_task(self._run(job, job.token, hub_token))
         self._publish(job)
 
@@ -264,7 +265,7 @@ class Downloads:
             job.state, job.model_id, job.eta_s = "completed", model.id, 0.0
             job.done = job.total = model.size_bytes
             self._on_pulled(model)
-        job.placed.update(token.placed)  # progress reports come only while the job runs: the last may be missing
+        self._keep_placed(job, token.placed)  # reports come only while it runs: one may be missing
         job.rate_bps, job.phase = None, "download"
         self._publish(job)
 
@@ -280,10 +281,16 @@ class Downloads:
         job.done, job.total, job.current = progress.done, progress.total, progress.current
         job.rate_bps, job.eta_s = progress.rate_bps, progress.eta_s
         job.phase, job.checked, job.check_total = progress.phase, progress.checked, progress.check_total
-        if not job.placed.issuperset(progress.placed):
-            job.placed.update(progress.placed)
+        if self._keep_placed(job, progress.placed):
             self._save()  # at once: after a crash, a cancel must still find what this job placed
         self._publish(job)
+
+    @staticmethod
+    def _keep_placed(job: DownloadJob, placed: tuple[str, ...]) -> bool:
+        """Take the token's account of what the job placed (it began from the job's); whether it changed."""
+        changed = job.placed != set(placed)
+        job.placed = set(placed)
+        return changed
 
     def _store(self, job: DownloadJob) -> Store:
         if job.models_dir is None:
@@ -309,8 +316,8 @@ class Downloads:
         store = self._store(job)
         for file in self._lfs_files(job):
             store.incomplete(file).unlink(missing_ok=True)
-        for name in job.placed:  # each a file of the job's variant (app.service.jobs.download_store checks it)
-            store.final(RemoteFile(job.request.repo_id, name, "main", "", "", 0, "")).unlink(missing_ok=True)
+        if isinstance(store, FolderStore):  # each a file of the job's variant (app.service.jobs.download_store checks)
+            store.take_back(job.placed)
 
     def _publish(self, job: DownloadJob) -> None:
         if self._saved_states.get(job.id) != job.state:  # kept at each change of state, not at each progress event
