@@ -290,11 +290,22 @@ def _verify_and_store(file: RemoteFile, store: Store, state: TaskState) -> None:
             f"{file.filename} {problem}: the download was corrupted and has been deleted; run the pull again"
         )
     final = store.final(file)
-    final.parent.mkdir(parents=True, exist_ok=True)
     if store.trusts_existing:
+        final.parent.mkdir(parents=True, exist_ok=True)
         partial.replace(final)
     else:
+        _make_folder(final.parent, state)
         _place_without_overwriting(file, partial, final, state)
+
+
+def _make_folder(folder: Path, state: TaskState) -> None:
+    """The folder of a file placed in a models folder (a model's own subfolder), told to `state` when made here:
+    one that was there is not the job's to take back. The models folder itself holds the partials: it is there."""
+    try:
+        folder.mkdir()
+    except FileExistsError:
+        return
+    state.record_made_folder()
 
 
 def _place_without_overwriting(file: RemoteFile, partial: Path, final: Path, state: TaskState) -> None:

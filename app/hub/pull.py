@@ -121,7 +121,7 @@ def pull(
         return _register(request, variant, remote, files, paths)
     except HubError:
         if folder is not None:  # a folder the library scans must not keep files no engine can read
-            folder.take_back(state.placed)  # a file found there (the user's, another pull's) stays
+            folder.take_back(state.placed, state.made_folder)  # a file found there (the user's, another pull's) stays
             state.record_taken_back()
         raise
 

@@ -6,6 +6,7 @@ and the final place of the verified bytes; `publish` then makes the file visible
 
 from __future__ import annotations
 
+import errno
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -86,10 +87,17 @@ class FolderStore:
     def publish(self, file: RemoteFile) -> Path:
         return self.final(file)
 
-    def take_back(self, placed: Iterable[str]) -> None:
-        """Delete the files a job placed (by their names in the repository); nothing the job did not put here."""
+    def take_back(self, placed: Iterable[str], made_folder: bool) -> None:
+        """Delete the files a job placed (by their names in the repository) and, when the job made it, the model's
+        subfolder once that is empty; nothing the job did not put here."""
         for filename in placed:
             self._final(filename).unlink(missing_ok=True)
+        if made_folder and self.subfolder:
+            try:
+                (self.root / self.subfolder).rmdir()
+            except OSError as exc:
+                if exc.errno not in (errno.ENOTEMPTY, errno.EEXIST, errno.ENOENT):  # holds another's file, or gone
+                    raise
 
 
 def folder_for_repo(repo_id: str) -> str:

@@ -33,6 +33,7 @@ class Progress:
     checked: int = 0  # while verifying: bytes of `current` hashed so far, of `check_total`
     check_total: int = 0
     placed: tuple[str, ...] = ()  # the files the job has put where they stay, by its own names for them
+    made_folder: bool = False  # the job made the folder those files are in (a model's own subfolder)
 
 
 class Stopped(Exception):
@@ -45,7 +46,7 @@ class Stopped(Exception):
 
 class TaskState:
     """Shared between a job and its owner. Progress events come at most every `interval_s`, plus the last one.
-    `placed`: what earlier runs of the same job put where it stays, and still the job's."""
+    `placed` and `made_folder`: what earlier runs of the same job put where it stays, and still the job's."""
 
     def __init__(
         self,
@@ -54,6 +55,7 @@ class TaskState:
         interval_s: float = 0.25,
         clock: Callable[[], float] = time.monotonic,
         placed: Iterable[str] = (),
+        made_folder: bool = False,
     ) -> None:
         self._on_progress = on_progress
         self._interval_s = interval_s
@@ -69,6 +71,7 @@ class TaskState:
         self._last_report = float("-inf")
         self._samples: deque[tuple[float, int]] = deque()
         self._placed = sorted(placed)
+        self._made_folder = made_folder
 
     def pause(self) -> None:
         self._stop = "pause"
@@ -112,15 +115,26 @@ class TaskState:
     def placed(self) -> tuple[str, ...]:
         return tuple(self._placed)
 
+    @property
+    def made_folder(self) -> bool:
+        return self._made_folder
+
     def record_placed(self, name: str) -> None:
         """The job put a file where it stays: reported at once, as the owner takes it back if the job is cancelled."""
         if name not in self._placed:
             self._placed.append(name)
         self._report(self._clock(), finished=False)
 
+    def record_made_folder(self) -> None:
+        """The job made the folder its files go in: the owner removes it with them, once it is empty."""
+        self._made_folder = True
+        self._report(self._clock(), finished=False)
+
     def record_taken_back(self) -> None:
-        """The job deleted all it placed: none of it is the job's any more (the names may soon be another's)."""
+        """The job deleted all it placed, and its folder: none of it is the job's any more (the names may soon be
+        another's)."""
         self._placed.clear()
+        self._made_folder = False
         self._report(self._clock(), finished=False)
 
     def advance(self, nbytes: int) -> None:
@@ -148,6 +162,6 @@ class TaskState:
         self._on_progress(
             Progress(
                 self._done, self._total, rate, eta, self._current, finished, phase, self._checked, self._check_total,
-                self.placed,
+                self.placed, self._made_folder,
             )
         )  # fmt: skip

@@ -23,18 +23,19 @@ from app.service.jobs.download_store import (
 
 VARIANT = Variant("Q4_0", "Q4_0", (RepoFile("m-Q4_0.gguf", 10, "a" * 64),), 1)
 FIELDS = {
-    "state": "running", "done": 3, "total": 10, "error": None, "model_id": None, "models_dir": None, "placed": set()
+    "state": "running", "done": 3, "total": 10, "error": None, "model_id": None, "models_dir": None, "placed": set(),
+    "made_folder": False,
 }  # fmt: skip
 
 
 def test_a_job_survives_the_round_trip(paths: AppPaths, tmp_path: Path) -> None:
     request = PullRequest.parse("org/m:Q4_0")
-    into_folder = FIELDS | {"models_dir": tmp_path / "mine", "placed": {"m-Q4_0.gguf"}}
+    into_folder = FIELDS | {"models_dir": tmp_path / "mine", "placed": {"m-Q4_0.gguf"}, "made_folder": True}
     save_records(paths, [to_record("dl-4", request, VARIANT, FIELDS), to_record("dl-5", request, VARIANT, into_folder)])
     first, second = load_records(paths)
     assert from_record(first) == ("dl-4", request, VARIANT, FIELDS)
     assert from_record(second) == ("dl-5", request, VARIANT, into_folder)
-    del first["placed"]  # as an earlier version wrote it
+    del first["placed"], first["made_folder"]  # as an earlier version wrote it
     assert from_record(first) == ("dl-4", request, VARIANT, FIELDS)
 
 
@@ -65,6 +66,9 @@ def test_a_tampered_record_is_refused(paths: AppPaths) -> None:
     # A cancel deletes what its job placed: only files of the job's own variant may be named.
     raw = to_record("dl-1", PullRequest.parse("org/m"), VARIANT, FIELDS | {"placed": {"../../etc/passwd"}})
     with pytest.raises(ValueError, match="files of its variant"):
+        from_record(raw)
+    raw = to_record("dl-1", PullRequest.parse("org/m"), VARIANT, FIELDS) | {"made_folder": "yes"}
+    with pytest.raises(ValueError, match="must be true or false"):
         from_record(raw)
 
 

@@ -136,9 +136,8 @@ def test_a_corrupted_small_file_is_caught_by_its_git_hash_and_nothing_is_registe
     assert [m.format for m in load_pulled(paths)] == [SAFETENSORS]
 
 
-def test_a_shard_whose_header_points_outside_the_file_is_not_registered(
-    hub: FakeHub, paths: AppPaths, cache_dir: Path
-) -> None:
+def model_files_with_a_bad_shard() -> dict[str, bytes]:
+    """The model's files, its second shard's header pointing `lm_head` past the end of the file."""
     files = model_files()
     bad = bytearray(files["model-00002-of-00002.safetensors"])
     length = struct.unpack("<Q", bad[:8])[0]
@@ -146,7 +145,13 @@ def test_a_shard_whose_header_points_outside_the_file_is_not_registered(
     header["lm_head"]["data_offsets"] = [0, 10**12]
     raw = json.dumps(header).encode()
     files["model-00002-of-00002.safetensors"] = struct.pack("<Q", len(raw)) + raw + bytes(bad[8 + length :])
-    add_repo(hub, REPO_ID, files)
+    return files
+
+
+def test_a_shard_whose_header_points_outside_the_file_is_not_registered(
+    hub: FakeHub, paths: AppPaths, cache_dir: Path
+) -> None:
+    add_repo(hub, REPO_ID, model_files_with_a_bad_shard())
     with pytest.raises(HubError, match=r"not a model vLLM can serve.*lm_head"):
         pull_safetensors(hub, paths, cache_dir)
     assert load_pulled(paths) == []

@@ -445,6 +445,31 @@ def placed_files(folder: Path) -> list[str]:
     return sorted(p.name for p in folder.iterdir() if p.name != PARTIAL_DIR)
 
 
+def test_a_cancelled_safetensors_pull_removes_the_subfolder_it_made(
+    hub: FakeHub, hub_env: None, paths: AppPaths, tmp_path: Path
+) -> None:
+    """Cancelled once its shards are placed: the model's subfolder goes with them when the pull made it, and an
+    empty one that was there before the pull stays."""
+    from tests.app.test_hub_safetensors import model_files
+
+    add_repo(hub, "org/tiny-llama", model_files())
+    mine = tmp_path / "my-models"
+    folder, last_shard = mine / "org--tiny-llama", "model-00002-of-00002.safetensors"
+    service = start_service_process(paths, tmp_path, "--models-dir", str(mine))
+    try:
+        for there_before in (False, True):
+            if there_before:
+                folder.mkdir()
+            hold_the_rest_after(hub, last_shard)
+            job = service.client.start_download("org/tiny-llama", "safetensors")
+            wait_for(lambda: (folder / last_shard).is_file(), 60, "the shards placed", 0.02)
+            assert service.client.control_download(job["id"], "cancel")["state"] == "cancelled"
+            assert placed_files(mine) == (["org--tiny-llama"] if there_before else [])
+            assert not (there_before and any(folder.iterdir()))
+    finally:
+        stop_service_process(service)
+
+
 def test_a_resumed_pull_that_fails_its_model_check_takes_back_what_every_run_placed(
     hub: FakeHub, hub_env: None, gguf_slice: bytes, paths: AppPaths, tmp_path: Path
 ) -> None:

@@ -17,7 +17,7 @@ from app.hub.stores import PARTIAL_DIR
 from app.hub.task import TaskState
 from app.paths import AppPaths
 from app.service.control.library_ops import verify
-from tests.app.test_hub_safetensors import WANTED, model_files
+from tests.app.test_hub_safetensors import WANTED, model_files, model_files_with_a_bad_shard
 from tests.support.hub_server import SLICE_BYTES, FakeHub, add_repo
 from tests.support.service import start_service_process, stop_service_process
 
@@ -133,6 +133,22 @@ def test_a_pull_that_fails_its_model_check_takes_back_only_the_files_it_placed(
         pull_into(hub, "org/m:Q4_0", paths, mine, tmp_path / "hf-cache")
     assert not (mine / first).exists() and (mine / second).read_bytes() == parts[second]
     assert hub.downloads(second) == [] and load_pulled(paths) == []
+
+
+def test_a_safetensors_pull_that_fails_its_model_check_leaves_no_folder_it_made(
+    hub: FakeHub, paths: AppPaths, tmp_path: Path
+) -> None:
+    """Its files go, and its subfolder with them when the pull made it; an empty one that was there stays."""
+    add_repo(hub, "org/tiny-llama", model_files_with_a_bad_shard())
+    mine = tmp_path / "my-models"
+    folder = mine / "org--tiny-llama"
+    for there_before in (False, True):
+        if there_before:
+            folder.mkdir()
+        with pytest.raises(HubError, match="not a model vLLM can serve"):
+            pull_into(hub, "org/tiny-llama", paths, mine, tmp_path / "hf-cache")
+        assert folder.exists() is there_before and not (there_before and any(folder.iterdir()))
+        assert local_models(mine) == [] and load_pulled(paths) == []
 
 
 def test_serve_models_dir_lists_and_serves_the_folders_models(

@@ -40,6 +40,7 @@ def to_record(job_id: str, request: PullRequest, variant: Variant, fields: dict[
         **{key: fields[key] for key in ("state", "done", "total", "error", "model_id")},
         "models_dir": str(fields["models_dir"]) if fields.get("models_dir") else None,
         "placed": sorted(fields["placed"]),
+        "made_folder": fields["made_folder"],
     }  # fmt: skip
 
 
@@ -65,6 +66,10 @@ def from_record(raw: dict[str, Any]) -> tuple[str, PullRequest, Variant, dict[st
     if not isinstance(placed, list) or not set(placed) <= {f.path for f in files}:
         raise ValueError(f"the files a job placed must be files of its variant, not {placed!r}")
     fields["placed"] = set(placed)
+    made_folder = raw.get("made_folder", False)  # absent from a record of an earlier version
+    if not isinstance(made_folder, bool):
+        raise ValueError(f"whether a job made its folder must be true or false, not {made_folder!r}")
+    fields["made_folder"] = made_folder
     return str(raw["id"]), request, variant, fields
 
 

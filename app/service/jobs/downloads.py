@@ -68,6 +68,7 @@ class DownloadJob:
     model_id: str | None = None
     models_dir: Path | None = None  # where the files go as plain files; None: the Hugging Face cache
     placed: set[str] = field(default_factory=set)  # the files its runs put in the models folder: a cancel's to delete
+    made_folder: bool = False  # its runs made the model's subfolder there: a cancel removes it once it is empty
     token: TaskState | None = field(default=None, repr=False)
     run: asyncio.Task[None] | None = field(default=None, repr=False)
     work: Future[PulledModel] | None = field(default=None, repr=False)  # the run's pull, queued for a thread
@@ -147,7 +148,7 @@ class Downloads:
         self._ids = itertools.count(max(numbers, default=0) + 1)
 
     def _save(self) -> None:
-        fields = ("state", "done", "total", "error", "model_id", "models_dir", "placed")
+        fields = ("state", "done", "total", "error", "model_id", "models_dir", "placed", "made_folder")
         records = [
             to_record(job.id, job.request, job.variant, {name: getattr(job, name) for name in fields})
             for job in self._jobs.values()
@@ -196,7 +197,8 @@ class Downloads:
 
     async def cancel(self, job_id: str) -> DownloadJob:
         """Stop the job and delete its partial files, and the files it placed in a models folder (never one that was
-        there before it); the files already complete stay in the shared cache, where other tools use them too."""
+        there before it) with the model's subfolder it made; the files already complete stay in the shared cache,
+        where other tools use them too."""
         job = self._job(job_id)
         if job.state in ("cancelled", "completed"):
             raise DownloadConflict(f"{job.id} is {job.state}; there is nothing to cancel.")
@@ -208,7 +210,7 @@ class Downloads:
         job.state, job.rate_bps, job.eta_s = "cancelled", None, None  # before any await: a resume is refused now
         # A paused or failed job has no worker to delete its partials: do it here.
         await asyncio.to_thread(self._take_back, job)
-        job.placed.clear()
+        job.placed, job.made_folder = set(), False
         job.done = await asyncio.to_thread(self._bytes_on_disk, job)
         self._publish(job)
         return job
@@ -239,7 +241,7 @@ class Downloads:
             loop.call_soon_threadsafe(self._on_progress, job, progress)
 
         # What earlier runs placed is this run's too: a pull that fails its model check takes it back with its own.
-        job.token = TaskState(report, interval_s=PROGRESS_INTERVAL_S, placed=job.placed)
+        job.token = TaskState(report, interval_s=PROGRESS_INTERVAL_S, placed=job.placed, made_folder=job.made_folder)
         job.run = asyncio.create_task(self._run(job, job.token, hub_token))
         self._publish(job)
 
@@ -265,7 +267,7 @@ class Downloads:
             job.state, job.model_id, job.eta_s = "completed", model.id, 0.0
             job.done = job.total = model.size_bytes
             self._on_pulled(model)
-        self._keep_placed(job, token.placed)  # reports come only while it runs: one may be missing
+        self._keep_placed(job, token.placed, token.made_folder)  # reports come only while it runs: one may be missing
         job.rate_bps, job.phase = None, "download"
         self._publish(job)
 
@@ -281,15 +283,15 @@ class Downloads:
         job.done, job.total, job.current = progress.done, progress.total, progress.current
         job.rate_bps, job.eta_s = progress.rate_bps, progress.eta_s
         job.phase, job.checked, job.check_total = progress.phase, progress.checked, progress.check_total
-        if self._keep_placed(job, progress.placed):
+        if self._keep_placed(job, progress.placed, progress.made_folder):
             self._save()  # at once: after a crash, a cancel must still find what this job placed
         self._publish(job)
 
     @staticmethod
-    def _keep_placed(job: DownloadJob, placed: tuple[str, ...]) -> bool:
+    def _keep_placed(job: DownloadJob, placed: tuple[str, ...], made_folder: bool) -> bool:
         """Take the token's account of what the job placed (it began from the job's); whether it changed."""
-        changed = job.placed != set(placed)
-        job.placed = set(placed)
+        changed = (job.placed, job.made_folder) != (set(placed), made_folder)
+        job.placed, job.made_folder = set(placed), made_folder
         return changed
 
     def _store(self, job: DownloadJob) -> Store:
@@ -317,7 +319,7 @@ class Downloads:
         for file in self._lfs_files(job):
             store.incomplete(file).unlink(missing_ok=True)
         if isinstance(store, FolderStore):  # each a file of the job's variant (app.service.jobs.download_store checks)
-            store.take_back(job.placed)
+            store.take_back(job.placed, job.made_folder)
 
     def _publish(self, job: DownloadJob) -> None:
         if self._saved_states.get(job.id) != job.state:  # kept at each change of state, not at each progress event
