@@ -61,12 +61,14 @@ def test_launch_stop_and_close_the_bundled_model(
     assert response.status_code == 200
     assert BUNDLED_ID in [m["id"] for m in response.json()["data"]]
 
-    # Resident memory is polled and charted for the selected engine.
-    qtbot.waitUntil(lambda: len(window.memory_chart_panel.curve_data()[1]) >= 2, timeout=10_000)
+    # Resident memory is polled and charted for the selected engine. Samples from while the engine started may be
+    # small (a process that has not loaded the model yet); the ones taken once it is ready hold the model.
+    charted = len(window.memory_chart_panel.curve_data()[1])
+    qtbot.waitUntil(lambda: len(window.memory_chart_panel.curve_data()[1]) >= max(2, charted + 1), timeout=10_000)
     record = models.record(BUNDLED_ID)
     assert record is not None
     assert record["rss_bytes"] > 10 * 1024 * 1024
-    assert all(mib > 10 for mib in window.memory_chart_panel.curve_data()[1])
+    assert window.memory_chart_panel.curve_data()[1][-1] > 10
     # The service's check of the memory prediction is shown beside the measurement.
     memory_index = models.index(models.row_of(BUNDLED_ID), MEMORY_COLUMN)
     qtbot.waitUntil(lambda: "prediction" in str(models.data(memory_index)), timeout=10_000)
