@@ -213,6 +213,9 @@ class Gateway:
             message = str(exc) if isinstance(exc, InvalidRequest) else f"Request body is not valid JSON: {exc}"
             await send_error(send, 400, message, "invalid_request_error", param=param)
             return
+        if None in payload.values():  # null is OpenAI's "the default"; llama-cpp-python answers it with a 500
+            payload = {name: value for name, value in payload.items() if value is not None}
+            body = json.dumps(payload).encode()
         if checked.model not in self._manager.models:
             known = ", ".join(self._manager.models) or "none"
             await send_error(

@@ -1,0 +1,34 @@
+"""Requests that pass for OpenAI's API, or are malformed in ways the engine notices before the gateway did, sent
+to a real service on the bundled model (llama-cpp-python): each gets an answer or a clear 400, never the engine's
+500 with its traceback."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+
+from app.hub.library import BUNDLED_ID
+from tests.support.service import RunningService
+
+HI = [{"role": "user", "content": "hi"}]
+
+
+def post(service: RunningService, path: str, body: dict[str, Any]) -> httpx.Response:
+    with httpx.Client(base_url=service.url, timeout=60, trust_env=False) as v1:
+        return v1.post(path, json=body, headers={"Authorization": f"Bearer {service.api_key}"})
+
+
+def test_null_fields_mean_the_default(service: RunningService) -> None:
+    """OpenAI's clients send null for a field left unset; llama-cpp-python refused these with a 500."""
+    nulls = dict.fromkeys(
+        ("temperature", "top_p", "top_k", "min_p", "stream", "presence_penalty", "frequency_penalty",
+         "repeat_penalty", "seed", "stop", "user"),
+    )  # fmt: skip
+    chat = post(service, "/chat/completions", {"model": BUNDLED_ID, "messages": HI, "max_tokens": 2, **nulls})
+    assert chat.status_code == 200, chat.text
+    assert chat.json()["choices"][0]["message"]["role"] == "assistant"
+    body = {"model": BUNDLED_ID, "prompt": "hi", "max_tokens": 2, "echo": None, "suffix": None, **nulls}
+    completion = post(service, "/completions", body)
+    assert completion.status_code == 200, completion.text
+    assert "Traceback" not in service.output()
