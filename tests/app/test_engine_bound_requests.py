@@ -32,3 +32,19 @@ def test_null_fields_mean_the_default(service: RunningService) -> None:
     completion = post(service, "/completions", body)
     assert completion.status_code == 200, completion.text
     assert "Traceback" not in service.output()
+
+
+def refused(answer: httpx.Response, param: str, words: str) -> None:
+    assert answer.status_code == 400, answer.text
+    error = answer.json()["error"]
+    assert (error["type"], error["param"]) == ("invalid_request_error", param), answer.text
+    assert words in error["message"] and "Traceback" not in error["message"], answer.text
+
+
+def test_logit_bias_must_map_token_ids_to_biases(service: RunningService) -> None:
+    for bias in ({"x": 1}, {"5": "y"}, {"-1": 1}, {"5": 101}):
+        answer = post(service, "/chat/completions", {"model": BUNDLED_ID, "messages": HI, "logit_bias": bias})
+        refused(answer, "logit_bias", "`logit_bias` must be an object of token ids to numbers from -100 to 100")
+    body = {"model": BUNDLED_ID, "prompt": "hi", "max_tokens": 2, "logit_bias": {"0": -100, "2": 100}}
+    assert post(service, "/completions", body).status_code == 200
+    assert "Traceback" not in service.output()

@@ -61,6 +61,15 @@ def string_or_strings(limit: int) -> Check:
     return check
 
 
+def logit_bias(value: Any) -> str | None:
+    if isinstance(value, dict) and all(
+        token.isascii() and token.isdigit() and _is_number(bias) and -100 <= bias <= 100
+        for token, bias in value.items()
+    ):
+        return None
+    return 'must be an object of token ids to numbers from -100 to 100, such as {"50256": -100}'
+
+
 def only_one(value: Any) -> str | None:
     return None if value == 1 else "must be 1 (one choice per request)"
 
@@ -123,7 +132,7 @@ _SAMPLING: dict[str, Check] = {
     "frequency_penalty": number(-2, 2),
     "repeat_penalty": number(0, 10),
     "seed": integer(-(2**63), 2**64 - 1),
-    "logit_bias": obj,
+    "logit_bias": logit_bias,
     "user": string,
 }
 
