@@ -46,10 +46,6 @@ def obj(value: Any) -> str | None:
     return None if isinstance(value, dict) else "must be an object"
 
 
-def array(value: Any) -> str | None:
-    return None if isinstance(value, list) else "must be an array"
-
-
 def string_or_strings(limit: int) -> Check:
     def check(value: Any) -> str | None:
         if isinstance(value, str):
@@ -68,6 +64,27 @@ def logit_bias(value: Any) -> str | None:
     ):
         return None
     return 'must be an object of token ids to numbers from -100 to 100, such as {"50256": -100}'
+
+
+def tools(value: Any) -> str | None:
+    if not isinstance(value, list):
+        return "must be an array"
+    for index, tool in enumerate(value):
+        if not isinstance(tool, dict) or tool.get("type") != "function" or not _named(tool.get("function")):
+            return f'[{index}] must be an object {{"type": "function", "function": {{"name": ...}}}}'
+    return None
+
+
+def tool_choice(value: Any) -> str | None:
+    if value in ("none", "auto", "required"):
+        return None
+    if isinstance(value, dict) and value.get("type") == "function" and _named(value.get("function")):
+        return None
+    return 'must be "none", "auto", "required" or {"type": "function", "function": {"name": ...}}'
+
+
+def _named(function: Any) -> bool:
+    return isinstance(function, dict) and isinstance(function.get("name"), str) and function["name"] != ""
 
 
 def only_one(value: Any) -> str | None:
@@ -91,6 +108,11 @@ def messages(value: Any) -> str | None:
         content = message.get("content")
         if content is not None and not isinstance(content, str | list):
             return f"[{index}].content must be a string or an array of parts"
+        # OpenAI's rules, which the engines' chat templates rely on: only an assistant's content may be left out
+        if content is None and message["role"] != "assistant":
+            return f"[{index}].content is required for a {message['role']} message"
+        if message["role"] == "tool" and not isinstance(message.get("tool_call_id"), str):
+            return f"[{index}].tool_call_id must be a string: the id of the call this tool message answers"
         if isinstance(content, list):
             for number, part in enumerate(content):
                 problem = _part_problem(part)
@@ -104,6 +126,8 @@ def _part_problem(part: Any) -> str | None:
     image URL itself, from this machine, which would let any client reach the user's network through it."""
     if not isinstance(part, dict) or not isinstance(part.get("type"), str):
         return " must be an object with a `type`"
+    if part["type"] == "text" and not isinstance(part.get("text"), str):
+        return ".text must be a string"
     if part["type"] != "image_url":
         return None
     image = part.get("image_url")
@@ -145,8 +169,8 @@ ROUTE_FIELDS: dict[str, dict[str, Check]] = {
         "logprobs": boolean,
         "top_logprobs": integer(0, 20),
         "response_format": obj,
-        "tools": array,
-        "tool_choice": lambda v: None if isinstance(v, str | dict) else "must be a string or an object",
+        "tools": tools,
+        "tool_choice": tool_choice,
     },
     "/v1/completions": {
         **_SAMPLING,
