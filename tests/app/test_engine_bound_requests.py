@@ -68,3 +68,14 @@ def test_tools_and_messages_are_checked_as_openai_does(service: RunningService) 
     answer = post(service, "/chat/completions", {**chat, "tools": [weather], "tool_choice": "auto"})
     assert answer.status_code == 200, answer.text
     assert "Traceback" not in service.output()
+
+
+def test_an_empty_prompt_or_input_is_refused(service: RunningService) -> None:
+    """llama-cpp-python answered these with a 500 whose message was empty, or "llama_decode returned -1"."""
+    completion = post(service, "/completions", {"model": BUNDLED_ID, "prompt": "", "max_tokens": 2})
+    refused(completion, "prompt", "`prompt` must be a non-empty string")
+    for text in ("", ["a", ""]):
+        refused(post(service, "/embeddings", {"model": BUNDLED_ID, "input": text}), "input",
+                "`input` must be a non-empty string or a list of 1 to 2048 non-empty strings")  # fmt: skip
+    assert post(service, "/embeddings", {"model": BUNDLED_ID, "input": ["a", "b"]}).status_code == 200
+    assert "Traceback" not in service.output()

@@ -46,13 +46,18 @@ def obj(value: Any) -> str | None:
     return None if isinstance(value, dict) else "must be an object"
 
 
-def string_or_strings(limit: int) -> Check:
+def string_or_strings(limit: int, empty: bool = True) -> Check:
+    """A string or a list of 1 to `limit` strings; `empty` False: none of them empty (engines fail on one)."""
+
+    def good(text: Any) -> bool:
+        return isinstance(text, str) and (empty or text != "")
+
     def check(value: Any) -> str | None:
-        if isinstance(value, str):
+        if good(value) or (isinstance(value, list) and 0 < len(value) <= limit and all(good(v) for v in value)):
             return None
-        if isinstance(value, list) and 0 < len(value) <= limit and all(isinstance(v, str) for v in value):
-            return None
-        return f"must be a string or a list of 1 to {limit} strings"
+        if empty:
+            return f"must be a string or a list of 1 to {limit} strings"
+        return f"must be a non-empty string or a list of 1 to {limit} non-empty strings"
 
     return check
 
@@ -174,7 +179,7 @@ ROUTE_FIELDS: dict[str, dict[str, Check]] = {
     },
     "/v1/completions": {
         **_SAMPLING,
-        "prompt": string_or_strings(1),
+        "prompt": string_or_strings(1, empty=False),
         "suffix": string,
         "max_tokens": integer(1, 2**31),
         "echo": boolean,
@@ -183,7 +188,7 @@ ROUTE_FIELDS: dict[str, dict[str, Check]] = {
     },
     "/v1/embeddings": {
         "model": string,
-        "input": string_or_strings(2048),
+        "input": string_or_strings(2048, empty=False),
         "encoding_format": lambda v: None if v in ("float", "base64") else "must be `float` or `base64`",
         "user": string,
     },
