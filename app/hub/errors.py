@@ -20,7 +20,7 @@ OFFLINE_MESSAGE = "offline: search and download need the network; everything els
 
 class HubError(Exception):
     """A Hub operation failed; the message says what to do. `retryable` marks failures worth another try; `kind`
-    (gated, not_found, rate_limited, variant_required) lets a caller answer with the matching HTTP status."""
+    (gated, not_found, rate_limited, variant_required, bad_name) lets a caller answer with the matching HTTP status."""
 
     def __init__(
         self, message: str, *, retryable: bool = False, retry_after_s: float | None = None, kind: str | None = None

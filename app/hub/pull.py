@@ -45,11 +45,13 @@ class PullRequest:
         spec, _, variant = text.partition(":")
         parts = spec.split("/")
         if len(parts) < 2:
-            raise HubError(f"expected organization/name[:QUANT] or organization/name/FILE, got {text!r}")
+            raise HubError(
+                f"expected organization/name[:QUANT] or organization/name/FILE, got {text!r}", kind="bad_name"
+            )
         repo_id = check_repo_id("/".join(parts[:2]))
         filename = check_filename("/".join(parts[2:])) if len(parts) > 2 else None
         if filename and variant:
-            raise HubError("give a quantization (REPO:QUANT) or a file (REPO/FILE), not both")
+            raise HubError("give a quantization (REPO:QUANT) or a file (REPO/FILE), not both", kind="bad_name")
         return cls(repo_id, variant or None, filename)
 
 

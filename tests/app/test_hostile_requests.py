@@ -131,3 +131,17 @@ def test_prometheus_labels_are_escaped(paths: AppPaths, tmp_path: Path) -> None:
         assert f"modeldeck_requests_total{{{escaped},status=" in text
     finally:
         stop_service_process(service)
+
+
+def test_a_malformed_download_name_is_a_400(idle_service: RunningService) -> None:
+    """The name is wrong before any Hub is asked: not a 502, which says the Hub failed."""
+    with control(idle_service) as api:
+        for body, words in [
+            ({"repo": "x"}, "Expected organization/name[:QUANT] or organization/name/FILE, got 'x'"),
+            ({"repo": "org/name", "variant": "Q4_0", "file": "a.gguf"}, "Give a quantization (REPO:QUANT) or a file"),
+        ]:
+            answer = api.post("/api/downloads", json=body)
+            assert answer.status_code == 400, answer.text
+            error = answer.json()["error"]
+            assert (error["type"], error["code"]) == ("invalid_request_error", "bad_name")
+            assert error["message"].startswith(words), error["message"]

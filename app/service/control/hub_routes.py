@@ -190,7 +190,7 @@ class HubRoutes:
         repo, variant, filename = body.get("repo"), body.get("variant"), body.get("file")
         if not isinstance(repo, str) or not isinstance(variant, str | None) or not isinstance(filename, str | None):
             raise ApiError(400, 'Send {"repo": "org/name"} with a "variant" or a "file".')
-        text = repo + (f":{variant}" if variant else "") + (f"/{filename}" if filename else "")
+        text = repo + (f"/{filename}" if filename else "") + (f":{variant}" if variant else "")  # both: refused
         request = PullRequest.parse(text)
         # Fetching the page first answers a wrong name or a missing variant at once, not in a failed job later.
         chosen = choose_variant(request, await self._details(request.repo_id))
@@ -265,6 +265,7 @@ _HUB_ERROR_STATUS = {
     "not_found": (404, "hub_error"),
     "rate_limited": (429, "hub_error"),
     "variant_required": (400, "invalid_request_error"),
+    "bad_name": (400, "invalid_request_error"),  # as an UnsafeName
 }
 
 
