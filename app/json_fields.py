@@ -86,6 +86,15 @@ def _matches(value: Any, hint: Any) -> bool:
         return isinstance(value, list) and all(_problem(item, args[0], "") is None for item in value)
     if origin is dict:
         return isinstance(value, dict) and all(_problem(item, args[1], "") is None for item in value.values())
+    if origin is tuple:  # a JSON array (or the tuple itself, in a dict from `asdict`): tuple[T, ...] of any length
+        if not isinstance(value, list | tuple):
+            return False
+        kinds = [args[0]] * len(value) if args[1:] == (Ellipsis,) else list(args)
+        return len(kinds) == len(value) and all(
+            _problem(item, kind, "") is None for item, kind in zip(value, kinds, strict=True)
+        )
+    if origin is typing.Literal:
+        return any(type(value) is type(choice) and value == choice for choice in args)
     if hint is Any or dataclasses.is_dataclass(hint):
         return True
     if hint is type(None):

@@ -10,6 +10,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from app.bounded_json import load_json
+from app.json_fields import checked_fields
+
 SCHEMA_VERSION = 1
 
 
@@ -89,26 +92,31 @@ class HardwareProfile:
         """A profile saved from `modeldeck hw --json`; ValueError naming the file for one that is not (OSError as
         it comes for one that cannot be read)."""
         try:
-            return cls.from_dict(json.loads(path.read_bytes().decode("utf-8")))
-        except (ValueError, KeyError, TypeError, AttributeError, RecursionError) as exc:
-            what = f"no {exc}" if isinstance(exc, KeyError) else str(exc)
-            raise ValueError(f"{path} is not a hardware profile from `modeldeck hw --json` ({what})") from None
+            return cls.from_dict(load_json(path.read_bytes()))
+        except ValueError as exc:
+            raise ValueError(f"{path} is not a hardware profile from `modeldeck hw --json` ({exc})") from None
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> HardwareProfile:
-        """Read a profile written by `to_dict` (or a recorded fixture); unknown keys are an error."""
-        if data.get("schema_version", SCHEMA_VERSION) != SCHEMA_VERSION:
-            raise ValueError(f"hardware profile schema {data.get('schema_version')} is not {SCHEMA_VERSION}")
+    def from_dict(cls, data: Any) -> HardwareProfile:
+        """Read a profile written by `to_dict` (or a recorded fixture); ValueError naming the field for unknown keys,
+        missing ones, and values not of their field's type."""
+        if isinstance(data, dict) and data.get("schema_version", SCHEMA_VERSION) != SCHEMA_VERSION:
+            raise ValueError(f"hardware profile schema {data.get('schema_version')!r} is not {SCHEMA_VERSION}")
+        fields = checked_fields(cls, data, "the profile")
+        cpu = checked_fields(CPUInfo, fields["cpu"], "its cpu")
         gpus = []
-        for gpu in data.get("gpus", []):
-            capability = gpu.get("compute_capability")
+        for n, gpu in enumerate(fields.get("gpus", []), 1):
+            capability = checked_fields(GPUInfo, gpu, f"gpu {n}").get("compute_capability")
             gpus.append(GPUInfo(**{**gpu, "compute_capability": tuple(capability) if capability else None}))
-        cpu = data["cpu"]
+        problems = fields.get("gpu_problems", [])
         return cls(
             **{
-                **data,
+                **fields,
                 "cpu": CPUInfo(**{**cpu, "features": tuple(cpu.get("features", ()))}),
                 "gpus": tuple(gpus),
-                "gpu_problems": tuple(GPUProblem(**problem) for problem in data.get("gpu_problems", [])),
+                "gpu_problems": tuple(
+                    GPUProblem(**checked_fields(GPUProblem, problem, f"gpu problem {n}"))
+                    for n, problem in enumerate(problems, 1)
+                ),
             }
         )

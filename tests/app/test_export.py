@@ -394,6 +394,37 @@ def test_a_hardware_file_that_is_no_profile_is_named(
     assert f"{profile} is not a hardware profile from `modeldeck hw --json`" in err
 
 
+@pytest.mark.parametrize(
+    ("where", "value", "why"),
+    [
+        (("os",), [1], "the profile: 'os' is list, not str | None"),
+        (("ram_total",), "24G", "the profile: 'ram_total' is str, not int"),
+        (("gpus", 0, "memory_total"), "24GB", "gpu 1: 'memory_total' is str, not int"),
+        (("gpus", 0, "compute_capability"), [8], "gpu 1: 'compute_capability' is list, not tuple[int, int] | None"),
+        (("gpus", 0), 5, "gpu 1 is int, not an object"),
+        (("cpu", "features"), 5, "its cpu: 'features' is int, not tuple[str, ...]"),
+        (("gpu_problems",), [{"backend": "cuda", "problem": "p", "advice": "a", "severity": "bad"}],
+         "gpu problem 1: 'severity' is str, not Literal['problem', 'note']"),
+    ],
+)  # fmt: skip
+@pytest.mark.parametrize("command", ["export", "recommend"])
+def test_a_hardware_file_with_a_field_of_the_wrong_type_is_named_in_one_line(
+    command: str, where: tuple[str | int, ...], value: Any, why: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    recorded = json.loads((HARDWARE / "rtx4090_24gb.json").read_text())
+    parent = recorded
+    for key in where[:-1]:
+        parent = parent[key]
+    parent[where[-1]] = value
+    profile = tmp_path / "profile.json"
+    profile.write_text(json.dumps(recorded))
+    folder = model_folder(tmp_path, "llama-70b", LLAMA_70B, {"BF16": 70_553_706_496})
+    code, out, err = run_cli([command, str(folder), "--use", "serve", "--hardware", str(profile)]
+                             + (["--format", "ray"] if command == "export" else []), capsys)  # fmt: skip
+    assert (code, out) == (2, "")
+    assert err == f"modeldeck: {profile} is not a hardware profile from `modeldeck hw --json` ({why})\n"
+
+
 def test_unknown_format_is_an_argparse_error(capsys: pytest.CaptureFixture[str]) -> None:
     code, _, err = run_cli(["export", "x", "--format", "nomad"], capsys)
     assert code == 2 and "invalid choice: 'nomad'" in err
