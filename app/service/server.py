@@ -14,6 +14,7 @@ import socket
 import sys
 import threading
 import time
+import urllib.parse
 from collections.abc import Callable, Generator
 from dataclasses import astuple, dataclass
 from pathlib import Path
@@ -433,30 +434,44 @@ def _claim_data_folder(paths: AppPaths) -> FileLock:
     try:
         lock.acquire()
     except Timeout:
-        raise ServiceError(_already_running(paths)) from None
+        raise ServiceError(_why_the_folder_is_held(paths)) from None
     return lock
 
 
-def _published(paths: AppPaths) -> tuple[int, str]:
-    """The pid and endpoint the discovery file names; (0, "") when there is none to read."""
+def _published(paths: AppPaths) -> tuple[int, str, str]:
+    """The pid, endpoint and control API the discovery file names; (0, "", "") when there is none to read."""
     try:
         info = load_json(paths.service_file.read_bytes())
-        return int(info["pid"]), str(info["url"])
+        return int(info["pid"]), str(info["url"]), str(info["control_url"])
     except (OSError, ValueError, KeyError, TypeError):  # ValueError: BadJson, not UTF-8, not JSON or nested too deeply
-        return 0, ""
+        return 0, "", ""
 
 
-def _already_running(paths: AppPaths) -> str:
-    pid, url = _published(paths)
-    if pid and psutil.pid_exists(pid):  # not a discovery file left by a service that was killed
+def _why_the_folder_is_held(paths: AppPaths) -> str:
+    pid, url, control_url = _published(paths)
+    if not (pid and psutil.pid_exists(pid)):  # none published yet (starting), or left by a service that was killed
         return (
-            f"A ModelDeck service already runs for this data folder (pid {pid}, {url}): use it, stop it first "
-            f"(Ctrl-C where it runs, or kill {pid}), or give this one its own folder with MODELDECK_HOME."
+            "Another ModelDeck service of this data folder is starting or stopping: use it once it answers, or give "
+            "this one its own folder with MODELDECK_HOME."
+        )
+    if not _takes_connections(control_url):  # it closes its listeners first when it stops, its files last
+        return (
+            f"The ModelDeck service of this data folder (pid {pid}) is stopping: try again in a moment, or give this "
+            "one its own folder with MODELDECK_HOME."
         )
     return (
-        "Another ModelDeck service of this data folder is starting or stopping: use it once it answers, or give "
-        "this one its own folder with MODELDECK_HOME."
+        f"A ModelDeck service already runs for this data folder (pid {pid}, {url}): use it, stop it first "
+        f"(Ctrl-C where it runs, or kill {pid}), or give this one its own folder with MODELDECK_HOME."
     )
+
+
+def _takes_connections(url: str) -> bool:
+    try:
+        address = urllib.parse.urlsplit(url)
+        with socket.create_connection((address.hostname or "", address.port or 80), timeout=2.0):
+            return True
+    except (OSError, ValueError):  # ValueError: a port that is no number
+        return False
 
 
 def _withdraw_discovery(paths: AppPaths) -> None:

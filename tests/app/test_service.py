@@ -19,6 +19,7 @@ from filelock import FileLock
 from app.client import find_service
 from app.hub.library import BUNDLED_ID
 from app.paths import AppPaths
+from tests.support.hub_server import FakeHub, add_repo
 from tests.support.service import REPO, RunningService, free_port, start_service_process, stop_service_process
 from tests.support.waiting import wait_for
 
@@ -141,6 +142,38 @@ def test_a_second_service_of_the_data_folder_is_refused_and_leaves_the_first_who
     service.process.terminate()
     assert service.process.wait(timeout=30) == 0
     assert paths.service_file.exists() and paths.control_token_file.exists()
+
+
+def test_a_second_service_refused_while_the_first_stops_says_it_is_stopping(
+    hub: FakeHub, gguf_slice: bytes, paths: AppPaths, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A stopping service holds the data folder and its discovery file until its downloads have paused and its engines
+    have stopped (here up to 5 s each: a download stalled on the Hub, an engine that does not act on SIGTERM), and
+    answers no more meanwhile. A second `serve` then said the first "already runs ... use it"."""
+    monkeypatch.setenv("HF_ENDPOINT", hub.url)
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf-home"))
+    add_repo(hub, "org/smol-GGUF", {"smol-Q4_1.gguf": gguf_slice})
+    hub.faults.stall_after = 1_000_000
+    old = start_service_process(paths, tmp_path, "--model", BUNDLED_ID)
+    try:
+        job = old.client.start_download("org/smol-GGUF", "Q4_1")["id"]
+        wait_for(lambda: next(d for d in old.client.downloads() if d["id"] == job)["done"] > 0, 30, "the download")
+        psutil.Process(old.model()["pid"]).suspend()  # a stopped engine acts on SIGTERM only once it is killed
+        old.process.terminate()
+        wait_for(lambda: "stopping" in old.output(), 30, "the service to begin stopping")
+        second = subprocess.run(
+            [sys.executable, "-m", "app", "serve", "--port", str(free_port())], capture_output=True, text=True,
+            timeout=60, cwd=REPO, env={**os.environ, "MODELDECK_API_KEY": "test-key"}, check=False,
+        )  # fmt: skip
+        assert old.process.poll() is None, "the first service stopped before the second was refused"
+        assert old.process.wait(timeout=30) == 0
+    finally:
+        stop_service_process(old)
+    assert second.returncode == 2
+    assert second.stderr.strip() == (
+        f"modeldeck: The ModelDeck service of this data folder (pid {old.process.pid}) is stopping: try again in a "
+        "moment, or give this one its own folder with MODELDECK_HOME."
+    )
 
 
 def test_a_service_refused_beside_a_discovery_file_nested_too_deeply_says_why_in_one_line(paths: AppPaths) -> None:
