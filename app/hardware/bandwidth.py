@@ -10,6 +10,8 @@ from pathlib import Path
 
 import numpy as np
 
+from app.bounded_json import load_json
+
 log = logging.getLogger("modeldeck.hardware")
 
 COPY_BYTES = 256 * 2**20  # far larger than any CPU cache, small enough to be quick
@@ -31,11 +33,14 @@ def measure_memory_bandwidth() -> float:
 def cached_memory_bandwidth(cache_file: Path, machine_key: str) -> float | None:
     """The measured bandwidth for this machine, measured now if the cache has none for `machine_key`."""
     try:
-        cached = json.loads(cache_file.read_text(encoding="utf-8"))
-        if cached.get("machine") == machine_key and isinstance(cached.get("bytes_per_second"), float):
-            return float(cached["bytes_per_second"])
+        cached = load_json(cache_file.read_bytes())
     except (OSError, ValueError):
-        pass  # no cache yet, or an unreadable one: measure again
+        cached = None  # no cache yet, or an unreadable one: measure again
+    known = (
+        cached.get("bytes_per_second") if isinstance(cached, dict) and cached.get("machine") == machine_key else None
+    )
+    if isinstance(known, float):
+        return known
     try:
         bandwidth = measure_memory_bandwidth()
     except MemoryError:

@@ -406,3 +406,18 @@ def test_memory_bandwidth_is_measured_once_per_machine(tmp_path: Path) -> None:
     assert cached_memory_bandwidth(cache, "cpu-a") == first  # read back, not timed again
     cached_memory_bandwidth(cache, "cpu-b")
     assert json.loads(cache.read_text())["machine"] == "cpu-b"
+
+
+@pytest.mark.parametrize("cached", ["[1]", "[" * 100_000, '"text"'])
+def test_a_bandwidth_cache_that_is_no_object_is_measured_again(cached: str, tmp_path: Path) -> None:
+    """`modeldeck hw` read the cache with json.loads and called .get on it: AttributeError for an array, and
+    RecursionError for one nested too deeply, both as tracebacks."""
+    cache = tmp_path / "cache" / "memory-bandwidth.json"
+    cache.parent.mkdir()
+    cache.write_text(cached)
+    result = modeldeck_hw("--json", home=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert (
+        HardwareProfile.from_dict(json.loads(result.stdout)).cpu.memory_bandwidth
+        == json.loads(cache.read_text())["bytes_per_second"]
+    )
