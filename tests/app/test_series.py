@@ -74,7 +74,7 @@ def test_an_unreadable_history_file_is_an_error_the_pipeline_can_catch(tmp_path:
         SeriesHistory(database).load_into(SeriesStore(), T0)
 
 
-@pytest.mark.parametrize("labels", ["", "{", "[]", "7", '{"model": 1}', b"\xff"])
+@pytest.mark.parametrize("labels", ["", "{", "[]", "7", '{"model": 1}', b"\xff", "[" * 100_000])
 def test_a_row_with_unreadable_labels_costs_only_its_series(tmp_path: Path, labels: object) -> None:
     """Charts without one damaged series beat no service: `serve` restores the rest and starts."""
     database = tmp_path / "metrics.sqlite"

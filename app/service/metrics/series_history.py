@@ -18,6 +18,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from app.bounded_json import load_json
 from app.service.metrics.series import MINUTE_KEEP, MINUTE_S, RAW_KEEP_S, Labels, Point, SeriesStore
 from app.service.metrics.sqlite_rows import connect_autocommit, insert_rows
 
@@ -47,8 +48,8 @@ def _labels_text(labels: Labels) -> str:
 def _labels_of(text: str) -> Labels | None:
     """The labels `_labels_text` wrote; None for anything else a damaged or hand-edited file holds."""
     try:
-        labels = json.loads(text)
-    except ValueError:  # not JSON, or a blob that is not UTF-8
+        labels = load_json(text)
+    except ValueError:  # not JSON, nested too deeply, or a blob that is not UTF-8
         return None
     if not isinstance(labels, dict) or not all(isinstance(value, str) for value in labels.values()):
         return None
