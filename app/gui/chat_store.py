@@ -18,6 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from app.bad_files import fresh_if_unreadable, set_aside, sqlite_code
+from app.bounded_json import load_json
+from app.json_fields import checked_fields
 from app.paths import make_private_file
 
 SCHEMA_VERSION = 1
@@ -59,8 +61,8 @@ class ChatParams:
     def from_json(cls, text: str | None) -> ChatParams:
         """The saved parameters; the defaults for any that are missing or of the wrong kind (a newer file)."""
         try:
-            data = json.loads(text) if text else {}
-        except ValueError:
+            data = load_json(text) if text else {}
+        except ValueError:  # not JSON, or nested too deeply
             data = {}
         if not isinstance(data, dict):
             return cls()
@@ -302,10 +304,9 @@ def _stats(text: str | None) -> AnswerStats | None:
     if not text:
         return None
     try:
-        data = json.loads(text)
-        return AnswerStats(data.get("ttft_ms"), data.get("tokens_per_s"), int(data.get("tokens", 0)))
-    except (ValueError, TypeError, AttributeError):
-        return None  # a row written by a newer version: the answer stays, its speed is unknown
+        return AnswerStats(**checked_fields(AnswerStats, load_json(text), "stats"))
+    except ValueError:
+        return None  # a damaged row, or one written by a newer version: the answer stays, its speed is unknown
 
 
 __all__ = ["AnswerStats", "ChatMessage", "ChatParams", "ChatSaveError", "ChatStore", "Conversation", "title_from"]

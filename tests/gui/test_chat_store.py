@@ -356,6 +356,39 @@ def test_params_from_a_bad_row_fall_back_to_defaults() -> None:
     }  # fmt: skip
 
 
+@pytest.mark.parametrize(
+    ("column", "damaged"),
+    [
+        ("params", "[" * 100_000),
+        ("stats", "[" * 100_000),
+        ("stats", '{"ttft_ms": 1, "tokens_per_s": 2, "tokens": Infinity}'),
+        ("stats", '{"ttft_ms": "fast", "tokens_per_s": 2, "tokens": 3}'),
+    ],
+)
+def test_a_row_nested_too_deeply_or_of_odd_numbers_reads_as_defaults(tmp_path: Path, column: str, damaged: str) -> None:
+    """A damaged or hand-edited file: json.loads raised RecursionError on a row nested too deeply, int() an
+    OverflowError on Infinity, and a TTFT that is no number failed only when the answer was shown."""
+    path = tmp_path / "chats.sqlite"
+    store = ChatStore(path)
+    params, stats = ChatParams(seed=3), AnswerStats(1.0, 2.0, 3)
+    conversation = store.create("model-a", params)
+    store.set_messages(conversation.id, (ChatMessage("user", "Hi"), ChatMessage("assistant", "Hello", stats)))
+    store.close()
+    with sqlite3.connect(path) as db:
+        db.execute(f"UPDATE {'conversations' if column == 'params' else 'messages'} SET {column} = ?", (damaged,))
+    db.close()
+    if column == "params":
+        params = ChatParams()
+    else:
+        stats = None
+    store = ChatStore(path)
+    assert [(c.id, c.params) for c in store.conversations()] == [(conversation.id, params)]
+    loaded = store.load(conversation.id)
+    assert loaded is not None and loaded.params == params
+    assert loaded.messages == (ChatMessage("user", "Hi"), ChatMessage("assistant", "Hello", stats))
+    store.close()
+
+
 def test_code_blocks_get_copy_buttons(qtbot: QtBot) -> None:
     """A bubble offers one copy button per fenced code block, an unclosed one (still streaming) included."""
     text = "Try this:\n\n```python\nprint('hi')\n```\n\nand\n\n```\nls -l\n```\n"
