@@ -6,13 +6,13 @@ asks git. Unknown is None.
 
 from __future__ import annotations
 
-import json
 import shutil
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
 from app import __version__
+from app.bounded_json import load_json
 
 BUILD_INFO = Path(__file__).with_name("build_info.json")
 _REPO = Path(__file__).resolve().parent.parent
@@ -33,8 +33,8 @@ class Provenance:
 def provenance() -> Provenance:
     """The version, and the commit from the build's record or from git where this runs from a checkout."""
     try:
-        recorded = json.loads(BUILD_INFO.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        recorded = load_json(BUILD_INFO.read_bytes())
+    except (OSError, ValueError):  # ValueError: not UTF-8, not JSON, or nested too deeply
         recorded = None
     if isinstance(recorded, dict) and isinstance(recorded.get("commit"), str):
         return Provenance(__version__, recorded["commit"], "package")

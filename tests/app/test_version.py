@@ -30,8 +30,10 @@ def test_a_package_reads_its_commit_from_the_build_record(monkeypatch: pytest.Mo
     assert (found.commit, found.source) == ("f" * 40, "package")
 
 
-def test_an_unreadable_record_falls_back_to_git(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+@pytest.mark.parametrize("text", [b"{not json", b"[" * 100_000, b"\xff", b"[1]"])
+def test_an_unreadable_record_falls_back_to_git(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, text: bytes) -> None:
+    """json.loads raised RecursionError on a record nested too deeply: a traceback from `modeldeck --version`."""
     record = tmp_path / "build_info.json"
-    record.write_text("{not json")
+    record.write_bytes(text)
     monkeypatch.setattr(version, "BUILD_INFO", record)
     assert version.provenance().source == "checkout"
