@@ -108,12 +108,3 @@ def quantize(
     finally:
         shutil.rmtree(work, ignore_errors=True)
     return Quantized(target, provenance)
-
-
-def read_provenance(model_path: Path) -> dict[str, object] | None:
-    """The provenance ModelDeck wrote beside a file it quantized; None for any other file."""
-    try:
-        data = json.loads(model_path.with_name(model_path.name + PROVENANCE_SUFFIX).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    return data if isinstance(data, dict) else None

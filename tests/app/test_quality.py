@@ -14,8 +14,15 @@ from app.hub.library import BUNDLED_ID, known_models
 from app.installs.llama_tools_build import TOOLS_ENV
 from app.paths import AppPaths
 from app.quality.card import QualityCard, quality_dir
-from app.quality.quantize import read_provenance
+from app.quality.quantize import PROVENANCE_SUFFIX
 from tests.support.quality_tools import Q2_K, Q4_0, TOKENS, modeldeck
+
+
+def read_provenance(model_path: Path) -> dict[str, object]:
+    """The provenance ModelDeck wrote beside a file it quantized."""
+    data = json.loads(model_path.with_name(model_path.name + PROVENANCE_SUFFIX).read_text(encoding="utf-8"))
+    assert isinstance(data, dict)
+    return data
 
 
 def finance_text(path: Path, sentences: int = 400) -> Path:
