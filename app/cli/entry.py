@@ -541,6 +541,12 @@ def main(argv: Sequence[str] | None = None) -> None:
             code = run_quality_command(args, paths)
         else:
             code = {"models": _models, "ps": _ps, "key": _key}[args.command](paths)
+        sys.stdout.flush()  # here, where a reader gone away is still caught below, not in Python's exit
+    except BrokenPipeError:
+        # The reader stopped reading (`modeldeck models | head -1`): what it wanted it has. Nothing more goes out,
+        # so that Python's own flush at exit does not fail again.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        code = 1
     except (ServiceUnavailable, ControlError) as exc:
         print(f"modeldeck: {exc}", file=sys.stderr)
         code = 1

@@ -192,3 +192,20 @@ def _serves_this_folder(process: psutil.Process) -> bool:
         )
     except psutil.Error:
         return False
+
+
+def test_a_reader_that_stops_early_gets_no_traceback() -> None:
+    """`modeldeck models | head -1`: the pipe's reader is gone before the command writes (its end is closed here
+    first, so the writes fail every time, not by a race)."""
+    for args in (["models"], ["completion", "bash"]):
+        read_end, write_end = os.pipe()
+        os.close(read_end)
+        try:
+            result = subprocess.run(
+                [sys.executable, "-m", "app", *args], stdout=write_end, stderr=subprocess.PIPE, text=True,
+                timeout=60, cwd=REPO,
+            )  # fmt: skip
+        finally:
+            os.close(write_end)
+        assert result.returncode == 1, args
+        assert result.stderr == "", args
