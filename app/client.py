@@ -10,6 +10,7 @@ import ssl
 import subprocess
 import threading
 import time
+import urllib.parse
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -81,6 +82,11 @@ def default_port() -> int:
     """The port of the OpenAI endpoint: $MODELDECK_PORT, else 8642 (the service also reads the settings).
     ValueError when $MODELDECK_PORT is not a port number."""
     return port_from_env() or DEFAULT_PORT
+
+
+def _segment(text: str) -> str:
+    """`text` as one segment of a URL's path: a remote's model `NAME/MODEL` stays one id, not two segments."""
+    return urllib.parse.quote(text, safe="")
 
 
 class ServiceUnavailable(Exception):
@@ -169,24 +175,31 @@ class ControlClient:
         """
         params = {"wait": "1"} if wait else None
         body = dict(overrides) if overrides is not None else None
-        return self._model(self._call("POST", f"/api/models/{model_id}/start", params=params, json=body, timeout=None))
+        return self._model(
+            self._call("POST", f"/api/models/{_segment(model_id)}/start", params=params, json=body, timeout=None)
+        )
 
     def model_settings(self, model_id: str) -> ModelSettingsRecord:
         """The model's saved load settings, the plan they make, the memory it needs and what is free (GET)."""
-        result: ModelSettingsRecord = self._call("GET", f"/api/models/{model_id}/settings", timeout=PLANNING_TIMEOUT_S)
+        result: ModelSettingsRecord = self._call(
+            "GET", f"/api/models/{_segment(model_id)}/settings", timeout=PLANNING_TIMEOUT_S
+        )
         return result
 
     def save_model_settings(self, model_id: str, settings: Mapping[str, int | str]) -> ModelSettingsRecord:
         """Keep these load settings for every later start of the model; an empty mapping forgets them (PUT)."""
         result: ModelSettingsRecord = self._call(
-            "PUT", f"/api/models/{model_id}/settings", json=dict(settings), timeout=PLANNING_TIMEOUT_S
+            "PUT", f"/api/models/{_segment(model_id)}/settings", json=dict(settings), timeout=PLANNING_TIMEOUT_S
         )
         return result
 
     def estimate_model_settings(self, model_id: str, settings: Mapping[str, int | str]) -> ModelSettingsRecord:
         """What `model_settings` would answer for these settings, without saving them."""
         result: ModelSettingsRecord = self._call(
-            "POST", f"/api/models/{model_id}/settings/estimate", json=dict(settings), timeout=PLANNING_TIMEOUT_S
+            "POST",
+            f"/api/models/{_segment(model_id)}/settings/estimate",
+            json=dict(settings),
+            timeout=PLANNING_TIMEOUT_S,
         )
         return result
 
@@ -204,7 +217,7 @@ class ControlClient:
         return result
 
     def stop_model(self, model_id: str) -> ModelRecord:
-        return self._model(self._call("POST", f"/api/models/{model_id}/stop", timeout=60.0))
+        return self._model(self._call("POST", f"/api/models/{_segment(model_id)}/stop", timeout=60.0))
 
     def _model(self, raw: Any) -> ModelRecord:
         try:
@@ -213,7 +226,7 @@ class ControlClient:
             raise ControlError(str(exc)) from None
 
     def logs(self, model_id: str, tail: int = 200) -> list[str]:
-        result: list[str] = self._call("GET", f"/api/models/{model_id}/logs", params={"tail": tail})["lines"]
+        result: list[str] = self._call("GET", f"/api/models/{_segment(model_id)}/logs", params={"tail": tail})["lines"]
         return result
 
     # The Hub and the library -------------------------------------------------------------------------------
@@ -254,11 +267,11 @@ class ControlClient:
 
     def verify_model(self, model_id: str) -> VerdictRecord:
         # Hashing a multi-gigabyte file takes as long as the disk needs.
-        result: VerdictRecord = self._call("POST", f"/api/library/{model_id}/verify", timeout=None)
+        result: VerdictRecord = self._call("POST", f"/api/library/{_segment(model_id)}/verify", timeout=None)
         return result
 
     def delete_model(self, model_id: str) -> DeletedRecord:
-        result: DeletedRecord = self._call("DELETE", f"/api/library/{model_id}", timeout=60.0)
+        result: DeletedRecord = self._call("DELETE", f"/api/library/{_segment(model_id)}", timeout=60.0)
         return result
 
     def import_model(self, path: str, link: bool = False) -> ImportedRecord:
@@ -365,7 +378,7 @@ class ControlClient:
         return result
 
     def bench_card(self, card_id: str) -> BenchCardRecord:
-        result: BenchCardRecord = self._call("GET", f"/api/bench/cards/{card_id}")
+        result: BenchCardRecord = self._call("GET", f"/api/bench/cards/{_segment(card_id)}")
         return result
 
     def compare_bench_cards(self, first: str, second: str) -> list[list[str]]:
@@ -390,7 +403,7 @@ class ControlClient:
         return result
 
     def quality_card(self, card_id: str) -> QualityCardRecord:
-        result: QualityCardRecord = self._call("GET", f"/api/quality/cards/{card_id}")
+        result: QualityCardRecord = self._call("GET", f"/api/quality/cards/{_segment(card_id)}")
         return result
 
     def compare_quality_cards(self, first: str, second: str) -> list[list[str]]:

@@ -173,6 +173,25 @@ def test_a_remote_llama_server_is_served_like_a_local_model(
         stop_service_process(service)
 
 
+def test_the_command_line_takes_a_remote_model_by_its_id_with_a_slash(
+    remote: RemoteServer, paths: AppPaths, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`up/smollm` is one model id in the control API's paths, not the two segments `up` and `smollm`."""
+    monkeypatch.setenv("MODELDECK_REMOTE_KEY_UP", REMOTE_KEY)
+    service = start_service_process(paths, tmp_path, "--remote", f"up={remote.url}/v1")
+    try:
+        for args in (["start", "up/smollm"], ["run", "up/smollm", "Say hello.", "--max-tokens", "8"],
+                     ["logs", "up/smollm"], ["stop", "up/smollm"]):  # fmt: skip
+            done = subprocess.run(
+                [sys.executable, "-m", "app", *args], capture_output=True, text=True, timeout=120, cwd=REPO
+            )
+            assert done.returncode == 0, (args, done.stderr)
+            assert done.stderr == "", args
+        assert service.client.requests(10)[0]["model"] == "up/smollm"  # the chat of `run` went to the remote
+    finally:
+        stop_service_process(service)
+
+
 def test_remotes_through_the_control_api_with_their_metrics_on_the_dashboard(
     vllm_stand_in: tuple[str, StandIn], paths: AppPaths, tmp_path: Path
 ) -> None:

@@ -28,6 +28,7 @@ from app.service.http.api import (
     ApiError,
     Query,
     parse_query,
+    path_segments,
     query_text,
     query_whole,
     read_limited,
@@ -117,7 +118,7 @@ class ControlApi:
         if not bearer_ok(scope, self._token):
             await send_error(send, 401, "Missing or invalid control token.", "authentication_error")
             return
-        method, parts = scope["method"], scope["path"].strip("/").split("/")
+        method, parts = scope["method"], path_segments(scope)
         try:
             await self._route(method, parts, parse_query(scope), receive, send)
         except UnknownModel as exc:

@@ -5,7 +5,7 @@ nesting limit of app.bounded_json), query parameters, and refusals in the API's 
 from __future__ import annotations
 
 from typing import Any
-from urllib.parse import parse_qs
+from urllib.parse import parse_qs, unquote
 
 from app.bounded_json import load_json
 from app.service.http.asgi import BodyTooLarge, Receive, Scope, Send, openai_error, read_body, send_json
@@ -37,6 +37,15 @@ class ApiError(Exception):
 
 async def send_api_error(send: Send, error: ApiError) -> None:
     await send_json(send, error.status, error.body())
+
+
+def path_segments(scope: Scope) -> list[str]:
+    """The request path's segments, each decoded on its own: an id sent with `%2F` (a remote's model `NAME/MODEL`)
+    is one segment, where the decoded `path` would split it in two."""
+    raw = scope.get("raw_path")
+    if not raw:
+        return str(scope["path"]).strip("/").split("/")
+    return [unquote(segment) for segment in raw.decode("latin-1").strip("/").split("/")]
 
 
 def parse_query(scope: Scope) -> Query:
