@@ -652,7 +652,10 @@ class ChatStream:
                 for line in response.iter_lines():
                     if not line.startswith("data: ") or line == "data: [DONE]":
                         continue
-                    chunk = json.loads(line[6:])
+                    try:
+                        chunk = json.loads(line[6:])
+                    except ValueError:  # a server ModelDeck did not start (--upstream, --remote) sent it
+                        raise ControlError(f"The answer broke off: an event that is not JSON: {line[6:86]!r}") from None
                     if not isinstance(chunk, dict):
                         continue
                     if chunk.get("error") is not None:  # the engine failed with the stream open

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import gc
+import json
 import os
 import subprocess
 import sys
+import threading
 import warnings
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import psutil
@@ -209,3 +212,48 @@ def test_a_reader_that_stops_early_gets_no_traceback() -> None:
             os.close(write_end)
         assert result.returncode == 1, args
         assert result.stderr == "", args
+
+
+class _BrokenStreamHandler(BaseHTTPRequestHandler):
+    """A server ModelDeck serves with --upstream, whose answer breaks off in an event that is not JSON."""
+
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+    def _send(self, body: bytes, kind: str) -> None:
+        self.send_response(200)
+        self.send_header("Content-Type", kind)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def do_GET(self) -> None:
+        self._send(
+            json.dumps({"object": "list", "data": [{"id": "odd", "object": "model"}]}).encode(), "application/json"
+        )
+
+    def do_POST(self) -> None:
+        self.rfile.read(int(self.headers["Content-Length"]))
+        first = json.dumps({"choices": [{"index": 0, "delta": {"content": "Hello"}}]})
+        self._send(f"data: {first}\n\ndata: {{not json\n\ndata: [DONE]\n\n".encode(), "text/event-stream")
+
+
+def test_an_answer_breaking_off_in_an_event_that_is_not_json_is_cut_short_not_a_traceback(
+    paths: AppPaths, tmp_path: Path
+) -> None:
+    upstream = ThreadingHTTPServer(("127.0.0.1", 0), _BrokenStreamHandler)
+    thread = threading.Thread(target=upstream.serve_forever, daemon=True)
+    thread.start()
+    service = start_service_process(paths, tmp_path, "--upstream", f"odd=http://127.0.0.1:{upstream.server_port}")
+    try:
+        result = modeldeck("run", "odd", "Say hello.")
+    finally:
+        stop_service_process(service)
+        upstream.shutdown()
+        upstream.server_close()
+        thread.join(timeout=10)
+    assert result.returncode == 1
+    assert result.stdout == "Hello\n"  # what came before the break stays
+    assert result.stderr == "(cut short: The answer broke off: an event that is not JSON: '{not json')\n"
