@@ -495,6 +495,15 @@ def _bench(args: argparse.Namespace, paths: AppPaths) -> int:
     return 0 if all(level.errors == 0 for level in card.results) else 1
 
 
+def _system_refusal(error: OSError) -> str:
+    """One line for an OSError that reached the top: the path, what the system said, and what a file in the way
+    of one of ModelDeck's folders means."""
+    said = f"{error.filename}: {error.strerror}" if error.filename and error.strerror else str(error)
+    if isinstance(error, (FileExistsError, NotADirectoryError)):
+        said += " (a file is where ModelDeck needs a folder: move it aside)"
+    return said
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     parser = _parser()
     args = parser.parse_args(argv)
@@ -549,6 +558,9 @@ def main(argv: Sequence[str] | None = None) -> None:
         code = 1
     except (ServiceUnavailable, ControlError) as exc:
         print(f"modeldeck: {exc}", file=sys.stderr)
+        code = 1
+    except OSError as exc:  # the last resort: what the system refused, which no command can mend by itself
+        print(f"modeldeck: {_system_refusal(exc)}", file=sys.stderr)
         code = 1
     except KeyboardInterrupt:
         code = 130

@@ -257,3 +257,22 @@ def test_an_answer_breaking_off_in_an_event_that_is_not_json_is_cut_short_not_a_
     assert result.returncode == 1
     assert result.stdout == "Hello\n"  # what came before the break stays
     assert result.stderr == "(cut short: The answer broke off: an event that is not JSON: '{not json')\n"
+
+
+def test_a_file_in_the_way_of_a_folder_is_one_line_and_stays(modeldeck_home: Path, bundled_gguf: Path) -> None:
+    modeldeck_home.mkdir()
+    (modeldeck_home / "config").write_text("mine")
+    (modeldeck_home / "data").mkdir()
+    (modeldeck_home / "data" / "models").write_text("mine too")
+    in_the_way = "(a file is where ModelDeck needs a folder: move it aside)"
+    key = modeldeck("key")
+    assert key.returncode == 1
+    assert key.stderr.splitlines()[-1] == f"modeldeck: {modeldeck_home / 'config'}: File exists {in_the_way}"
+    imported = modeldeck("import", str(bundled_gguf))
+    assert imported.returncode == 1
+    assert imported.stderr.splitlines()[-1] == (
+        f"modeldeck: {modeldeck_home / 'data' / 'models'}: File exists {in_the_way}"
+    )
+    assert "Traceback" not in key.stderr + imported.stderr
+    assert (modeldeck_home / "config").read_text() == "mine"
+    assert (modeldeck_home / "data" / "models").read_text() == "mine too"
