@@ -278,8 +278,9 @@ def level_line(event: SweepEvent) -> str | None:
     if not isinstance(event, LevelDone):
         return None
     level = event.result
+    first = f" (the first: {level.first_error})" if level.first_error else ""
     return (f"concurrency {level.concurrency:>4}: {level.output_tokens_per_s:8.1f} output tok/s, "
-            f"{level.errors} errors of {level.requests}")  # fmt: skip
+            f"{level.errors} errors of {level.requests}{first}")  # fmt: skip
 
 
 __all__ = [

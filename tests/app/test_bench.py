@@ -5,13 +5,15 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
 
 from app.hub.library import BUNDLED_ID
 from app.paths import AppPaths
-from tests.support.service import REPO, RunningService
+from tests.support.service import REPO, RunningService, start_service_process, stop_service_process
 
 OUTPUT_TOKENS = 16
 SANE_S = 300.0
@@ -72,3 +74,51 @@ def test_bench_sweep_writes_a_complete_card(service: RunningService, paths: AppP
     assert card["id"] in lines["card"] and second_id in lines["card"]
     assert lines["c=4 TTFT p99 ms"].rstrip().endswith("-")  # the second card has no level 4
     assert modeldeck("bench", "--compare", "no-such-card", card["id"]).returncode == 2
+
+
+class _RefusingStreams(BaseHTTPRequestHandler):
+    """A server ModelDeck serves with --upstream: it counts a prompt (a plain answer with usage) but refuses every
+    streamed chat, as a server in trouble would, so every request of a level fails."""
+
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+    def _send(self, status: int, answer: object) -> None:
+        body = json.dumps(answer).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def do_GET(self) -> None:
+        self._send(200, {"object": "list", "data": [{"id": "busy", "object": "model"}]})
+
+    def do_POST(self) -> None:
+        request = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        if request.get("stream"):
+            self._send(503, {"error": {"message": "out of memory", "type": "server_error"}})
+        else:
+            self._send(200, {"choices": [{"index": 0, "message": {"role": "assistant", "content": "a"}}],
+                             "usage": {"prompt_tokens": 20, "completion_tokens": 1, "total_tokens": 21}})  # fmt: skip
+
+
+def test_a_level_whose_requests_fail_says_why(paths: AppPaths, tmp_path: Path) -> None:
+    upstream = ThreadingHTTPServer(("127.0.0.1", 0), _RefusingStreams)
+    thread = threading.Thread(target=upstream.serve_forever, daemon=True)
+    thread.start()
+    service = start_service_process(paths, tmp_path, "--upstream", f"busy=http://127.0.0.1:{upstream.server_port}")
+    try:
+        done = modeldeck("bench", "busy", "--concurrency", "1", "--requests", "2", "--prompt-tokens", "64",
+                         "--output-tokens", "4")  # fmt: skip
+    finally:
+        stop_service_process(service)
+        upstream.shutdown()
+        upstream.server_close()
+        thread.join(timeout=10)
+    assert done.returncode == 1, done.stderr
+    line = done.stdout.splitlines()[0]
+    assert line.startswith("concurrency    1:      0.0 output tok/s, 2 errors of 2 (the first: HTTP 503")
+    assert "out of memory" in line
