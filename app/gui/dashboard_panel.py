@@ -72,7 +72,7 @@ _CHART_OF_NAME = {name: chart for chart in CHARTS for name in chart.names}
 class DashboardPanel(QWidget):
     """Charts of the service's metrics. Data comes from `ServiceConnection` only (history and live samples)."""
 
-    sig_exported = Signal(str)  # what was written, in words
+    sig_exported = Signal(str)  # what was written, or why it could not be, in words
 
     def __init__(self, connection: ServiceConnection | None = None, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -439,15 +439,24 @@ class DashboardPanel(QWidget):
     @Slot()
     def _on_png_button_clicked(self) -> None:
         name, _ = QFileDialog.getSaveFileName(self, "Export charts", "modeldeck-dashboard.png", "PNG (*.png)")
-        if name and self.export_png(Path(name)):
+        if not name:
+            return
+        if self.export_png(Path(name)):
             self.sig_exported.emit(f"Saved the charts to {name}.")
+        else:  # Qt gives no reason
+            self.sig_exported.emit(f"Could not save the charts to {name}: is the folder there and writable?")
 
     @Slot()
     def _on_csv_button_clicked(self) -> None:
         name, _ = QFileDialog.getSaveFileName(self, "Export data", "modeldeck-metrics.csv", "CSV (*.csv)")
-        if name:
+        if not name:
+            return
+        try:
             rows = self.export_csv(Path(name))
-            self.sig_exported.emit(f"Saved {rows} points to {name}.")
+        except OSError as exc:
+            self.sig_exported.emit(f"Could not save the data to {name}: {exc.strerror or exc}.")
+            return
+        self.sig_exported.emit(f"Saved {rows} points to {name}.")
 
     # Visibility: no drawing work at all while hidden --------------------------------------------------------
 

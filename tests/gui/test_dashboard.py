@@ -11,7 +11,7 @@ from typing import Any
 
 import psutil
 import pytest
-from PySide6.QtWidgets import QApplication
+from PySide6.QtWidgets import QApplication, QFileDialog
 from pytestqt.qtbot import QtBot
 
 from app.gui.dashboard_data import series_key
@@ -115,6 +115,21 @@ def test_cursor_filter_pause_and_exports(qtbot: QtBot, tmp_path: Path) -> None:
     assert len(read) == rows > 0
     assert {row["series"] for row in read} >= {"generation_tokens_per_s", "system_cpu_percent"}
     assert all("alpha" not in row["labels"] for row in read)
+
+
+def test_an_export_that_cannot_be_written_says_so(
+    qtbot: QtBot, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    panel = shown_panel(qtbot)
+    feed(panel, range(5))
+    chosen = tmp_path / "gone" / "export"  # the folder was removed after the save dialog showed it
+    monkeypatch.setattr(QFileDialog, "getSaveFileName", lambda *_args: (str(chosen), ""))
+    for button, what in ((panel.csv_button, "data"), (panel.png_button, "charts")):
+        with qtbot.waitSignal(panel.sig_exported) as exported:
+            button.click()
+        assert exported.args is not None
+        assert exported.args[0].startswith(f"Could not save the {what} to {chosen}")
+    assert not chosen.parent.exists()
 
 
 def test_history_answer_then_live_samples(qtbot: QtBot) -> None:
