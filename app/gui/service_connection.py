@@ -15,7 +15,7 @@ from typing import Any, TypeVar
 
 from PySide6.QtCore import QObject, QThreadPool, QTimer, Signal, Slot
 
-from app.api_types import ModelRecord, SettingsAnswer
+from app.api_types import EndpointRecord, ModelRecord, SettingsAnswer
 from app.client import ControlClient, ControlError, ServiceUnavailable, connect, find_service, start_service
 from app.gui.event_stream import EventStreamThread
 from app.paths import AppPaths
@@ -289,10 +289,15 @@ class ServiceConnection(QObject):
             functools.partial(answered, self.sig_settings_refused.emit),
         )
 
-    def regenerate_api_key(self) -> None:
-        """A new endpoint key, in use at once; the new endpoint info arrives as `sig_endpoint_received`."""
-        self.call(lambda client: client.regenerate_api_key(), self.sig_endpoint_received.emit,
-                  self._on_call_failed("regenerate the API key"))  # fmt: skip
+    def regenerate_api_key(self, on_done: Callable[[], None], on_failed: Callable[[str], None]) -> None:
+        """A new endpoint key, in use at once: the new endpoint info arrives as `sig_endpoint_received`, then
+        `on_done()`; a refusal (a key from $MODELDECK_API_KEY) as `on_failed(message)`."""
+
+        def done(info: EndpointRecord) -> None:
+            self.sig_endpoint_received.emit(info)
+            on_done()
+
+        self.call(lambda client: client.regenerate_api_key(), done, on_failed)
 
     def set_hf_token(self, token: str) -> None:
         # The token goes straight to the service's keyring; no signal carries it.

@@ -380,8 +380,11 @@ class SettingsPage(QWidget):
         question = "Programs using the current key will be refused until they are given the new one. Go on?"
         ask = self._ask or quit_dialogs.ask_confirmation
         if ask(self, "Regenerate the API key", question):
-            self._connection.regenerate_api_key()
-            self.message_label.setText("A new API key is in use.")
+            self.message_label.setText("Regenerating the API key\N{HORIZONTAL ELLIPSIS}")
+            self._connection.regenerate_api_key(
+                lambda: self.message_label.setText("A new API key is in use."),
+                lambda message: self.message_label.setText(f"Not replaced: {message}"),
+            )
 
     @Slot()
     def _on_browse_button_clicked(self) -> None:

@@ -165,6 +165,7 @@ def test_regenerate_the_key_from_the_page(
         page.regenerate_button.click()
         assert "Regenerate the API key" in quit_answers.asked
         qtbot.waitUntil(lambda: page.key_edit.text() not in ("", old))
+        assert page.message_label.text() == "A new API key is in use."
         assert window.endpoint_panel.key_edit.text() == page.key_edit.text()
         with pytest.raises(openai.AuthenticationError):
             service.openai_client(old).models.list()
@@ -172,6 +173,16 @@ def test_regenerate_the_key_from_the_page(
         _close(qtbot, window)
     finally:
         stop_service_process(service)
+
+
+def test_a_refused_regeneration_says_the_key_is_unchanged(qtbot: QtBot, settings_window: MainWindow) -> None:
+    page = settings_window.settings_page  # the service's key comes from $MODELDECK_API_KEY: it cannot replace it
+    qtbot.waitUntil(lambda: page.key_edit.text() == API_KEY)
+    page.regenerate_button.click()
+    qtbot.waitUntil(lambda: "Regenerating" not in page.message_label.text())
+    assert page.message_label.text().startswith("Not replaced:")
+    assert "MODELDECK_API_KEY" in page.message_label.text()
+    assert page.key_edit.text() == settings_window.endpoint_panel.key_edit.text() == API_KEY
 
 
 def test_theme_switch_applies_a_dark_palette(qtbot: QtBot, paths: AppPaths) -> None:
