@@ -13,6 +13,7 @@ from PySide6.QtWidgets import (
     QFrame,
     QLabel,
     QMainWindow,
+    QPushButton,
     QScrollArea,
     QSplitter,
     QTabWidget,
@@ -39,7 +40,7 @@ from app.gui.memory_chart import MemoryChartPanel
 from app.gui.model_item_model import ModelItemModel
 from app.gui.model_list_panel import ModelListPanel
 from app.gui.notifications import NotificationBanner, Notifier
-from app.gui.service_connection import ServiceConnection
+from app.gui.service_connection import Phase, ServiceConnection
 from app.gui.settings_page import SettingsPage
 from app.gui.snippets_panel import SnippetsPanel
 from app.gui.tray import TrayController, show_window
@@ -91,6 +92,10 @@ class MainWindow(QMainWindow):
         self.dashboard_action = QAction("&Dashboard", self)
         self.dashboard_action.setToolTip("Live throughput, latency, CPU, memory and GPU charts of every model")
         self.connection_label = QLabel("Not connected")
+        self.reconnect_button = QPushButton("Reconnect")
+        self.reconnect_button.setAccessibleName("Reconnect to the service, or start it")
+        self.reconnect_button.setToolTip("Connect to the ModelDeck service again, starting it if it is not running")
+        self.reconnect_button.hide()  # shown while the connection is lost
         self.tabs = QTabWidget()
         self.gui_state = GuiState(connection.paths)
         self.home_page = HomePage(connection, self.item_model, self.gui_state)
@@ -157,6 +162,7 @@ class MainWindow(QMainWindow):
         self.setCentralWidget(central)
         self._add_tab_shortcuts()
         self.statusBar().addPermanentWidget(self.connection_label)
+        self.statusBar().addPermanentWidget(self.reconnect_button)
         self.menuBar().addMenu("&File").addAction(self.quit_action)
         self.menuBar().addMenu("&Models").addAction(self.setup_action)
         self.menuBar().addMenu("&View").addAction(self.dashboard_action)
@@ -198,6 +204,7 @@ class MainWindow(QMainWindow):
         self.tray.sig_open_requested.connect(functools.partial(show_window, self))
         self.tray.sig_quit_requested.connect(self.quit)
         self.quit_action.triggered.connect(self.quit)
+        self.reconnect_button.clicked.connect(connection.reconnect)
         self.settings_page.sig_settings_applied.connect(self._on_settings_page_settings_applied)
         self.item_model.dataChanged.connect(self._show_diagnosis)
         self.item_model.modelReset.connect(self._show_diagnosis)
@@ -237,6 +244,7 @@ class MainWindow(QMainWindow):
         self.connection_label.setText(status)
         self.model_list_panel.set_actions_enabled(self._connection.is_connected)
         self.setup_action.setEnabled(self._connection.is_connected)
+        self.reconnect_button.setVisible(self._connection.phase is Phase.LOST)
         if self._connection.is_connected:
             self.discover_page.downloads_panel.refresh()
 

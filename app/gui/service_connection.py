@@ -191,6 +191,27 @@ class ServiceConnection(QObject):
         started = start_service(self._paths, self._port)
         return _Opened(started.client, started.process)
 
+    def reconnect(self) -> None:
+        """After the connection was lost (the service stopped or crashed, or never started): connect to the service
+        running now, or start one, as `open` does."""
+        if self._phase is not Phase.LOST:
+            return
+        if self._stream is not None:
+            self._stream.stop()  # it has ended already: this returns at once
+            self._stream.deleteLater()
+            self._stream = None
+        self._set_phase(Phase.CONNECTING, "Reconnecting to the ModelDeck service\N{HORIZONTAL ELLIPSIS}")
+        job = functools.partial(self._reconnect_or_start, self._client, self._process)
+        self._submit(job, self._on_open_done, self._on_open_failed)
+
+    def _reconnect_or_start(self, client: ControlClient | None, process: subprocess.Popen[bytes] | None) -> _Opened:
+        if client is not None:
+            client.close()
+        opened = self._connect_or_start()
+        if process is not None and process.poll() is None and opened.client.address.pid == process.pid:
+            return _Opened(opened.client, process)  # the service this window started still runs: still ours to stop
+        return opened
+
     def _on_open_done(self, opened: _Opened) -> None:
         self._client, self._process = opened.client, opened.process
         if self._phase is Phase.CLOSING:  # the window closed while the service was starting

@@ -14,7 +14,7 @@ from app.client import default_port
 from app.gui.event_stream import STOP_WAIT_MS
 from app.gui.main_window import MainWindow
 from app.gui.model_item_model import MEMORY_COLUMN, STATE_COLUMN
-from app.gui.service_connection import ServiceConnection
+from app.gui.service_connection import Phase, ServiceConnection
 from app.hub.library import BUNDLED_ID
 from app.paths import AppPaths
 from tests.gui.conftest import API_KEY, CLOSE_TIMEOUT_MS, CONNECT_TIMEOUT_MS
@@ -154,6 +154,34 @@ def test_a_refused_launch_leaves_launch_working(qtbot: QtBot, main_window: MainW
     qtbot.waitUntil(lambda: "Could not launch gone" in window.statusBar().currentMessage())
     qtbot.waitUntil(panel.launch_button.isEnabled)
     assert models.state_of("gone") == "stopped"
+
+
+def test_reconnect_after_the_service_died(qtbot: QtBot, main_window: MainWindow) -> None:
+    window, connection, models = main_window, main_window.connection, main_window.item_model
+    first = connection.service_process
+    assert first is not None
+    qtbot.waitUntil(lambda: models.state_of(BUNDLED_ID) == "stopped")
+    assert window.reconnect_button.isHidden()
+
+    first.kill()  # no shutdown: it withdraws nothing, its discovery file stays behind
+    qtbot.waitUntil(lambda: connection.phase is Phase.LOST)
+    assert not window.reconnect_button.isHidden()
+    qtbot.mouseClick(window.reconnect_button, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: connection.is_connected or connection.phase is Phase.LOST, timeout=CONNECT_TIMEOUT_MS)
+    assert connection.is_connected, window.statusBar().currentMessage()
+    assert window.reconnect_button.isHidden()
+    second = connection.service_process
+    assert second is not None and second.pid != first.pid and second.poll() is None  # started again, and ours
+
+    # The window works on the new service as on the first.
+    panel = window.model_list_panel
+    panel.select_model(BUNDLED_ID)
+    qtbot.waitUntil(panel.launch_button.isEnabled)
+    qtbot.mouseClick(panel.launch_button, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: models.state_of(BUNDLED_ID) == "ready", timeout=READY_TIMEOUT_MS)
+    window.close()
+    qtbot.waitUntil(lambda: connection.is_closed, timeout=CLOSE_TIMEOUT_MS)
+    assert second.poll() == 0
 
 
 def test_window_on_a_running_service_leaves_it_running(qtbot: QtBot, paths: AppPaths, service: RunningService) -> None:
