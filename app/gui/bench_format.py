@@ -28,7 +28,7 @@ _PHASES = {
 def parse_levels(text: str) -> list[int]:
     """ "1, 4,16" -> [1, 4, 16]; a ValueError that says what is expected otherwise."""
     parts = [part.strip() for part in text.replace(" ", ",").split(",") if part.strip()]
-    if not parts or any(not part.isdigit() or not 1 <= int(part) <= MAX_CONCURRENCY for part in parts):
+    if not parts or any(not part.isdecimal() or not 1 <= int(part) <= MAX_CONCURRENCY for part in parts):
         raise ValueError(f"Concurrency levels are whole numbers from 1 to {MAX_CONCURRENCY}, such as 1,4,16,64.")
     return [int(part) for part in parts]
 

@@ -31,7 +31,7 @@ def run(**changes: Any) -> dict[str, Any]:
 def test_levels_parse_or_say_what_is_expected() -> None:
     assert parse_levels("1, 4,16") == [1, 4, 16]
     assert parse_levels("2 8") == [2, 8]
-    for bad in ("", "0", "1,x", "-1", "4097", "1.5"):
+    for bad in ("", "0", "1,x", "-1", "4097", "1.5", "2\N{SUPERSCRIPT TWO}"):  # a digit int() does not read
         with pytest.raises(ValueError, match="whole numbers from 1 to 4096"):
             parse_levels(bad)
 
