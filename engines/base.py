@@ -100,6 +100,7 @@ class Capabilities:
     parallel_from_plan: bool = False  # True: it serves `plan.parallel` requests at once (at most max_concurrency)
     quiet_start_s: float | None = None  # it may print nothing this long while starting (compiling, capturing)
     slot_ids: bool = False  # True: a request may name the slot that serves it (llama-server's `id_slot`)
+    media_parts: bool = True  # takes image, audio and other non-text content parts in chat messages
 
 
 class Engine(Protocol):

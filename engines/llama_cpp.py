@@ -20,14 +20,15 @@ class LlamaCppPythonEngine:
     """`python -m llama_cpp.server`: one request at a time, readiness through /v1/models (it has no /health)."""
 
     name = "llama-cpp-python"
-    # One request at a time, no usage in streams, per-token embeddings (its server has no pooling option), and no
-    # logprobs: they need `logits_all`, which is turned off below.
+    # One request at a time, no usage in streams, per-token embeddings (its server has no pooling option), no
+    # logprobs: they need `logits_all`, which is turned off below; text only: no vision or audio projector (mmproj).
     capabilities = Capabilities(
         max_concurrency=1,
         stream_usage=False,
         tokenize_count_path="/extras/tokenize/count",
         embeddings_pooled=False,
         logprobs=False,
+        media_parts=False,
     )
 
     def detect(self) -> Installation:

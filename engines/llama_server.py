@@ -95,13 +95,15 @@ class LlamaServerEngine:
     name = "llama-server"
     # Streams carry usage when asked. Embeddings need `--embeddings`, documented as restricting the server to them
     # (the pinned build still answers chat with it, but marks every prompt token as an output): they are served by a
-    # second process of the same model in embedding mode (`embedding_command`), pooled as OpenAI's are.
+    # second process of the same model in embedding mode (`embedding_command`), pooled as OpenAI's are. Text only:
+    # it is started without a vision or audio projector (`--mmproj`).
     capabilities = Capabilities(
         max_concurrency=MAX_PARALLEL,
         stream_usage=True,
         parallel_from_plan=True,
         tokenize_count_path=None,
         slot_ids=True,
+        media_parts=False,
     )
 
     def __init__(self, configured: Path | None = None, build_roots: Sequence[Path] = ()) -> None:

@@ -10,6 +10,7 @@ import pytest
 
 from app.service.gateway.features import FeatureRefused, adapt, has_features
 from app.service.gateway.validation import InvalidRequest
+from engines.base import Capabilities
 from engines.llama_cpp import LlamaCppPythonEngine
 from engines.llama_server import LlamaServerEngine
 
@@ -96,7 +97,43 @@ def test_malformed_response_formats_get_a_clear_error(
 
 
 def test_other_engines_and_plain_bodies_are_left_alone() -> None:
-    assert not has_features(body(temperature=0.5, stop=["x"]))
-    assert has_features(body(response_format={"type": "text"}))
+    assert not has_features(CHAT, body(temperature=0.5, stop=["x"]))
+    assert has_features(CHAT, body(response_format={"type": "text"}))
     payload = body(response_format={"type": "structural_tag", "format": {}})  # vLLM's own type
     assert not adapt("vllm", SERVER.capabilities, CHAT, payload)
+
+
+def parts(*texts: str) -> list[dict[str, Any]]:
+    return [{"type": "text", "text": text} for text in texts]
+
+
+def test_text_parts_are_joined_for_llama_cpp_python_as_llama_server_joins_them() -> None:
+    payload = body(messages=[{"role": "system", "content": parts("Be brief.")},
+                             {"role": "user", "content": parts("Say", "hello.")}])  # fmt: skip
+    assert has_features(CHAT, payload)
+    assert adapt(LCP.name, LCP.capabilities, CHAT, payload)
+    assert [message["content"] for message in payload["messages"]] == ["Be brief.", "Say\nhello."]
+    untouched = body(messages=[{"role": "user", "content": parts("Say", "hello.")}])
+    assert not adapt(SERVER.name, SERVER.capabilities, CHAT, untouched)  # llama-server joins them itself
+    assert untouched == body(messages=[{"role": "user", "content": parts("Say", "hello.")}])
+
+
+@pytest.mark.parametrize("engine", [LCP, SERVER], ids=lambda engine: engine.name)
+@pytest.mark.parametrize(
+    "part",
+    [
+        {"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBORw0KGgo="}},
+        {"type": "input_audio", "input_audio": {"data": "UklGRg==", "format": "wav"}},
+    ],
+    ids=lambda part: part["type"],
+)
+def test_media_parts_are_refused_on_the_gguf_engines(
+    engine: LlamaServerEngine | LlamaCppPythonEngine, part: dict[str, Any]
+) -> None:
+    payload = body(messages=[{"role": "user", "content": "x"}, {"role": "user", "content": [*parts("?"), part]}])
+    with pytest.raises(FeatureRefused) as refused:
+        adapt(engine.name, engine.capabilities, CHAT, payload)
+    assert refused.value.param == "messages"
+    assert str(refused.value).startswith(f"`messages[1].content[1]` is of type `{part['type']}`")
+    assert f"served by {engine.name} take text only" in str(refused.value)
+    assert not adapt("vllm", Capabilities(max_concurrency=8, stream_usage=True), CHAT, payload)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import jsonschema
 import openai
@@ -46,6 +47,28 @@ def check_json_schema_and_token_limit(service: RunningService) -> None:
     )  # fmt: skip
     assert limited.usage is not None and limited.usage.completion_tokens <= 5
     assert limited.choices[0].finish_reason == "length"
+
+
+def check_messages_as_openai_writes_them(service: RunningService) -> None:
+    """Messages OpenAI takes that a model's chat template may not: answered as OpenAI would, or refused saying why."""
+    client = service.openai_client()
+    in_parts: Any = [
+        {"role": "system", "content": [{"type": "text", "text": "Answer briefly."}]},
+        {"role": "user", "content": [{"type": "text", "text": "Say"}, {"type": "text", "text": "hello."}]},
+    ]
+    joined: Any = [{"role": "system", "content": "Answer briefly."}, {"role": "user", "content": "Say\nhello."}]
+    reply = client.chat.completions.create(model=BUNDLED_ID, messages=in_parts, max_tokens=4, temperature=0)
+    same = client.chat.completions.create(model=BUNDLED_ID, messages=joined, max_tokens=4, temperature=0)
+    assert reply.choices[0].message.content and reply.usage is not None and same.usage is not None
+    assert reply.usage.prompt_tokens == same.usage.prompt_tokens  # the text parts read as one text, one per line
+    stream = client.chat.completions.create(model=BUNDLED_ID, messages=in_parts, max_tokens=4, stream=True)
+    assert "".join(chunk.choices[0].delta.content or "" for chunk in stream if chunk.choices)
+    image = {"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBORw0KGgo="}}
+    asked: Any = [{"role": "user", "content": [{"type": "text", "text": "What is this?"}, image]}]
+    with pytest.raises(openai.BadRequestError, match="take text only") as refused:
+        client.chat.completions.create(model=BUNDLED_ID, messages=asked, max_tokens=4)
+    assert "`messages[0].content[1]` is of type `image_url`" in refused.value.message
+    assert refused.value.param == "messages"
 
 
 def test_llama_cpp_python_json_schema_and_logprobs_refused_naming_llama_server(paths: AppPaths,
@@ -93,3 +116,14 @@ def test_llama_server_json_schema_and_logprobs(llama_server_service: StartServic
     answered = completion.choices[0].logprobs
     assert answered is not None and answered.model_extra is not None
     assert [entry["logprob"] <= 0 for entry in answered.model_extra["content"]] == [True] * 4
+
+
+def test_llama_cpp_python_takes_messages_as_openai_writes_them(service: RunningService) -> None:
+    """llama-cpp-python gave the messages to SmolLM2's chat template as they came: a 500 from the template."""
+    check_messages_as_openai_writes_them(service)
+
+
+def test_llama_server_takes_messages_as_openai_writes_them(llama_server_service: StartService) -> None:
+    service = llama_server_service()
+    service.start_on_llama_server(2)
+    check_messages_as_openai_writes_them(service)

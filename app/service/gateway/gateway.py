@@ -224,7 +224,7 @@ class Gateway:
             )  # fmt: skip
             return
         route = self._manager.route(checked.model)  # the one question to the manager, unless its engine must start
-        if has_features(payload):  # said in the serving engine's words, or refused naming one that would serve it
+        if has_features(path, payload):  # said in the serving engine's words, or refused naming one that would serve it
             try:
                 if adapt(route.engine_name, route.capabilities, path, payload):
                     body = json.dumps(payload).encode()
