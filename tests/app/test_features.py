@@ -137,3 +137,21 @@ def test_media_parts_are_refused_on_the_gguf_engines(
     assert str(refused.value).startswith(f"`messages[1].content[1]` is of type `{part['type']}`")
     assert f"served by {engine.name} take text only" in str(refused.value)
     assert not adapt("vllm", Capabilities(max_concurrency=8, stream_usage=True), CHAT, payload)
+
+
+def test_an_assistants_left_out_content_is_empty_for_llama_cpp_python() -> None:
+    call = [{"id": "c1", "type": "function", "function": {"name": "weather", "arguments": "{}"}}]
+    messages = [
+        {"role": "user", "content": "Weather?"},
+        {"role": "assistant", "content": None, "tool_calls": call},
+        {"role": "tool", "tool_call_id": "c1", "content": "sunny"},
+        {"role": "assistant", "tool_calls": call},
+    ]
+    payload = body(messages=copy.deepcopy(messages))
+    assert has_features(CHAT, payload)
+    assert adapt(LCP.name, LCP.capabilities, CHAT, payload)
+    assert [message["content"] for message in payload["messages"]] == ["Weather?", "", "sunny", ""]
+    assert payload["messages"][1]["tool_calls"] == call
+    untouched = body(messages=copy.deepcopy(messages))
+    assert not adapt(SERVER.name, SERVER.capabilities, CHAT, untouched)
+    assert untouched == body(messages=messages)

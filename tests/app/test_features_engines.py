@@ -69,6 +69,14 @@ def check_messages_as_openai_writes_them(service: RunningService) -> None:
         client.chat.completions.create(model=BUNDLED_ID, messages=asked, max_tokens=4)
     assert "`messages[0].content[1]` is of type `image_url`" in refused.value.message
     assert refused.value.param == "messages"
+    call = {"id": "c1", "type": "function", "function": {"name": "weather", "arguments": '{"city": "Paris"}'}}
+    tool_turn: Any = [
+        {"role": "user", "content": "What is the weather in Paris?"},
+        {"role": "assistant", "content": None, "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": "c1", "content": "Sunny, 21 C."},
+    ]
+    answered = client.chat.completions.create(model=BUNDLED_ID, messages=tool_turn, max_tokens=4)
+    assert answered.choices[0].message.role == "assistant"
 
 
 def test_llama_cpp_python_json_schema_and_logprobs_refused_naming_llama_server(paths: AppPaths,

@@ -90,7 +90,7 @@ def _check_response_format(value: Any) -> None:
 def _llama_cpp_python(payload: dict[str, Any]) -> bool:
     """llama-cpp-python 0.3.36 answers `json_schema` with a 500 (it takes the schema under `json_object`), ignores
     `max_completion_tokens` (it reads `max_tokens` only), and gives chat messages to the model's chat template as
-    they come, where most templates fail on content that is a list of parts."""
+    they come, where most templates fail on content that is a list of parts or left out (an assistant's tool calls)."""
     changed = False
     response_format = payload.get("response_format")
     if response_format is not None and response_format["type"] not in RESPONSE_FORMAT_TYPES:
@@ -112,13 +112,16 @@ def _llama_cpp_python(payload: dict[str, Any]) -> bool:
 
 
 def _text_messages(messages: list[dict[str, Any]]) -> bool:
-    """Each message's text parts joined into one string with newlines, as llama-server joins them; True when one
-    changed. Only text parts are left: others were refused (`_refuse_media`)."""
+    """Each message's content as one string, as llama-server gives it to the chat template: text parts joined with
+    newlines (others were refused by `_refuse_media`), a left-out content empty; True when one changed."""
     changed = False
     for message in messages:
         content = message.get("content")
         if isinstance(content, list):
             message["content"] = "\n".join(part["text"] for part in content)
+            changed = True
+        elif content is None:
+            message["content"] = ""
             changed = True
     return changed
 
