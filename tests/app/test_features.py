@@ -155,3 +155,14 @@ def test_an_assistants_left_out_content_is_empty_for_llama_cpp_python() -> None:
     untouched = body(messages=copy.deepcopy(messages))
     assert not adapt(SERVER.name, SERVER.capabilities, CHAT, untouched)
     assert untouched == body(messages=messages)
+
+
+def test_the_developer_role_is_the_system_role_for_llama_cpp_python() -> None:
+    messages = [{"role": "developer", "content": "Be brief."}, {"role": "user", "content": "x"}]
+    payload = body(messages=copy.deepcopy(messages))
+    assert has_features(CHAT, payload)
+    assert adapt(LCP.name, LCP.capabilities, CHAT, payload)
+    assert payload["messages"] == [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "x"}]
+    untouched = body(messages=copy.deepcopy(messages))
+    assert not adapt(SERVER.name, SERVER.capabilities, CHAT, untouched)  # it knows the role
+    assert untouched == body(messages=messages)

@@ -77,6 +77,11 @@ def check_messages_as_openai_writes_them(service: RunningService) -> None:
     ]
     answered = client.chat.completions.create(model=BUNDLED_ID, messages=tool_turn, max_tokens=4)
     assert answered.choices[0].message.role == "assistant"
+    developer = client.chat.completions.create(
+        model=BUNDLED_ID, messages=[{"role": "developer", "content": "Answer briefly."}, *joined[1:]], max_tokens=4,
+        temperature=0,
+    )  # fmt: skip
+    assert developer.usage is not None and developer.usage.prompt_tokens == same.usage.prompt_tokens  # as `system`
 
 
 def test_llama_cpp_python_json_schema_and_logprobs_refused_naming_llama_server(paths: AppPaths,
