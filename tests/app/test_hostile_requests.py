@@ -15,6 +15,13 @@ import pytest
 
 from app.hub.library import BUNDLED_ID
 from app.paths import AppPaths
+from app.service.control.child_job_routes import job_routes
+from app.service.control.control import ROUTES as CONTROL_ROUTES
+from app.service.control.engine_routes import EngineRoutes
+from app.service.control.hub_routes import HubRoutes
+from app.service.control.model_settings_routes import ModelSettingsRoutes
+from app.service.control.remote_routes import RemoteRoutes
+from app.service.control.settings_routes import SettingsRoutes
 from tests.support.service import REPO, RunningService, free_port, start_service_process, stop_service_process
 
 DEEP = b"[" * 100_000 + b"]" * 100_000  # json.loads raises RecursionError on it
@@ -145,3 +152,55 @@ def test_a_malformed_download_name_is_a_400(idle_service: RunningService) -> Non
             error = answer.json()["error"]
             assert (error["type"], error["code"]) == ("invalid_request_error", "bad_name")
             assert error["message"].startswith(words), error["message"]
+
+
+def test_a_wrong_method_is_a_405_that_says_which_methods_the_route_takes(idle_service: RunningService) -> None:
+    """RFC 9110: a known path with a method it does not take is a 405 with `Allow`, and HEAD is GET without a body."""
+    with control(idle_service) as api, gateway(idle_service) as v1:
+        for client, method, path, allow in [
+            (api, "PUT", "/api/health", "GET, HEAD"),
+            (api, "POST", "/api/models", "GET, HEAD"),
+            (api, "GET", f"/api/models/{BUNDLED_ID}/start", "POST"),
+            (api, "PATCH", "/api/settings", "GET, HEAD, PUT"),
+            (api, "GET", "/api/hf-token", "PUT, DELETE"),
+            (v1, "PUT", "/v1/models", "GET, HEAD"),
+            (v1, "GET", "/v1/chat/completions", "POST"),
+        ]:
+            answer = client.request(method, path)
+            assert (answer.status_code, answer.headers.get("allow")) == (405, allow), (method, path, answer.text)
+            assert answer.json()["error"]["message"] == f"Method {method} not allowed on {path}; it takes {allow}."
+        for client, path in [(api, "/api/health"), (api, f"/api/models/{BUNDLED_ID}/settings"), (v1, "/v1/models")]:
+            answer = client.head(path)
+            assert (answer.status_code, answer.content) == (200, b""), path
+            assert answer.headers["content-type"] == "application/json"
+        # The event stream's head ends its answer: the connection serves the next request at once.
+        events = api.head("/api/events")
+        assert (events.status_code, events.headers["content-type"]) == (200, "text/event-stream")
+        assert api.get("/api/health", timeout=10).status_code == 200
+        unknown = api.put("/api/nothing")
+        assert (unknown.status_code, unknown.json()["error"]["message"]) == (404, "Unknown route PUT /api/nothing.")
+    assert "Traceback" not in idle_service.output()
+
+
+ALL_ROUTES = [
+    *CONTROL_ROUTES, *HubRoutes.routes, *RemoteRoutes.routes, *SettingsRoutes.routes, *ModelSettingsRoutes.routes,
+    *EngineRoutes.routes, *job_routes("bench"), *job_routes("quality"),
+]  # fmt: skip
+NOT_TRIED = {
+    ("POST", "/api/shutdown"),  # it would stop the service
+    ("GET", "/api/hub/search"), ("GET", "/api/hub/models/{...}"),  # they ask the Hub
+}  # fmt: skip
+
+
+def test_every_route_the_table_lists_reaches_its_handler(idle_service: RunningService) -> None:
+    """The route table is the gate before routing: a route it lists that no handler answers would be a 404 that
+    says the route is unknown. Placeholder ids and a body that is no object keep every request harmless."""
+    with control(idle_service) as api:
+        for method, pattern in ALL_ROUTES:
+            if (method, pattern) in NOT_TRIED:
+                continue
+            path = pattern.replace("{...}", "x/y").replace("{}", "x")
+            if path == "/api/events":  # a stream: its head only
+                method = "HEAD"
+            answer = api.request(method, path, content=b"[]")
+            assert answer.status_code not in (405, 500, 502, 503) and "Unknown route" not in answer.text, (method, path)

@@ -13,10 +13,18 @@ from typing import Any, Generic, Protocol, TypeVar
 
 from app.service.http.api import Query, query_text, read_limited
 from app.service.http.asgi import Receive, Send, send_error, send_json
+from app.service.http.routes import Route
 from app.service.jobs.child_jobs import BadJobRequest, ChildRun, JobCardNotFound, JobConflict
 
 RequestT = TypeVar("RequestT")
 RequestC = TypeVar("RequestC", contravariant=True)
+
+
+def job_routes(kind: str) -> tuple[Route, ...]:
+    """The routes of a kind of job, as ChildJobRoutes answers them."""
+    base = f"/api/{kind}"
+    return (("GET", base), ("POST", base), ("POST", f"{base}/cancel"), ("GET", f"{base}/cards/{{}}"),
+            ("GET", f"{base}/compare"))  # fmt: skip
 
 
 class SavedCard(Protocol):
@@ -58,6 +66,11 @@ class ChildJobRoutes(Generic[RequestT]):
         self._known_models = known_models  # a live view: models added while the service runs count too
         self._max_body = max_body
 
+    @property
+    def routes(self) -> tuple[Route, ...]:
+        """What `handle` answers, for the control API's route table."""
+        return job_routes(self._kind)
+
     async def handle(self, method: str, parts: list[str], query: Query, receive: Receive, send: Send) -> bool:
         if parts[:2] != ["api", self._kind]:
             return False
@@ -98,4 +111,4 @@ class ChildJobRoutes(Generic[RequestT]):
         return True
 
 
-__all__ = ["ChildJobRoutes", "JobRuns"]
+__all__ = ["ChildJobRoutes", "JobRuns", "job_routes"]

@@ -7,7 +7,7 @@ import json
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from app import __version__
 from app.api_types import AboutRecord, EngineInstallation
@@ -47,6 +47,7 @@ from app.service.http.asgi import (
     send_json,
     wait_disconnect,
 )
+from app.service.http.routes import Route, RouteTable, head_only, send_not_allowed
 from app.service.launch.overrides import BadOverrides, PlanOverrides
 from app.service.metrics.metrics_pipeline import DEFAULT_MAX_POINTS, MetricsPipeline
 from app.service.metrics.request_log import RequestLog
@@ -58,6 +59,18 @@ log = logging.getLogger("modeldeck.control")
 SSE_HEADERS = [(b"content-type", b"text/event-stream"), (b"cache-control", b"no-cache")]
 KEEPALIVE_S = 15.0
 MAX_USERS = 4096
+# The routes `_route` answers itself; each route module lists its own (`routes`), next to its handler.
+ROUTES: tuple[Route, ...] = (
+    ("GET", "/api/health"), ("GET", "/api/about"), ("GET", "/api/models"), ("GET", "/api/endpoint"),
+    ("GET", "/api/models/{}/logs"), ("POST", "/api/models/{}/start"), ("POST", "/api/models/{}/stop"),
+    ("GET", "/api/hardware"), ("GET", "/api/recommend"), ("GET", "/api/metrics"), ("GET", "/api/series"),
+    ("GET", "/api/requests"), ("GET", "/metrics"), ("GET", "/api/events"), ("POST", "/api/shutdown"),
+)  # fmt: skip
+
+
+class _Routed(Protocol):
+    @property
+    def routes(self) -> tuple[Route, ...]: ...
 
 
 @dataclass(frozen=True)
@@ -108,6 +121,10 @@ class ControlApi:
         self._request_shutdown = request_shutdown
         self._request_log = request_log
         self._background: set[asyncio.Task[Any]] = set()
+        parts: tuple[_Routed | None, ...] = (hub, remotes, settings, bench, model_settings, quality, engine_builds)
+        # Every route answered, as method and path: the gate before routing, so that a wrong method on a known
+        # path is a 405 that says which it takes.
+        self._routes = RouteTable([*ROUTES, *(route for part in parts if part is not None for route in part.routes)])
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -119,6 +136,15 @@ class ControlApi:
             await send_error(send, 401, "Missing or invalid control token.", "authentication_error")
             return
         method, parts = scope["method"], path_segments(scope)
+        allowed = self._routes.allowed(parts)
+        if method not in allowed:
+            if allowed:
+                await send_not_allowed(send, method, "/" + "/".join(parts), allowed)
+            else:
+                await send_error(send, 404, f"Unknown route {method} /{'/'.join(parts)}.", "invalid_request_error")
+            return
+        if method == "HEAD":  # as GET, without the body (RFC 9110, 9.3.2)
+            method, send = "GET", head_only(send)
         try:
             await self._route(method, parts, parse_query(scope), receive, send)
         except UnknownModel as exc:

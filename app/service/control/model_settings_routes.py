@@ -23,6 +23,7 @@ from app.service.control.advisor import Advisor
 from app.service.engines import EngineManager, UnknownModel
 from app.service.http.api import MAX_SMALL_BODY
 from app.service.http.asgi import BodyTooLarge, ClientGone, Receive, Send, read_body, send_error, send_json
+from app.service.http.routes import Route
 from app.service.launch.folder_models import overrides_refusal
 from app.service.launch.model_settings import ModelSettingsStore, settings_dict
 from app.service.launch.overrides import (
@@ -48,6 +49,11 @@ class _NotPlannable(Exception):
 
 class ModelSettingsRoutes:
     """Answers /api/models/ID/settings[/estimate]; `handle` returns False for other routes."""
+
+    routes: tuple[Route, ...] = (
+        ("GET", "/api/models/{}/settings"), ("PUT", "/api/models/{}/settings"),
+        ("POST", "/api/models/{}/settings/estimate"),
+    )  # fmt: skip
 
     def __init__(self, manager: EngineManager, advisor: Advisor) -> None:
         self._manager = manager

@@ -46,6 +46,7 @@ from app.service.http.asgi import (
     send_json,
     wait_disconnect,
 )
+from app.service.http.routes import send_not_allowed
 from app.service.launch.admission import QueueFull
 from app.service.launch.route import Route
 from app.service.metrics.metering import (
@@ -158,12 +159,12 @@ class Gateway:
             )  # fmt: skip
             return
         path, method = scope["path"], scope["method"]
-        if path == "/v1/models" and method == "GET":
+        if path == "/v1/models" and method in ("GET", "HEAD"):  # HEAD: the server leaves the body out
             await send_json(send, 200, self._model_list())
         elif path in PROXIED_PATHS and method == "POST":
             await self._proxy(scope, receive, send)
         elif path in PROXIED_PATHS or path == "/v1/models":
-            await send_error(send, 405, f"Method {method} not allowed on {path}.", "invalid_request_error")
+            await send_not_allowed(send, method, path, ["POST"] if path in PROXIED_PATHS else ["GET", "HEAD"])
         else:
             await send_error(send, 404, f"Unknown route {path}.", "invalid_request_error", "unknown_url")
 

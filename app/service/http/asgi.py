@@ -102,9 +102,15 @@ def openai_error(message: str, kind: str, code: str | None = None, param: str | 
 
 
 async def send_error(
-    send: Send, status: int, message: str, kind: str, code: str | None = None, param: str | None = None
+    send: Send,
+    status: int,
+    message: str,
+    kind: str,
+    code: str | None = None,
+    param: str | None = None,
+    headers: Iterable[tuple[bytes, bytes]] = (),
 ) -> None:
-    await send_json(send, status, openai_error(message, kind, code, param))
+    await send_json(send, status, openai_error(message, kind, code, param), headers)
 
 
 async def wait_disconnect(receive: Receive) -> None:
