@@ -19,7 +19,12 @@ from app.version import provenance
 
 
 class SetupError(Exception):
-    """The request names something that is not there; the message says what."""
+    """The request names something that is not there; the message says what, `param` which field of the request
+    (None: something the machine lacks)."""
+
+    def __init__(self, message: str, param: str | None = None) -> None:
+        super().__init__(message)
+        self.param = param
 
 
 @dataclass(frozen=True)
@@ -44,9 +49,9 @@ def library_model(paths: AppPaths, model_id: str) -> ModelSpec:
     models = known_models(paths)
     spec = models.get(model_id)
     if spec is None:
-        raise SetupError(f"unknown model {model_id!r}: `modeldeck models` lists them")
+        raise SetupError(f"unknown model {model_id!r}: `modeldeck models` lists them", "model")
     if spec.path is None or not spec.path.is_file() or spec.path.suffix.lower() != ".gguf":
-        raise SetupError(f"{model_id} is not a GGUF file: quality runs need llama.cpp's tools")
+        raise SetupError(f"{model_id} is not a GGUF file: quality runs need llama.cpp's tools", "model")
     return spec
 
 
@@ -68,7 +73,7 @@ def _chosen(paths: AppPaths, request: RunRequest) -> tuple[list[Subject], Subjec
         unknown = [v for v in request.variants if v not in by_id]
         if unknown:
             raise SetupError(f"{unknown[0]} is not a variant of {request.model}; its variants: "
-                             f"{', '.join(by_id)}")  # fmt: skip
+                             f"{', '.join(by_id)}", "variants")  # fmt: skip
         members = [by_id[v] for v in dict.fromkeys(request.variants)]
     if request.reference is None:
         reference = precise
@@ -80,16 +85,30 @@ def _chosen(paths: AppPaths, request: RunRequest) -> tuple[list[Subject], Subjec
             try:
                 named = file_subject(Path(request.reference))
             except ValueError:
-                raise SetupError(f"--reference {request.reference!r} is neither a variant nor a file") from None
+                raise SetupError(f"reference {request.reference!r} is neither a variant nor a file",
+                                 "reference") from None  # fmt: skip
         reference = named
     try:
-        variants = [checked(s) for s in (reference, *(s for s in members if s.path != reference.path))]
+        checked(reference)
     except ValueError as exc:
-        raise SetupError(str(exc)) from None
+        raise SetupError(str(exc), "reference" if request.reference is not None else "model") from None
+    try:
+        variants = [reference, *(checked(s) for s in members if s.path != reference.path)]
+    except ValueError as exc:
+        raise SetupError(str(exc), "variants") from None
     if len(variants) < 2:
         raise SetupError(f"{request.model} has no other variant to compare with {reference.id}: make one with "
-                         f"`modeldeck quantize {request.model} --to Q4_K_M`")  # fmt: skip
+                         f"`modeldeck quantize {request.model} --to Q4_K_M`", "variants")  # fmt: skip
     return variants, reference
+
+
+def check(paths: AppPaths, request: RunRequest) -> None:
+    """What `prepare` checks, without writing the default text (a run going may be reading it): the service asks
+    this before it starts a run's child, to refuse a request that could only fail there."""
+    _chosen(paths, request)
+    tools_or_fail(paths)
+    if request.data is not None:
+        user_text(request.data)
 
 
 def prepare(paths: AppPaths, request: RunRequest, text_dir: Path | None = None) -> Setup:

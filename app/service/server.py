@@ -33,7 +33,6 @@ from app.installs.available import available_engines
 from app.interrupt import kill_descendants
 from app.keys import ApiKey, load_api_key
 from app.paths import AppPaths, make_private_dirs, make_private_file
-from app.quality.card import quality_dir
 from app.service.control.advisor import Advisor
 from app.service.control.bench_routes import BenchRoutes
 from app.service.control.control import ControlApi, EndpointInfo
@@ -341,7 +340,7 @@ class Service:
 
         settings = SettingsRoutes(paths, running, api_key, use_key, options.settings_problem)
         bench = BenchRoutes(BenchRuns(bus, paths.bench_dir), manager.models.keys())
-        quality = QualityRoutes(QualityRuns(bus, quality_dir(paths)), manager.models.keys())
+        quality = QualityRoutes(QualityRuns(bus, paths), manager.models.keys())
         # The CLI's destination and sdist cache: a build made here is the one `modeldeck engines` lists.
         builds = EngineRoutes(EngineBuilds(bus, paths.engine_builds, paths.cache / "sdists", engines_built))
         control = ControlApi(

@@ -104,7 +104,7 @@ def test_an_unreadable_quality_card_is_left_out_and_refused_by_id(
     paths: AppPaths, caplog: pytest.LogCaptureFixture
 ) -> None:
     write_cards(quality_dir(paths), QUALITY_CARD, BAD_QUALITY)
-    runs = QualityRuns(EventBus(), quality_dir(paths))
+    runs = QualityRuns(EventBus(), paths)
     with caplog.at_level(logging.WARNING, "modeldeck.cards"):
         assert [card["id"] for card in runs.cards()] == [QUALITY_CARD["id"]]
     for name, (_, why) in BAD_QUALITY.items():

@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import psutil
 import pytest
 
@@ -116,15 +117,27 @@ BAD_REQUESTS = [
     ({"model": BUNDLED_ID, "variants": ["nope"]}, 404, "Unknown model"),
     ({"model": BUNDLED_ID, "data": "/no/such/file.txt"}, 400, "is not a file"),
     ({"model": BUNDLED_ID, "colour": "red"}, 400, "Unknown field"),
+    # What the run's child would fail on a moment later is refused before it starts, naming the field.
+    ({"model": BUNDLED_ID, "reference": "../../etc/passwd"}, 400, "`reference` must be a model id or the absolute"),
+    ({"model": BUNDLED_ID, "reference": "/no/such/model.gguf"}, 400, "Reference '/no/such/model.gguf' is neither"),
+    ({"model": BUNDLED_ID, "reference": "/etc/passwd"}, 400, "Passwd is not a readable GGUF file"),
+    ({"model": BUNDLED_ID, "variants": [BUNDLED_ID]}, 400, f"has no other variant to compare with {BUNDLED_ID}"),
 ]
 
 
-def test_bad_quality_requests_get_a_clear_error(quality_service: RunningService) -> None:
+def test_bad_quality_requests_get_a_clear_error(quality_service: RunningService, tmp_path: Path) -> None:
     client = quality_service.client
-    for body, status, words in BAD_REQUESTS:
+    not_text = tmp_path / "not-text.txt"
+    not_text.write_bytes(b"\xff\xfe text")
+    bad = [*BAD_REQUESTS, ({"model": BUNDLED_ID, "data": str(not_text)}, 400, "`data`: ")]
+    for body, status, words in bad:
         with pytest.raises(ControlError) as refused:
             client._call("POST", "/api/quality", json=body)
-        assert refused.value.status == status and words in str(refused.value), body
+        assert refused.value.status == status and words in str(refused.value), (body, str(refused.value))
+    address = client.address
+    with httpx.Client(headers={"Authorization": f"Bearer {address.token}"}, trust_env=False) as api:
+        answer = api.post(f"{address.control_url}/api/quality", json={"model": BUNDLED_ID, "reference": "/etc/passwd"})
+    assert (answer.status_code, answer.json()["error"]["param"]) == (400, "reference")
     # The body itself (read by the routes it shares with benchmarks): not JSON, no object, over the limit.
     for content, status, words in [
         (b"{not json", 400, "The body must be JSON."),

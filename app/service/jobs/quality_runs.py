@@ -7,6 +7,7 @@ run's state, published as `quality` events (chunk progress a few times a second,
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import Collection
@@ -15,12 +16,16 @@ from pathlib import Path
 from typing import Any
 
 from app.card_files import read_saved_card
-from app.quality.card import QualityCard, compare_rows, saved_cards
+from app.paths import AppPaths
+from app.quality.card import QualityCard, compare_rows, quality_dir, saved_cards
 from app.quality.measure import MAX_TOKENS, MIN_TOKENS
+from app.quality.run import RunRequest, SetupError, check
+from app.quality.text import TextError
 from app.self_command import modeldeck_command
 from app.service.events import EventBus
 from app.service.jobs import child_jobs
 from app.service.jobs.child_jobs import ChildJobs, ChildJobWords, RunState, request_body
+from app.service.jobs.downloads import sentence
 
 log = logging.getLogger("modeldeck.quality")
 
@@ -76,6 +81,10 @@ class QualityRequest:
         if isinstance(tokens, bool) or not isinstance(tokens, int) or not MIN_TOKENS <= tokens <= MAX_TOKENS:
             raise BadQualityRequest(f"`tokens` must be a whole number from {MIN_TOKENS} to {MAX_TOKENS}.", "tokens")
         reference = None if body.get("reference") is None else _text(body["reference"], "reference")
+        if reference is not None and reference not in known_models and not Path(reference).is_absolute():
+            # A path relative to the service's folder means nothing to a client.
+            raise BadQualityRequest("`reference` must be a model id or the absolute path of a GGUF file on the "
+                                    "service's machine.", "reference")  # fmt: skip
         data = None if body.get("data") is None else _text(body["data"], "data")
         if data is not None and not Path(data).is_file():
             raise BadQualityRequest(f"`data`: {data} is not a file on the service's machine.", "data")
@@ -132,11 +141,25 @@ class QualityRun:
 
 
 class QualityRuns(ChildJobs[QualityRequest, QualityRun]):
-    """The quality runs of this service: at most one running; saved cards read from `cards_dir`."""
+    """The quality runs of this service: at most one running; saved cards read from the quality folder."""
 
-    def __init__(self, bus: EventBus, cards_dir: Path) -> None:
+    def __init__(self, bus: EventBus, paths: AppPaths) -> None:
         super().__init__(bus, QualityRun, _WORDS, QualityConflict, log, STOP_GRACE_S)
-        self._cards_dir = cards_dir
+        self._paths = paths
+        self._cards_dir = quality_dir(paths)
+
+    async def start(self, request: QualityRequest) -> QualityRun:
+        """Start a run, once the checks its child makes first have passed here: a request that could only fail
+        there (a reference that is no GGUF file, a variant of another model, no tools) is refused, not started."""
+        data = None if request.data is None else Path(request.data)
+        planned = RunRequest(request.model, request.variants, request.reference, data, request.tokens)
+        try:
+            await asyncio.to_thread(check, self._paths, planned)  # reads the library and GGUF headers
+        except SetupError as exc:
+            raise BadQualityRequest(f"{sentence(str(exc))}.", exc.param) from None
+        except TextError as exc:
+            raise BadQualityRequest(f"`data`: {exc}.", "data") from None
+        return await super().start(request)
 
     def _succeeded(self, run: QualityRun, code: int) -> bool:
         return run.card_id is not None and code == 0
