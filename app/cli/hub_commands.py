@@ -107,6 +107,9 @@ def _import(args: argparse.Namespace, paths: AppPaths) -> int:
             model_id, target = spec.id, paths.models_dir / spec.name
     except (LibraryError, ControlError) as exc:
         raise HubError(str(exc)) from exc
+    except KeyboardInterrupt:  # the copy stops and is removed: here, or in the service, which sees us go away
+        print("\nImport cancelled.", file=sys.stderr)
+        return 130
     finally:
         if client is not None:
             client.close()

@@ -163,26 +163,59 @@ def test_import_adds_a_gguf_and_refuses_a_broken_one(
     assert again.returncode == 2 and "already in the library" in again.stderr
 
 
-def test_ctrl_c_during_an_import_leaves_no_part_of_the_copy(
-    bundled_gguf: Path, tmp_path: Path, paths: AppPaths, hf_home: Path
-) -> None:
-    """A big model takes a while to copy; Ctrl-C then must not leave its first gigabytes in the models folder."""
-    source = tmp_path / "Big-Model.Q4_1.gguf"
+def big_gguf(bundled_gguf: Path, folder: Path) -> Path:
+    """A model that takes a while to copy: the bundled GGUF, its tensors followed by 8 GiB of nothing (sparse)."""
+    source = folder / "Big-Model.Q4_1.gguf"
     source.write_bytes(bundled_gguf.read_bytes())
     with source.open("r+b") as grown:
-        grown.truncate(8 << 30)  # sparse: the same GGUF, its tensors followed by 8 GiB of nothing to copy
+        grown.truncate(8 << 30)
+    return source
+
+
+def interrupt_import(source: Path, paths: AppPaths, env: dict[str, str]) -> str:
+    """`modeldeck import SOURCE`, Ctrl-C once its copy has begun; what it printed on stderr."""
     partial = paths.models_dir / f".{source.name}.partial"
-    process = subprocess.Popen([sys.executable, "-m", "app", "import", str(source)], cwd=REPO,
-                               env=env_for("http://127.0.0.1:9", hf_home), stdout=subprocess.PIPE,
-                               stderr=subprocess.PIPE)  # fmt: skip
+    process = subprocess.Popen([sys.executable, "-m", "app", "import", str(source)], cwd=REPO, env=env,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
     try:
-        wait_for(partial.exists, 60, "the copy to begin")
+        wait_for(partial.exists, 60, "the copy to begin", 0.02)
         process.send_signal(signal.SIGINT)
-        assert process.wait(timeout=60) != 0
+        _, stderr = process.communicate(timeout=60)
     finally:
         process.kill()
         process.communicate()
+    assert process.returncode == 130, stderr
+    return stderr
+
+
+def test_ctrl_c_during_an_import_leaves_no_part_of_the_copy(
+    bundled_gguf: Path, tmp_path: Path, paths: AppPaths, hf_home: Path
+) -> None:
+    """With no service the command copies itself; Ctrl-C then must not leave its first gigabytes in the models
+    folder."""
+    source = big_gguf(bundled_gguf, tmp_path)
+    said = interrupt_import(source, paths, env_for("http://127.0.0.1:9", hf_home))
+    assert said.strip().splitlines() == ["Import cancelled."]
     assert list(paths.models_dir.iterdir()) == []
+
+
+def test_ctrl_c_during_an_import_stops_the_services_copy(
+    bundled_gguf: Path, tmp_path: Path, paths: AppPaths, hf_home: Path
+) -> None:
+    """Through a running service the copy is the service's: it stops when the command goes away, rather than
+    finishing later and adding the model the person cancelled."""
+    source = big_gguf(bundled_gguf, tmp_path)
+    service = start_service_process(paths, tmp_path)
+    try:
+        said = interrupt_import(source, paths, env_for("http://127.0.0.1:9", hf_home))
+        assert said.strip().splitlines() == ["Import cancelled."]
+        partial = paths.models_dir / f".{source.name}.partial"
+        wait_for(lambda: not partial.exists(), 30, "the service to remove the partial copy")
+        assert list(paths.models_dir.iterdir()) == []
+        assert "big-model.q4_1" not in [m["id"] for m in service.client.models()]
+    finally:
+        stop_service_process(service)
+    assert service.process.returncode == 0, service.output()
 
 
 def test_hf_token_set_refuses_without_an_os_keyring(hf_home: Path) -> None:

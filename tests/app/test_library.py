@@ -4,8 +4,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from app.hub.library import BUNDLED_ID, known_models, model_id_from_filename
+from app.hub.task import Stopped, TaskState
 from app.paths import AppPaths
+from app.service.control.library_ops import COPY_BLOCK, _copy
 
 
 def test_bundled_model_is_listed(paths: AppPaths, bundled_gguf: Path) -> None:
@@ -58,3 +62,19 @@ def test_a_folder_of_the_users_lists_split_ggufs_once_and_safetensors_folders(pa
         big.path == mine / "big-Q8_0-00001-of-00003.gguf" and big.size_bytes == 6 and big.engine == "llama-cpp-python"
     )
     assert llama.path == mine / "org--llama" and llama.engine == "vllm" and llama.size_bytes == 12
+
+
+@pytest.mark.parametrize("in_kernel", [True, False], ids=["sendfile", "through-python"])
+def test_an_import_copies_whole_and_a_cancelled_one_stops_after_a_block(tmp_path: Path, in_kernel: bool) -> None:
+    source = tmp_path / "source.gguf"
+    source.write_bytes(b"GGUF" + bytes(range(256)) * 1000)
+    with source.open("r+b") as grown:
+        grown.seek(2 * COPY_BLOCK + 7)
+        grown.write(b"tail")  # three blocks, the last one short
+    _copy(source, tmp_path / "whole", None, in_kernel)
+    assert (tmp_path / "whole").read_bytes() == source.read_bytes()
+    state = TaskState()
+    state.cancel()
+    with pytest.raises(Stopped):
+        _copy(source, tmp_path / "stopped", state, in_kernel)
+    assert (tmp_path / "stopped").stat().st_size == COPY_BLOCK

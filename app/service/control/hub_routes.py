@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import asyncio
 import os
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from app.api_types import DownloadRecord
 from app.hub.cache import UnsafeName, check_repo_id
@@ -20,6 +21,7 @@ from app.hub.library import ModelSpec, pulled_spec
 from app.hub.pull import PullRequest, all_variants, choose_variant
 from app.hub.pulled import PulledModel
 from app.hub.remote_header import HeaderCache, read_remote_header
+from app.hub.task import Stopped, TaskState
 from app.hub.token import read_token
 from app.paths import AppPaths
 from app.planner.facts import facts_from_gguf
@@ -43,11 +45,13 @@ from app.service.control.recommend_variant import (
 from app.service.engines import EngineManager
 from app.service.events import EventBus
 from app.service.http.api import MAX_BODY, ApiError, Query, query_text, query_whole, read_json_object
-from app.service.http.asgi import Receive, Send, send_error, send_json
+from app.service.http.asgi import Receive, Send, send_error, send_json, wait_disconnect
 from app.service.http.routes import Route
 from app.service.jobs.downloads import DownloadConflict, Downloads, sentence
 from engines.gguf import GGUFError, GGUFInfo
 from engines.states import ACTIVE_STATES
+
+T = TypeVar("T")
 
 SORTS: tuple[Sort, ...] = ("downloads", "likes", "recent")
 MAX_LIMIT = 100
@@ -120,7 +124,9 @@ class HubRoutes:
             case "GET", ["api", "library"]:
                 await send_json(send, 200, await self._library())
             case "POST", ["api", "library", "import"]:
-                await send_json(send, 201, await self._import(await _json_body(receive)))
+                imported = await self._import(await _json_body(receive), receive)
+                if imported is not None:
+                    await send_json(send, 201, imported)
             case "POST", ["api", "library", model_id, "verify"]:
                 spec = self._spec(model_id)
                 verdict = await asyncio.to_thread(lambda: verify(spec, pulled_by_id(self._paths).get(model_id)))
@@ -235,13 +241,20 @@ class HubRoutes:
             self._manager.models.pop(spec.id, None)
         self.publish_models()
 
-    async def _import(self, body: dict[str, Any]) -> dict[str, Any]:
+    async def _import(self, body: dict[str, Any], receive: Receive) -> dict[str, Any] | None:
+        """The imported model's record; None when the client went away first (Ctrl-C in `modeldeck import`) and
+        the copy was stopped and removed."""
         path = body.get("path")
         if not isinstance(path, str) or not path:
             raise ApiError(400, 'Send {"path": "/full/path/to/MODEL.gguf"}.')
         async with self._lock:
-            link = body.get("link") is True
-            spec = await asyncio.to_thread(import_gguf, Path(path), self._paths, set(self._manager.models), link)
+            link, taken = body.get("link") is True, set(self._manager.models)
+            try:
+                spec = await _while_connected(
+                    lambda state: import_gguf(Path(path), self._paths, taken, link, state), receive
+                )
+            except Stopped:
+                return None
             self._manager.models[spec.id] = spec
         self.publish_models()
         return {"id": spec.id, "name": spec.name, "path": str(spec.path), "size_on_disk": spec.size_bytes}
@@ -261,6 +274,22 @@ class HubRoutes:
         if spec is None:
             raise LibraryError(404, f"No model {model_id!r} in the library.")
         return spec
+
+
+async def _while_connected(work: Callable[[TaskState], T], receive: Receive) -> T:
+    """`work` on a thread, cancelled through its TaskState when the client disconnects or this task is cancelled
+    (the service stopping). The thread is waited for either way, so that what it cleans up is gone on return."""
+    state = TaskState()
+    job = asyncio.ensure_future(asyncio.to_thread(work, state))
+    gone = asyncio.ensure_future(wait_disconnect(receive))
+    try:
+        await asyncio.wait({job, gone}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        gone.cancel()
+        if not job.done():
+            state.cancel()
+            await asyncio.wait({job})
+    return job.result()
 
 
 async def _json_body(receive: Receive) -> dict[str, Any]:
