@@ -3,8 +3,8 @@
 Why not aiohttp or httpx: setting up one request in either costs more CPU than the rest of the gateway's work
 on it (docs/ARCHITECTURE.md, "The proxy stack"). The servers behind the gateway
 are ones ModelDeck starts on loopback, or OpenAI-style servers the user named on this machine, so this needs
-only POST with a body, answers with Content-Length or chunked, and keep-alive. httptools (already under
-uvicorn) parses the answers.
+only POST with a body, answers with Content-Length, chunked or ended by closing (HTTP/1.0), and keep-alive.
+httptools (already under uvicorn) parses the answers.
 """
 
 from __future__ import annotations
@@ -213,6 +213,7 @@ class _Connection(asyncio.Protocol):
         self.paused = False
         self.received = False  # any byte of the current answer
         self._keep_alive = False  # the current answer leaves the connection open
+        self._ends_at_close = False  # the current answer's body has no length or chunks: closing ends it
         self._limits: AnswerLimits | None = None  # of the current answer
         self._size = self._head_size = 0
         self._last_read = self._deadline = 0.0
@@ -242,6 +243,10 @@ class _Connection(asyncio.Protocol):
                 response._wake()
 
     def eof_received(self) -> bool:
+        # httptools cannot be told of the end of the stream (llhttp_finish), which is what ends such a body.
+        response = self._response
+        if self._ends_at_close and response is not None and response.status and not response.complete:
+            self.on_message_complete()
         return False  # close our side too
 
     def connection_lost(self, exc: Exception | None) -> None:
@@ -360,6 +365,8 @@ class _Connection(asyncio.Protocol):
         # Read here: once the message is complete, the parser has moved on to the next one.
         self._keep_alive = self._parser.should_keep_alive()
         if self._response is not None:
+            framing = (b"content-length", b"transfer-encoding")
+            self._ends_at_close = not any(name in framing for name, _ in self._response.headers)
             self._response.status = self._parser.get_status_code()
             self._response._wake()
 
