@@ -18,7 +18,7 @@ from app.api_types import EndpointRecord
 from app.cli.models import start_and_wait
 from app.cli.numbers import positive
 from app.cli.service_link import service_on_demand
-from app.client import ControlError, stream_chat
+from app.client import ControlError, ServiceUnavailable, stream_chat
 from app.paths import AppPaths
 
 COMMAND = "run"
@@ -94,7 +94,8 @@ class Answer:
 
 def _answer(endpoint: EndpointRecord, model_id: str, messages: list[dict[str, str]], max_tokens: int) -> Answer:
     """Stream one answer to stdout; Ctrl-C stops it (what was written stays on the screen), and so does an engine
-    failing under way, said on stderr. A request refused before its answer began raises ControlError."""
+    failing under way, said on stderr. A request refused before its answer began raises ControlError; the service
+    gone raises ServiceUnavailable, after ending the line of what was written."""
     stream = stream_chat(endpoint, model_id, messages, max_tokens)
     pieces: list[str] = []
     try:
@@ -113,6 +114,10 @@ def _answer(endpoint: EndpointRecord, model_id: str, messages: list[dict[str, st
         print(flush=True)
         print(f"(cut short: {exc})", file=sys.stderr, flush=True)
         return Answer("".join(pieces), failed=True)
+    except ServiceUnavailable:
+        if pieces:
+            print(flush=True)
+        raise
     print(flush=True)
     return Answer("".join(pieces))
 

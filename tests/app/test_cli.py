@@ -276,3 +276,64 @@ def test_a_file_in_the_way_of_a_folder_is_one_line_and_stays(modeldeck_home: Pat
     assert "Traceback" not in key.stderr + imported.stderr
     assert (modeldeck_home / "config").read_text() == "mine"
     assert (modeldeck_home / "data" / "models").read_text() == "mine too"
+
+
+class _HeldStreamHandler(BaseHTTPRequestHandler):
+    """A server of --upstream that sends the first words of an answer, then holds the rest until told."""
+
+    protocol_version = "HTTP/1.1"
+    release = threading.Event()
+
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+    def do_GET(self) -> None:
+        body = json.dumps({"object": "list", "data": [{"id": "held", "object": "model"}]}).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def do_POST(self) -> None:
+        self.rfile.read(int(self.headers["Content-Length"]))
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.send_header("Connection", "close")
+        self.end_headers()
+        first = json.dumps({"choices": [{"index": 0, "delta": {"content": "Hello"}}]})
+        self.wfile.write(f"data: {first}\n\n".encode())
+        self.wfile.flush()
+        self.release.wait(60)
+
+
+def test_the_service_dying_mid_answer_ends_the_answer_then_says_so_on_its_own_line(
+    paths: AppPaths, tmp_path: Path
+) -> None:
+    """The error was printed on the line of the answer ("Hellomodeldeck: The chat stream ended: …")."""
+    upstream = ThreadingHTTPServer(("127.0.0.1", 0), _HeldStreamHandler)
+    thread = threading.Thread(target=upstream.serve_forever, daemon=True)
+    thread.start()
+    service = start_service_process(paths, tmp_path, "--upstream", f"held=http://127.0.0.1:{upstream.server_port}")
+    run = subprocess.Popen(
+        [sys.executable, "-m", "app", "run", "held", "Say hello."], cwd=REPO, text=True,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    )  # fmt: skip
+    assert run.stdout is not None
+    try:
+        assert run.stdout.read(5) == "Hello"  # the answer has begun
+        service.process.kill()
+        out, err = run.communicate(timeout=60)
+    finally:
+        _HeldStreamHandler.release.set()
+        if run.poll() is None:
+            run.kill()
+            run.wait()
+        stop_service_process(service)
+        upstream.shutdown()
+        upstream.server_close()
+        thread.join(timeout=10)
+    assert run.returncode == 1, err
+    assert "Hello" + out == "Hello\n", err  # the answer as far as it went, its line ended
+    assert "Traceback" not in err
+    assert err.startswith("modeldeck: The chat stream ended: ") and len(err.splitlines()) == 1, err
