@@ -34,6 +34,8 @@ def add_export_command(commands: Any) -> None:
         help="write the deployment and its plan.json here (default: print only the deployment, for `kubectl apply "
         "-f -`, `helm install -f -` or `sh`)",
     )  # fmt: skip
+    export.add_argument("--force", action="store_true",
+                        help="replace files in --out DIR that differ from what this export writes")  # fmt: skip
     export.add_argument("--gpu-memory", type=size_argument(default_unit=2**30), default=80 * 2**30, metavar="SIZE",
                         help="memory of each GPU of the cluster (80G)")  # fmt: skip
     export.add_argument("--gpus-per-node", type=int, default=8, metavar="N", help="GPUs in each node (8)")
@@ -50,7 +52,7 @@ def add_export_command(commands: Any) -> None:
 
 def run_export(args: argparse.Namespace, paths: AppPaths) -> int:
     from app.cli.hub_commands import endpoint
-    from app.export import ExportError, ExportOptions, load_deployment, render, write
+    from app.export import ExportError, ExportOptions, differing, load_deployment, render, write
     from app.hardware.profile import HardwareProfile
     from app.hub.errors import HubError
     from app.planner.cluster import ClusterPlanError, ClusterTarget, target_from_profile
@@ -75,6 +77,9 @@ def run_export(args: argparse.Namespace, paths: AppPaths) -> int:
     if args.out is None:
         return _print_deployment(files, args.fmt)
     try:
+        if (changed := differing(files, args.out)) and not args.force:
+            print(f"modeldeck: {_kept(changed)}", file=sys.stderr)
+            return 2
         written = write(files, args.out)
     except OSError as exc:
         print(f"modeldeck: cannot write into {args.out}: {exc}", file=sys.stderr)
@@ -82,6 +87,13 @@ def run_export(args: argparse.Namespace, paths: AppPaths) -> int:
     for path in written:
         print(path)
     return 0
+
+
+def _kept(changed: list[Path]) -> str:
+    names = ", ".join(str(path) for path in changed)
+    one = len(changed) == 1
+    return (f"{names} {'differs' if one else 'differ'} from what this export writes (edited since?): nothing is "
+            f"written; give --force to replace {'it' if one else 'them'}")  # fmt: skip
 
 
 def _print_deployment(files: dict[str, str], fmt: str) -> int:

@@ -10,6 +10,7 @@ from pathlib import Path
 from app.export import docker, helm, kubernetes, ray
 from app.export.deployment import Deployment, ExportError
 from app.export.source import ExportOptions, load_deployment
+from engines.atomic_files import write_atomically
 
 FORMATS: dict[str, Callable[[Deployment], dict[str, str]]] = {
     "docker": docker.render,
@@ -27,17 +28,28 @@ def render(deployment: Deployment, fmt: str) -> dict[str, str]:
     return {**files, "plan.json": json.dumps(deployment.to_dict(), indent=2) + "\n"}
 
 
+def differing(files: dict[str, str], out_dir: Path) -> list[Path]:
+    """The files already in `out_dir` whose content is not what `write` would put there (edited by hand, or from
+    another export). Raises OSError."""
+    return [
+        out_dir / name for name, text in files.items() if (out_dir / name).exists() and not _holds(out_dir / name, text)
+    ]
+
+
 def write(files: dict[str, str], out_dir: Path) -> list[Path]:
-    """Write the files into `out_dir` (created if missing), scripts executable. Raises OSError."""
-    out_dir.mkdir(parents=True, exist_ok=True)
+    """Write the files into `out_dir` (created if missing), scripts executable; one that holds its content already
+    is left as it is. Raises OSError."""
     written = []
     for name, text in files.items():
         target = out_dir / name
-        target.write_text(text, encoding="utf-8")
-        if name.endswith(".sh"):
-            target.chmod(0o755)
+        if not (target.exists() and _holds(target, text)):
+            write_atomically(target, text, 0o777 if name.endswith(".sh") else 0o666)
         written.append(target)
     return written
 
 
-__all__ = ["FORMATS", "Deployment", "ExportError", "ExportOptions", "load_deployment", "render", "write"]
+def _holds(path: Path, text: str) -> bool:
+    return path.read_bytes() == text.encode("utf-8")
+
+
+__all__ = ["FORMATS", "Deployment", "ExportError", "ExportOptions", "differing", "load_deployment", "render", "write"]

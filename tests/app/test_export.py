@@ -519,3 +519,29 @@ def test_export_for_nodes_like_a_recorded_machine(tmp_path: Path, capsys: pytest
     code, _, err = run_cli(["export", str(folder), "--format", "ray", "--hardware", str(tmp_path / "broken.json")],
                            capsys)  # fmt: skip
     assert code == 2 and "modeldeck:" in err
+
+
+def test_export_again_into_a_folder_keeps_edited_files_unless_forced(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A second export overwrote compose.yaml (and the rest) without a word: a person's edits to it were lost."""
+    folder = model_folder(tmp_path, "llama-8b", LLAMA_8B, {"BF16": 8_030_261_248})
+    out = tmp_path / "out"
+    export = ["export", str(folder), "--format", "docker", "--out", str(out)]
+    code, _, err = run_cli(export, capsys)
+    assert code == 0, err
+    compose = out / "compose.yaml"
+    written = compose.read_text()
+    code, printed, err = run_cli(export, capsys)  # the same files again: nothing to refuse
+    assert code == 0 and err == "" and str(compose) in printed
+    compose.write_text(written + "# mine\n")
+    code, printed, err = run_cli(export, capsys)
+    assert code == 2 and printed == ""
+    assert err == (
+        f"modeldeck: {compose} differs from what this export writes (edited since?): nothing is written; "
+        "give --force to replace it\n"
+    )
+    assert compose.read_text() == written + "# mine\n"
+    code, printed, err = run_cli([*export, "--force"], capsys)
+    assert code == 0, err
+    assert compose.read_text() == written and str(compose) in printed
