@@ -11,7 +11,7 @@ import logging
 import os
 import re
 import typing
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -121,9 +121,23 @@ def read_saved_card(
         raise bad(f"The card {card_id!r} cannot be read: {_reason(exc)}") from None
 
 
+def load_named(references: Sequence[str], load: Callable[[str], CardT]) -> list[CardT]:
+    """The cards named on a command line (paths or ids), each read by `load`; ValueError naming the first that
+    cannot be read, and why."""
+    cards = []
+    for reference in references:
+        try:
+            cards.append(load(reference))
+        except UNREADABLE as exc:
+            raise ValueError(f"cannot read the card {reference}: {_reason(exc)}") from None
+    return cards
+
+
 def _reason(exc: BaseException) -> str:
     if isinstance(exc, UnicodeDecodeError):
         return "it is not UTF-8 text"
+    if isinstance(exc, json.JSONDecodeError):
+        return f"it is not JSON ({exc})"
     if isinstance(exc, RecursionError):
         return "its JSON is nested too deeply"
     return (exc.strerror if isinstance(exc, OSError) else None) or str(exc)
@@ -136,5 +150,5 @@ def side_by_side(rows: list[tuple[str, str, str]]) -> str:
     return "\n".join(f"{name:<{width}}  {left:>{column}}  {right}" for name, left, right in rows) + "\n"
 
 
-__all__ = ["CARD_ID", "MAX_LISTED", "UNREADABLE", "CardSaveError", "card_file", "id_part",
+__all__ = ["CARD_ID", "MAX_LISTED", "UNREADABLE", "CardSaveError", "card_file", "id_part", "load_named",
            "read_card", "read_saved_card", "saved_cards", "side_by_side", "write_card"]  # fmt: skip

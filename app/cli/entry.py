@@ -440,13 +440,13 @@ def _bench(args: argparse.Namespace, paths: AppPaths) -> int:
     from app.bench.card import compare, load_card, results_table, turns_table
     from app.bench.progress import CardSaved, SweepEvent, event_json
     from app.bench.sweep import SweepError, SweepOptions, level_line, parse_concurrency, run_sweep
-    from app.card_files import UNREADABLE, CardSaveError
+    from app.card_files import CardSaveError, load_named
 
     if args.compare:
         try:
-            cards = [load_card(reference, paths.bench_dir) for reference in args.compare]
-        except UNREADABLE as exc:
-            print(f"modeldeck: cannot read the card: {exc}", file=sys.stderr)
+            cards = load_named(args.compare, lambda reference: load_card(reference, paths.bench_dir))
+        except ValueError as exc:
+            print(f"modeldeck: {exc}", file=sys.stderr)
             return 2
         print(compare(*cards), end="")
         return 0

@@ -66,7 +66,7 @@ def _in_thread(work: Callable[[], T], state: TaskState) -> T:
 
 
 def _quality(args: argparse.Namespace, paths: AppPaths) -> int:
-    from app.card_files import UNREADABLE, CardSaveError
+    from app.card_files import CardSaveError, load_named
     from app.quality.card import compare, load_card, quality_dir, results_table
     from app.quality.measure import Layout, QualityError
     from app.quality.run import RunRequest, SetupError, prepare, run_quality
@@ -74,9 +74,9 @@ def _quality(args: argparse.Namespace, paths: AppPaths) -> int:
 
     if args.compare:
         try:
-            cards = [load_card(reference, quality_dir(paths)) for reference in args.compare]
-        except UNREADABLE as exc:
-            return _fail(f"cannot read the card: {exc}")
+            cards = load_named(args.compare, lambda reference: load_card(reference, quality_dir(paths)))
+        except ValueError as exc:
+            return _fail(str(exc))
         print(compare(*cards), end="")
         return 0
     if not args.model:

@@ -156,7 +156,24 @@ def test_comparing_with_an_unreadable_card_on_the_command_line_says_why(paths: A
     for kind, good, bad in (("bench", BENCH_CARD, "model-empty"), ("quality", QUALITY_CARD, "text-empty")):
         done = modeldeck(kind, "--compare", good["id"], bad, timeout=120)
         assert done.returncode == 2 and done.stdout == "", done.stderr
-        assert done.stderr == f"modeldeck: cannot read the card: {(BAD_BENCH | BAD_QUALITY)[bad][1]}\n"
+        assert done.stderr == f"modeldeck: cannot read the card {bad}: {(BAD_BENCH | BAD_QUALITY)[bad][1]}\n"
+
+
+def test_comparing_with_a_card_file_that_is_no_json_names_it(paths: AppPaths, tmp_path: Path) -> None:
+    """It said "cannot read the card: Expecting value: line 1 column 1 (char 0)", not which of the two."""
+    write_cards(paths.bench_dir, BENCH_CARD, {})
+    write_cards(quality_dir(paths), QUALITY_CARD, {})
+    mangled = tmp_path / "mangled.json"
+    mangled.write_text("| concurrency | output tok/s |\n")  # the Markdown card, say, saved as its JSON
+    (paths.bench_dir / "by-id.json").write_text("")
+    (quality_dir(paths) / "by-id.json").write_text("")
+    for kind, good in (("bench", BENCH_CARD), ("quality", QUALITY_CARD)):
+        for bad in (str(mangled), "by-id"):
+            done = modeldeck(kind, "--compare", good["id"], bad, timeout=120)
+            assert done.returncode == 2 and done.stdout == "", done.stderr
+            assert done.stderr == (
+                f"modeldeck: cannot read the card {bad}: it is not JSON (Expecting value: line 1 column 1 (char 0))\n"
+            )
 
 
 def test_recommend_reads_past_an_unreadable_quality_card(paths: AppPaths) -> None:
