@@ -19,7 +19,7 @@ import sys
 import urllib.parse
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from app.api_types import ModelState
 from app.bench.prompts import DEFAULT_PROMPT_MODE, DEFAULT_TURNS, PROMPT_MODES
@@ -46,6 +46,9 @@ from app.planner.recommend import USES
 from app.settings import MAX_LOSS_PCT, LoadedSettings, load_settings, origin_problem, with_models_dir
 from app.version import provenance
 from engines.logs import PrivateRotatingFileHandler
+
+if TYPE_CHECKING:
+    from app.bench.card import LevelResult
 
 
 def _upstream(text: str) -> tuple[str, str]:
@@ -438,7 +441,7 @@ def _recommend(args: argparse.Namespace, paths: AppPaths) -> int:
 
 def _bench(args: argparse.Namespace, paths: AppPaths) -> int:
     from app.bench.card import compare, load_card, results_table, turns_table
-    from app.bench.progress import CardSaved, SweepEvent, event_json
+    from app.bench.progress import CardSaved, LevelDone, SweepEvent, event_json
     from app.bench.sweep import SweepError, SweepOptions, level_line, parse_concurrency, run_sweep
     from app.card_files import CardSaveError, load_named
 
@@ -465,7 +468,11 @@ def _bench(args: argparse.Namespace, paths: AppPaths) -> int:
         print("The ModelDeck service is not running (start it with `modeldeck serve`).", file=sys.stderr)
         return 1
 
+    measured: list[LevelResult] = []
+
     def progress(event: SweepEvent) -> None:
+        if isinstance(event, LevelDone):
+            measured.append(event.result)
         line = event_json(event) if args.progress_jsonl else None if args.json else level_line(event)
         if line is not None:
             print(line, flush=True)
@@ -475,6 +482,9 @@ def _bench(args: argparse.Namespace, paths: AppPaths) -> int:
     except SweepError as exc:
         print(f"modeldeck: {exc}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        _print_interrupted(args, measured, len(options.concurrency))
+        return 130
     finally:
         client.close()
     try:
@@ -493,6 +503,24 @@ def _bench(args: argparse.Namespace, paths: AppPaths) -> int:
         print("\n".join(["", *results_table(card.results), *(["", *turns] if turns else []), "",
                          f"Card: {md_path}", f"      {json_path}"]))  # fmt: skip
     return 0 if all(level.errors == 0 for level in card.results) else 1
+
+
+def _print_interrupted(args: argparse.Namespace, measured: list[LevelResult], levels: int) -> None:
+    """The levels a sweep stopped by Ctrl-C measured (as the card would have them), marked as interrupted; the
+    card is not saved: its parameters say what was asked, and only part of it ran."""
+    from dataclasses import asdict
+
+    from app.bench.card import results_table, turns_table, with_gains
+
+    measured = with_gains(measured)
+    if args.json and not args.progress_jsonl:  # --progress-jsonl printed each level as it came
+        print(
+            json.dumps({"model": args.model, "interrupted": True, "results": [asdict(r) for r in measured]}, indent=2)
+        )
+    elif measured and not args.progress_jsonl:
+        turns = turns_table(measured)
+        print("\n".join(["", *results_table(measured), *(["", *turns] if turns else [])]))
+    print(f"modeldeck: interrupted after {len(measured)} of {levels} levels: no card is saved", file=sys.stderr)
 
 
 def _system_refusal(error: OSError) -> str:

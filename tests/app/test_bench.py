@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 import sys
 import threading
@@ -122,3 +124,80 @@ def test_a_level_whose_requests_fail_says_why(paths: AppPaths, tmp_path: Path) -
     line = done.stdout.splitlines()[0]
     assert line.startswith("concurrency    1:      0.0 output tok/s, 2 errors of 2 (the first: HTTP 503")
     assert "out of memory" in line
+
+
+class _HeldSecondLevel(_RefusingStreams):
+    """A server ModelDeck serves with --upstream: it streams a short answer to the warm-up and the first level's
+    requests, and holds every later one (the second level) until `release`, with `holding` set."""
+
+    answered = 0  # streamed requests before the second level: the warm-up, and the first level's two
+    holding = threading.Event()
+    release = threading.Event()
+    lock = threading.Lock()
+
+    def do_GET(self) -> None:
+        self._send(200, {"object": "list", "data": [{"id": "slow", "object": "model"}]})
+
+    def do_POST(self) -> None:
+        request = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        if not request.get("stream"):  # the prompt count
+            self._send(200, {"choices": [{"index": 0, "message": {"role": "assistant", "content": "a"}}],
+                             "usage": {"prompt_tokens": 20, "completion_tokens": 1, "total_tokens": 21}})  # fmt: skip
+            return
+        with self.lock:
+            cls = type(self)
+            hold = cls.answered >= 3
+            cls.answered += 0 if hold else 1
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.send_header("Connection", "close")
+        self.end_headers()
+        if hold:
+            self.holding.set()
+            self.release.wait(60)
+            return
+        for word in ("a", " b", " c"):
+            chunk = json.dumps({"choices": [{"index": 0, "delta": {"content": word}}]})
+            self.wfile.write(f"data: {chunk}\n\n".encode())
+        self.wfile.write(b"data: [DONE]\n\n")
+
+
+@pytest.mark.parametrize("as_json", [False, True])
+def test_ctrl_c_prints_the_levels_measured_and_saves_no_card(as_json: bool, paths: AppPaths, tmp_path: Path) -> None:
+    """Ctrl-C exited 130 and printed nothing of the levels measured (with --json, nothing at all)."""
+    _HeldSecondLevel.answered = 0
+    _HeldSecondLevel.holding.clear()
+    _HeldSecondLevel.release.clear()
+    upstream = ThreadingHTTPServer(("127.0.0.1", 0), _HeldSecondLevel)
+    thread = threading.Thread(target=upstream.serve_forever, daemon=True)
+    thread.start()
+    service = start_service_process(paths, tmp_path, "--upstream", f"slow=http://127.0.0.1:{upstream.server_port}")
+    bench = subprocess.Popen(
+        [sys.executable, "-m", "app", "bench", "slow", "--concurrency", "1,2", "--requests", "2", "--prompt-tokens",
+         "64", "--output-tokens", "4", *(["--json"] if as_json else [])],
+        cwd=REPO, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        # As from a terminal, even where the suite runs as a background job with SIGINT ignored
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )  # fmt: skip
+    try:
+        assert _HeldSecondLevel.holding.wait(120), "the second level never began"
+        bench.send_signal(signal.SIGINT)
+        out, err = bench.communicate(timeout=60)
+    finally:
+        _HeldSecondLevel.release.set()
+        if bench.poll() is None:
+            bench.kill()
+            bench.wait()
+        stop_service_process(service)
+        upstream.shutdown()
+        upstream.server_close()
+        thread.join(timeout=10)
+    assert bench.returncode == 130, err
+    assert err == "modeldeck: interrupted after 1 of 2 levels: no card is saved\n"
+    if as_json:
+        printed = json.loads(out)
+        assert printed["interrupted"] is True and printed["model"] == "slow"
+        assert [(level["concurrency"], level["completed"]) for level in printed["results"]] == [(1, 2)]
+    else:
+        assert out.startswith("concurrency    1:") and "| 1 |" in out and "| 2 |" not in out
+    assert not paths.bench_dir.exists() or not os.listdir(paths.bench_dir)
