@@ -118,7 +118,12 @@ def pull(
     if models_dir is not None:
         folder = FolderStore(models_dir, folder_for_repo(request.repo_id) if variant.name == SAFETENSORS else None)
     store: Path | Store = folder or cache_dir
-    files = download_files(remote, store, state, token=token, endpoint=endpoint, retry=retry, free_bytes=free_bytes)
+    try:
+        files = download_files(remote, store, state, token=token, endpoint=endpoint, retry=retry, free_bytes=free_bytes)
+    except KeyboardInterrupt:  # Ctrl-C on the command line (the service stops a pull through `state`)
+        if folder is not None:
+            folder.set_aside(remote, state.placed, state.made_folder)
+        raise
     try:
         return _register(request, variant, remote, files, paths)
     except HubError:

@@ -7,6 +7,7 @@ and the final place of the verified bytes; `publish` then makes the file visible
 from __future__ import annotations
 
 import errno
+import os
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -92,6 +93,19 @@ class FolderStore:
         subfolder once that is empty; nothing the job did not put here."""
         for filename in placed:
             self._final(filename).unlink(missing_ok=True)
+        self._remove_subfolder(made_folder)
+
+    def set_aside(self, files: Iterable[RemoteFile], placed: Iterable[str], made_folder: bool) -> None:
+        """Move the files a stopped job placed back to their partials, whole: no part of a model stays where the
+        library looks, and the next pull verifies and places them again without fetching them twice. The
+        subfolder it made goes once empty; nothing the job did not put here moves."""
+        ours = set(placed)
+        for file in files:
+            if file.filename in ours and self.final(file).is_file():
+                os.replace(self.final(file), self.incomplete(file))
+        self._remove_subfolder(made_folder)
+
+    def _remove_subfolder(self, made_folder: bool) -> None:
         if made_folder and self.subfolder:
             try:
                 (self.root / self.subfolder).rmdir()

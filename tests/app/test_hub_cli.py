@@ -7,12 +7,14 @@ import random
 import signal
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
 
 from app.hub.cache import RepoCache
 from app.hub.pulled import load_pulled
+from app.hub.stores import PARTIAL_DIR
 from app.paths import AppPaths
 from tests.support.hub_server import FakeHub, add_repo, sha256
 from tests.support.service import REPO, free_port, start_service_process, stop_service_process
@@ -353,3 +355,63 @@ def test_search_show_and_pull_a_safetensors_model_for_vllm(hub: FakeHub, hf_home
     [model] = load_pulled(paths)
     assert sorted(p.name for p in model.path.iterdir()) == WANTED
     assert str(model.path) in modeldeck("models", env=env).stdout
+
+
+@pytest.mark.parametrize("users_copy", [False, True])
+def test_ctrl_c_during_a_pull_into_a_models_dir_takes_back_the_files_it_placed(
+    users_copy: bool, hub: FakeHub, hf_home: Path, tmp_path: Path, paths: AppPaths
+) -> None:
+    """A model pulled into a models folder and stopped with Ctrl-C left the files already placed there, part of a
+    model. They go back among the partials (the next pull places them again, fetching nothing twice), with the
+    model's subfolder when the pull made it; a file that was there before the pull stays."""
+    from tests.app.test_hub_safetensors import WANTED, model_files
+
+    files = model_files()
+    add_repo(hub, "org/tiny-llama", files, tags=("safetensors", "text-generation"))
+    mine = tmp_path / "my models"
+    folder = mine / "org--tiny-llama"
+    if users_copy:
+        folder.mkdir(parents=True)
+        (folder / "config.json").write_bytes(files["config.json"])
+    held, release = threading.Event(), threading.Event()
+
+    def hold(name: str) -> None:  # the shards and the small files before it arrive and are placed; this one waits
+        if name == "tokenizer.json":
+            held.set()
+            release.wait(60)
+
+    hub.faults.before_last_chunk = hold
+    log = tmp_path / "first.log"
+    with log.open("wb") as out:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "app", "pull", "org/tiny-llama", "--models-dir", str(mine)], stdout=out,
+            stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=REPO, env=env_for(hub.url, hf_home),
+            # As from a terminal, even where the suite runs as a background job with SIGINT ignored
+            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+        )  # fmt: skip
+    try:
+        assert held.wait(60), log.read_text()
+        assert (folder / "model-00002-of-00002.safetensors").is_file()  # placed
+        process.send_signal(signal.SIGINT)
+        assert process.wait(timeout=30) == 130, log.read_text()
+    finally:
+        hub.faults.before_last_chunk = None
+        release.set()
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    assert "run the same command to resume" in log.read_text()
+    if users_copy:
+        assert [p.name for p in folder.iterdir()] == ["config.json"]
+        assert (folder / "config.json").read_bytes() == files["config.json"]
+    else:
+        assert not folder.exists()
+    assert [p.name for p in mine.iterdir()] == [PARTIAL_DIR] + (["org--tiny-llama"] if users_copy else [])
+    assert load_pulled(paths) == []
+    resumed = modeldeck("pull", "org/tiny-llama", "--models-dir", str(mine), env=env_for(hub.url, hf_home))
+    assert resumed.returncode == 0, resumed.stderr
+    assert sorted(p.name for p in folder.iterdir()) == WANTED
+    for name in (n for n in WANTED if n != "tokenizer.json"):  # fetched once, and the user's copy not at all
+        assert hub.bytes_sent(name) == (0 if users_copy and name == "config.json" else len(files[name])), name
+    [model] = load_pulled(paths)
+    assert model.path == folder
