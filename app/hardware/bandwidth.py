@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 
 from app.bounded_json import load_json
+from engines.atomic_files import write_atomically
 
 log = logging.getLogger("modeldeck.hardware")
 
@@ -47,8 +48,7 @@ def cached_memory_bandwidth(cache_file: Path, machine_key: str) -> float | None:
         log.warning("not enough free memory to measure memory bandwidth")
         return None
     try:
-        cache_file.parent.mkdir(parents=True, exist_ok=True)
-        cache_file.write_text(json.dumps({"machine": machine_key, "bytes_per_second": bandwidth}), encoding="utf-8")
+        write_atomically(cache_file, json.dumps({"machine": machine_key, "bytes_per_second": bandwidth}))
     except OSError as exc:
         log.warning("cannot cache memory bandwidth in %s: %s", cache_file, exc)
     return bandwidth
