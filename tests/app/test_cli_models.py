@@ -239,6 +239,7 @@ def test_start_with_overrides_then_stop_all(shared_service: RunningService) -> N
 
 
 def test_start_refuses_bad_values_with_the_service_reason(shared_service: RunningService) -> None:
+    assert modeldeck("stop", "--all").returncode == 0  # whatever an earlier test left running
     small = modeldeck("start", BUNDLED_ID, "--context", "10")
     assert small.returncode == 1
     assert small.stderr.startswith("modeldeck: ") and "context" in small.stderr and len(small.stderr.splitlines()) == 1
