@@ -268,7 +268,7 @@ def _calibrate(target: _Target, options: SweepOptions) -> tuple[int | None, Prom
 def parse_concurrency(text: str) -> tuple[int, ...]:
     """ "1,4,16" -> (1, 4, 16); each level a whole number from 1 to 4096."""
     parts = [part.strip() for part in text.split(",") if part.strip()]
-    if not parts or any(not part.isdigit() or not 1 <= int(part) <= MAX_CONCURRENCY for part in parts):
+    if not parts or any(not part.isdecimal() or not 1 <= int(part) <= MAX_CONCURRENCY for part in parts):
         raise ValueError(f"concurrency levels must be whole numbers from 1 to {MAX_CONCURRENCY}, got {text!r}")
     return tuple(int(part) for part in parts)
 

@@ -3,6 +3,8 @@ one line naming the flag or the variable, and in the benchmark options the servi
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from app.bench.sweep import SweepOptions
@@ -123,6 +125,18 @@ def test_counts_that_cannot_work_are_refused(
     capsys: pytest.CaptureFixture[str], argv: list[str], flag: str, words: str
 ) -> None:
     assert f"argument {flag}: {words}" in refusal(capsys, *argv)
+
+
+@pytest.mark.parametrize("levels", ["\N{SUPERSCRIPT TWO}", "1,2\N{SUPERSCRIPT TWO}"])  # digits int() cannot read
+def test_bench_refuses_concurrency_levels_that_are_no_whole_numbers(levels: str) -> None:
+    result = modeldeck("bench", "m", "--concurrency", levels)
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines() == [
+        f"modeldeck: concurrency levels must be whole numbers from 1 to 4096, got {levels!r}"
+    ]
+    with pytest.raises(BadBenchRequest, match="concurrency levels must be whole numbers") as refused:
+        BenchRequest.from_json(json.dumps({"model": "m", "concurrency": levels}).encode(), ["m"])
+    assert (refused.value.status, refused.value.param) == (400, "concurrency")
 
 
 def test_a_loss_threshold_of_0_and_a_fraction_of_a_gib_are_taken() -> None:
