@@ -129,19 +129,24 @@ def test_search_open_download_then_delete_from_the_library(qtbot: QtBot, window:
     qtbot.waitUntil(lambda: window.item_model.row_of(model_id) == -1, timeout=WAIT_MS)
 
 
-def test_a_dropped_corrupt_gguf_is_refused_with_the_reason(qtbot: QtBot, window: MainWindow, tmp_path: Path) -> None:
+def test_a_dropped_corrupt_or_missing_gguf_is_refused_with_the_reason(
+    qtbot: QtBot, window: MainWindow, tmp_path: Path
+) -> None:
     library = window.library_page
     window.tabs.setCurrentWidget(library)
     broken = tmp_path / "broken.gguf"
     broken.write_bytes(b"GGUF" + b"\xff" * 64)
-    mime = QMimeData()
-    mime.setUrls([QUrl.fromLocalFile(str(broken))])
-    drop = QDropEvent(
-        QPointF(10, 10), Qt.DropAction.CopyAction, mime, Qt.MouseButton.LeftButton, Qt.KeyboardModifier.NoModifier
-    )
-    library.dropEvent(drop)
-    qtbot.waitUntil(library.error_label.isVisible, timeout=WAIT_MS)
-    assert library.error_label.text().startswith("Not imported:") and "broken.gguf" in library.error_label.text()
+    (tmp_path / "folder.gguf").mkdir()
+    for dropped in (broken, tmp_path / "missing.gguf", tmp_path / "folder.gguf"):
+        mime = QMimeData()
+        mime.setUrls([QUrl.fromLocalFile(str(dropped))])
+        drop = QDropEvent(
+            QPointF(10, 10), Qt.DropAction.CopyAction, mime, Qt.MouseButton.LeftButton, Qt.KeyboardModifier.NoModifier
+        )
+        library.dropEvent(drop)  # "Importing …" hides the error of the drop before
+        qtbot.waitUntil(library.error_label.isVisible, timeout=WAIT_MS)
+        # Every refusal of an import reads alike, whatever its reason.
+        assert library.error_label.text().startswith("Not imported:") and dropped.name in library.error_label.text()
 
 
 def test_a_gated_model_page_says_how_to_get_access(qtbot: QtBot, window: MainWindow, hub: FakeHub) -> None:

@@ -260,19 +260,19 @@ def import_gguf(
     `link`, hard-link it where the disk allows, else copy). Cancelling `state` stops the copy (raising Stopped)
     and removes what it wrote."""
     if not source.is_absolute():
-        raise LibraryError(400, f"give the file's full path, not {source}")
+        raise _not_imported(400, f"give the file's full path, not {source}.")
     if not source.is_file():
-        raise LibraryError(404, f"{source} is not a file.")
+        raise _not_imported(404, f"{source} is not a file.")
     model_id = model_id_from_filename(source.name)
     if model_id is None or not source.name.lower().endswith(".gguf"):
-        raise LibraryError(400, f"{source.name} is not named MODEL.gguf; only GGUF files can be imported.")
+        raise _not_imported(400, f"{source.name} is not named MODEL.gguf; only GGUF files can be imported.")
     try:
         read_gguf_info(source)
     except GGUFError as exc:
-        raise LibraryError(422, f"Not imported: {exc}") from exc
+        raise _not_imported(422, str(exc)) from exc
     target = paths.models_dir / source.name
     if target.exists() or model_id in taken:
-        raise LibraryError(409, f"A model with the id {model_id} is already in the library; rename the file first.")
+        raise _not_imported(409, f"a model with the id {model_id} is already in the library; rename the file first.")
     paths.models_dir.mkdir(parents=True, exist_ok=True)
     if link and _hard_link(source, target):
         return ModelSpec(model_id, target.name, target.resolve(), target.stat().st_size, "local")
@@ -283,7 +283,9 @@ def import_gguf(
         partial.replace(target)
     except OSError as exc:
         partial.unlink(missing_ok=True)
-        raise LibraryError(507, f"Could not copy {source.name} into {paths.models_dir}: {exc.strerror or exc}") from exc
+        raise _not_imported(
+            507, f"could not copy {source.name} into {paths.models_dir}: {exc.strerror or exc}"
+        ) from exc
     except BaseException:  # cancelled, or Ctrl-C in `modeldeck import`: no half a model left in the folder
         partial.unlink(missing_ok=True)
         raise
@@ -307,6 +309,11 @@ def _copy(source: Path, target: Path, state: TaskState | None, in_kernel: bool =
         while size := read.readinto(block):
             write.write(memoryview(block)[:size])
             check()
+
+
+def _not_imported(status: int, why: str) -> LibraryError:
+    """An import refused: every reason reads alike, in the GUI as on the command line."""
+    return LibraryError(status, f"Not imported: {why}")
 
 
 def _hard_link(source: Path, target: Path) -> bool:
