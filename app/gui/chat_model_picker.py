@@ -18,10 +18,9 @@ LOADING_STATES = frozenset({ModelState.STARTING, ModelState.RESTARTING})
 TRANSITIONAL = LOADING_STATES | {ModelState.STOPPING}  # words that end in an ellipsis
 
 
-def model_line(record: ModelRecord) -> str:
-    """'<id> (loaded, 212.4 MiB in use)' or '<id> (not loaded, 93.8 MiB on disk)'."""
-    state = record["state"]
-    word = state_word(state).lower() + (ELLIPSIS if state in TRANSITIONAL else "")
+def model_line(record: ModelRecord, state: ModelState | None) -> str:
+    """'<id> (loaded, 212.4 MiB in use)' or '<id> (not loaded, 93.8 MiB on disk)'; `state` None: not known."""
+    word = "state unknown" if state is None else state_word(state).lower() + (ELLIPSIS if state in TRANSITIONAL else "")
     rss = record.get("rss_bytes")
     if state == ModelState.READY and rss:
         memory = f"{format_bytes(rss)} in use"
@@ -88,7 +87,7 @@ class ChatModelPicker(QWidget):
         else:
             self._wanted = model_id
 
-    def state_of(self, model_id: str) -> str | None:
+    def state_of(self, model_id: str) -> ModelState | None:
         return self._models.state_of(model_id)
 
     def load(self) -> None:
@@ -132,10 +131,10 @@ class ChatModelPicker(QWidget):
             if ids != [combo.itemData(i) for i in range(combo.count())]:
                 combo.clear()
                 for record in records:
-                    combo.addItem(model_line(record), record["id"])
+                    combo.addItem(model_line(record, self.state_of(record["id"])), record["id"])
             else:
                 for index, record in enumerate(records):
-                    combo.setItemText(index, model_line(record))
+                    combo.setItemText(index, model_line(record, self.state_of(record["id"])))
             if current in ids:
                 combo.setCurrentIndex(ids.index(current))
                 self._wanted = None

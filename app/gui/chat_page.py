@@ -125,6 +125,7 @@ class ChatPage(QWidget):
         self.transcript.sig_regenerate_requested.connect(self.regenerate)
         self.transcript.sig_edit_requested.connect(self.edit_message)
         self.picker.sig_state_changed.connect(self._on_picker_state_changed)
+        connection.sig_status_changed.connect(self._on_connection_status_changed)
         self._set_streaming(False)
         self.sidebar.refresh()
 
@@ -175,8 +176,10 @@ class ChatPage(QWidget):
     def model_combo(self) -> QComboBox:
         return self.picker.model_combo
 
-    def set_endpoint(self, info: EndpointRecord) -> None:
+    def set_endpoint(self, info: EndpointRecord | None) -> None:
+        """Where answers come from; None while the service is out of reach, when nothing can be sent."""
         self._endpoint = info
+        self._set_streaming(self.is_streaming)
 
     def open_conversation(self, conversation_id: int) -> None:
         if self.is_streaming or not self._saved_before_leaving():
@@ -205,21 +208,22 @@ class ChatPage(QWidget):
 
     # Sending --------------------------------------------------------------------------------------------
 
-    def send(self, text: str) -> None:
+    def send(self, text: str) -> bool:
         """Send `text` as the next user message (or, while editing, in place of the edited one and what followed
-        it) and stream the answer."""
+        it) and stream the answer; False when it was not sent (nothing to send, no model, no service)."""
         model_id = self.picker.current_model()
         if self.is_streaming or not text.strip():
-            return
+            return False
         if not model_id or self._endpoint is None:
             self._set_status("Choose a model first." if self._endpoint else "Not connected to the service.")
-            return
+            return False
         kept = self._messages[: self._editing] if self._editing is not None else self._messages
         self._editing = None
         self._messages = (*kept, ChatMessage("user", text))
         self._save_messages()
         self.transcript.show_messages(self._messages)
         self._stream(model_id)
+        return True
 
     def regenerate(self) -> None:
         """Answer the last user message again, in place of the answer it had."""
@@ -329,7 +333,7 @@ class ChatPage(QWidget):
         return self._unsaved is None or self._save(self._write_all)
 
     def _set_streaming(self, streaming: bool) -> None:
-        self.send_button.setEnabled(not streaming)
+        self.send_button.setEnabled(not streaming and self._endpoint is not None)
         self.stop_button.setEnabled(streaming)
         self.sidebar.setEnabled(not streaming)
         if not streaming and self._editing is None:
@@ -347,10 +351,8 @@ class ChatPage(QWidget):
 
     @Slot()
     def _on_send_button_clicked(self) -> None:
-        text = self.prompt_edit.text()
-        if text.strip() and not self.is_streaming:
+        if self.send(self.prompt_edit.text()):  # what was not sent stays, to send once it can be
             self.prompt_edit.clear()
-        self.send(text)
 
     @Slot()
     def _on_stop_button_clicked(self) -> None:
@@ -418,6 +420,11 @@ class ChatPage(QWidget):
         if self._conversation is not None:
             conversation = self._conversation = replace(self._conversation, params=params)
             self._save(lambda: self._store.save_params(conversation.id, params))
+
+    @Slot(str)
+    def _on_connection_status_changed(self, _status: str) -> None:
+        if not self._connection.is_connected:
+            self.set_endpoint(None)  # lost or restarting: the endpoint comes again with the connection
 
     @Slot()
     def _on_picker_state_changed(self) -> None:

@@ -31,6 +31,7 @@ from app.gui.plan_text import hardware_rows, problems_html, rows_html
 from app.gui.service_connection import LatestCall, ServiceConnection
 from app.gui.state_words import STATE_WORDS
 
+UNKNOWN_RUNNING = "Not connected to the service: which models run is unknown until it is back."
 NARROW_WIDTH = 900  # logical pixels: below this, the machine and the endpoint are stacked
 
 
@@ -263,12 +264,16 @@ class HomePage(QWidget):
     @Slot()
     def _refresh(self) -> None:
         models = [r for r in (self._item_model.record(i) for i in self._item_model.model_ids()) if r is not None]
-        self.running_label.setText(running_text(models) if models else "Waiting for the service's model list.")
-        ready = next((str(m["id"]) for m in models if m["state"] == ModelState.READY), None)
+        known = self._item_model.states_known
+        if not models:
+            self.running_label.setText("Waiting for the service's model list.")
+        else:
+            self.running_label.setText(running_text(models) if known else UNKNOWN_RUNNING)
+        ready = next((str(m["id"]) for m in models if m["state"] == ModelState.READY), None) if known else None
         self.next_step_panel.show_ready(ready if self._connection.is_connected else None, self._endpoint_url)
         if ready is not None:
             self._state.mark_launched()  # from here, from the Run page, the tray or another client alike
-        self.first_run_panel.set_bundled(bundled_record(models), self._connection.is_connected)
+        self.first_run_panel.set_bundled(bundled_record(models) if known else None, self._connection.is_connected)
         # Shown until some model has been ready once; while the offer's own launch is under way it stays, so the
         # user sees it through, and it goes when that model is ready.
         self.first_run_panel.setVisible(not self._dismissed and not self._state.ever_launched)

@@ -19,6 +19,7 @@ from app.api_types import (
     LibraryEntry,
     LibraryRecord,
     ModelRecord,
+    ModelState,
     VerdictRecord,
 )
 from app.client import ControlClient
@@ -44,6 +45,7 @@ class LibraryPage(QWidget):
         self._connection = connection
         self._library_call = LatestCall(connection, self)
         self._models: dict[str, LibraryEntry] = {}
+        self._states_known = False  # False while the service is out of reach: the entries' states are stale
         self.confirm_box: QMessageBox | None = None
         self.file_dialog: QFileDialog | None = None
         self.setAcceptDrops(True)
@@ -80,6 +82,7 @@ class LibraryPage(QWidget):
         self.load_settings_button.clicked.connect(self._on_load_settings_button_clicked)
         connection.sig_models_received.connect(self._on_connection_models_received)
         connection.sig_engine_changed.connect(self._on_connection_engine_changed)
+        connection.sig_status_changed.connect(self._on_connection_status_changed)
 
     def _build_layout(self) -> None:
         layout = QVBoxLayout(self)
@@ -124,8 +127,15 @@ class LibraryPage(QWidget):
             record["state"] = event["state"]
             self._fill()
 
+    @Slot(str)
+    def _on_connection_status_changed(self, _status: str) -> None:
+        if not self._connection.is_connected and self._states_known:
+            self._states_known = False  # known again with the library of the service connected next
+            self._fill()
+
     def _on_library_received(self, library: LibraryRecord) -> None:
         self._models = {entry["id"]: entry for entry in library["models"]}
+        self._states_known = True
         self._fill()
         places = [f"{size_text(d['free'])} free in the {d['what']} ({d['path']})" for d in library["disk"]]
         self.disk_label.setText("; ".join(places) + ".")
@@ -142,7 +152,7 @@ class LibraryPage(QWidget):
                 name,
                 cell(SOURCE_WORDS.get(entry["source"], entry["source"])),
                 cell(size_text(entry["size_on_disk"]), align_right=True),
-                cell(state_word(entry.get("state"))),
+                cell(state_word(self._state_of(entry))),
                 cell(entry["path"]),
             ]
             for column, item in enumerate(items):
@@ -159,11 +169,14 @@ class LibraryPage(QWidget):
         self.verify_button.setEnabled(entry is not None)
         self.load_settings_button.setEnabled(entry is not None)
         self.delete_button.setEnabled(entry is not None and bool(entry["deletable"]))
-        running = entry is not None and entry.get("state") in ACTIVE
-        self.delete_button.setToolTip("Eject the model before deleting it." if running else "")
-        state = entry.get("state") if entry is not None else None
+        state = self._state_of(entry) if entry is not None else None
+        self.delete_button.setToolTip("Eject the model before deleting it." if state in ACTIVE else "")
         self.load_button.setEnabled(state in LAUNCHABLE)
         self.eject_button.setEnabled(state in ACTIVE)
+
+    def _state_of(self, entry: LibraryEntry) -> ModelState | None:
+        """None while the service is out of reach: what its engines do is unknown."""
+        return entry.get("state") if self._states_known else None
 
     @Slot()
     def _on_load_button_clicked(self) -> None:
@@ -230,7 +243,7 @@ class LibraryPage(QWidget):
         if self.load_dialog is not None:
             self.load_dialog.close()
             self.load_dialog.deleteLater()
-        self.load_dialog = LoadDialog(self._connection, model_id, self._models[model_id].get("state"), self)
+        self.load_dialog = LoadDialog(self._connection, model_id, self._state_of(self._models[model_id]), self)
         self.load_dialog.open()
 
     @Slot()

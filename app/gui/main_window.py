@@ -247,6 +247,8 @@ class MainWindow(QMainWindow):
         self.reconnect_button.setVisible(self._connection.phase is Phase.LOST)
         if self._connection.is_connected:
             self.discover_page.downloads_panel.refresh()
+        else:
+            self.item_model.forget_states()  # known again with the snapshot of the service connected next
 
     @Slot(str)
     def _on_connection_error_occurred(self, message: str) -> None:
@@ -398,7 +400,10 @@ class MainWindow(QMainWindow):
     def _show_diagnosis(self) -> None:
         # Item-model signals carry arguments of their own: the selection, not them, says which model to show.
         selected = self.model_list_panel.selected_model_id()
-        self.diagnosis_panel.show_record(self.item_model.record(selected) if selected else None)
+        if selected is None or self.item_model.state_of(selected) is None:  # None too while the service is gone
+            self.diagnosis_panel.show_record(None)
+        else:
+            self.diagnosis_panel.show_record(self.item_model.record(selected))
 
     @Slot(str, object)
     def _on_diagnosis_panel_relaunch_requested(self, model_id: str, overrides: dict[str, int]) -> None:

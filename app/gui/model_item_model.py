@@ -21,6 +21,7 @@ MODEL_ID_ROLE = Qt.ItemDataRole.UserRole + 1
 # was published would otherwise roll the state back until the next poll.
 _EVENT_FIELDS = ("state", "message")
 _FAILED_COLOUR = QColor("#c0392b")
+UNKNOWN_STATE = "Unknown: not connected to the ModelDeck service"
 
 
 def memory_check_text(memory: MemoryCheckRecord | None) -> str | None:
@@ -52,6 +53,8 @@ class ModelItemModel(QAbstractTableModel):
     def __init__(self, parent: QObject | None = None) -> None:
         super().__init__(parent)
         self._rows: list[ModelRecord] = []
+        # False from the loss of the service until its next snapshot: the rows' states and memory are stale.
+        self._states_known = True
 
     def rowCount(self, parent: Index = QModelIndex()) -> int:  # noqa: B008 (Qt's default argument)
         return 0 if parent.isValid() else len(self._rows)
@@ -69,6 +72,8 @@ class ModelItemModel(QAbstractTableModel):
             return None
         record = self._rows[index.row()]
         column = index.column()
+        if not self._states_known and column in (STATE_COLUMN, MEMORY_COLUMN):
+            return self._unknown(role)
         if role == Qt.ItemDataRole.DisplayRole:
             return self._display(record, column)
         if role == Qt.ItemDataRole.ToolTipRole:
@@ -82,6 +87,14 @@ class ModelItemModel(QAbstractTableModel):
             return _FAILED_COLOUR
         if role == MODEL_ID_ROLE:
             return record["id"]
+        return None
+
+    @staticmethod
+    def _unknown(role: int) -> str | None:
+        if role == Qt.ItemDataRole.DisplayRole:
+            return state_word(None)
+        if role == Qt.ItemDataRole.ToolTipRole:
+            return UNKNOWN_STATE
         return None
 
     @staticmethod
@@ -102,11 +115,25 @@ class ModelItemModel(QAbstractTableModel):
         if [m["id"] for m in models] == [r["id"] for r in self._rows]:
             # Same models: update in place so that the view keeps its selection.
             self._rows = [m.copy() for m in models]
+            self._states_known = True
             self._emit_changed(0, len(self._rows) - 1)
             return
         self.beginResetModel()
         self._rows = [m.copy() for m in models]
+        self._states_known = True
         self.endResetModel()
+
+    @property
+    def states_known(self) -> bool:
+        """False while the service is out of reach: `state_of` is then None for every model."""
+        return self._states_known
+
+    def forget_states(self) -> None:
+        """The service is out of reach: its engines may run, stop or be gone with it; until its next snapshot
+        (`set_models`) every model's state and memory read as unknown."""
+        if self._states_known:
+            self._states_known = False
+            self._emit_changed(0, len(self._rows) - 1)
 
     def apply_engine_event(self, event: EngineEvent) -> None:
         """Take an engine event (state, message, pid, port) into its model's row."""
@@ -139,13 +166,15 @@ class ModelItemModel(QAbstractTableModel):
         return next((row for row, r in enumerate(self._rows) if r["id"] == model_id), -1)
 
     def record(self, model_id: str) -> ModelRecord | None:
-        """A copy of a model's row, or None when it is not listed."""
+        """A copy of a model's row, or None when it is not listed. Its state is the last the service sent: ask
+        `state_of`, which knows when that is no longer known."""
         row = self.row_of(model_id)
         return self._rows[row].copy() if row >= 0 else None
 
     def state_of(self, model_id: str) -> ModelState | None:
+        """A model's state; None when it is not listed, or while the service is out of reach."""
         row = self.row_of(model_id)
-        return self._rows[row]["state"] if row >= 0 else None
+        return self._rows[row]["state"] if row >= 0 and self._states_known else None
 
     def model_ids(self) -> list[str]:
         return [str(r["id"]) for r in self._rows]

@@ -97,10 +97,15 @@ class ModelListPanel(QWidget):
             self.state_label.setText("Select a model.")
             self.state_label.setToolTip("")
             return
-        state = record["state"]
+        state = self._item_model.state_of(record["id"])
         idle = self._actions_enabled and record["id"] not in self._pending
         self.launch_button.setEnabled(idle and state in LAUNCHABLE)
         self.stop_button.setEnabled(idle and state in ACTIVE)
+        if state is None:
+            self.state_label.setText(f"{record['id']}: state unknown (not connected to the service)")
+            self.state_label.setToolTip("")
+            self.state_label.setStyleSheet("")
+            return
         words = f"{record['id']}: {STATE_WORDS[state]}"
         message = str(record.get("message") or "")
         if message and message.lower() != state:

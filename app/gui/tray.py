@@ -55,12 +55,14 @@ class TrayController(QObject):
     def rebuild(self) -> None:
         self.menu.clear()
         for model_id in self._item_model.model_ids():
-            state = self._item_model.state_of(model_id) or "unknown"
+            known = self._item_model.state_of(model_id)  # None while the service is out of reach
+            state = known or "unknown"
             running = state in ACTIVE
             label = f"Stop {model_id} ({state})" if running else f"Start {model_id} ({state})"
             signal = self.sig_stop_requested if running else self.sig_start_requested
             action = self.menu.addAction(label)
             action.setObjectName(f"{'stop' if running else 'start'}:{model_id}")
+            action.setEnabled(known is not None)
             action.triggered.connect(functools.partial(signal.emit, model_id))
         self.menu.addSeparator()
         self.menu.addAction("&Open window").triggered.connect(self.sig_open_requested.emit)

@@ -12,6 +12,8 @@ from pytestqt.qtbot import QtBot
 
 from app.client import default_port
 from app.gui.event_stream import STOP_WAIT_MS
+from app.gui.hub_format import row_key
+from app.gui.library_page import COLUMNS
 from app.gui.main_window import MainWindow
 from app.gui.model_item_model import MEMORY_COLUMN, STATE_COLUMN
 from app.gui.service_connection import Phase, ServiceConnection
@@ -182,6 +184,52 @@ def test_reconnect_after_the_service_died(qtbot: QtBot, main_window: MainWindow)
     window.close()
     qtbot.waitUntil(lambda: connection.is_closed, timeout=CLOSE_TIMEOUT_MS)
     assert second.poll() == 0
+
+
+def test_states_read_unknown_while_the_service_is_lost(qtbot: QtBot, main_window: MainWindow) -> None:
+    window, connection, models = main_window, main_window.connection, main_window.item_model
+    panel, chat, library = window.model_list_panel, window.chat_page, window.library_page
+
+    def state_cell() -> str:
+        return str(models.data(models.index(models.row_of(BUNDLED_ID), STATE_COLUMN)))
+
+    first = connection.service_process
+    assert first is not None
+    qtbot.waitUntil(lambda: models.state_of(BUNDLED_ID) == "stopped")
+    panel.select_model(BUNDLED_ID)
+    qtbot.waitUntil(panel.launch_button.isEnabled)
+    qtbot.mouseClick(panel.launch_button, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: models.state_of(BUNDLED_ID) == "ready", timeout=READY_TIMEOUT_MS)
+    chat.picker.select_model(BUNDLED_ID)
+    qtbot.waitUntil(lambda: library.model(BUNDLED_ID) is not None and library.model(BUNDLED_ID)["state"] == "ready")
+    assert state_cell() == "Running" and chat.send_button.isEnabled()
+
+    first.kill()  # SIGKILL: the service says nothing, and what its engines do is unknown until it is back
+    qtbot.waitUntil(lambda: connection.phase is Phase.LOST)
+    assert models.state_of(BUNDLED_ID) is None and state_cell() == "\N{EM DASH}"
+    assert "Running" not in panel.state_label.text() and "unknown" in panel.state_label.text()
+    assert not panel.launch_button.isEnabled() and not panel.stop_button.isEnabled()
+    assert "Running" not in window.home_page.running_label.text()
+    assert "running" not in chat.picker.model_combo.currentText() and not chat.picker.load_button.isEnabled()
+    assert not chat.send_button.isEnabled()
+    chat.prompt_edit.setText("Hello?")
+    qtbot.keyClick(chat.prompt_edit, Qt.Key.Key_Return)  # Enter sends nothing either, and keeps the text
+    assert chat.prompt_edit.text() == "Hello?" and not chat.is_streaming and chat.messages == ()
+    row = next(r for r in range(library.models_table.rowCount()) if row_key(library.models_table, r) == BUNDLED_ID)
+    assert library.models_table.item(row, COLUMNS.index("State")).text() == "\N{EM DASH}"
+    assert not library.load_button.isEnabled() and not library.eject_button.isEnabled()
+    tray_actions = [a for a in window.tray.menu.actions() if a.objectName().endswith(f":{BUNDLED_ID}")]
+    assert tray_actions and not any(a.isEnabled() for a in tray_actions)
+
+    qtbot.mouseClick(window.reconnect_button, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: models.state_of(BUNDLED_ID) == "stopped", timeout=CONNECT_TIMEOUT_MS)
+    assert state_cell() == "Not loaded" and "Not loaded" in panel.state_label.text()
+    qtbot.waitUntil(panel.launch_button.isEnabled)
+    assert chat.picker.load_button.isEnabled()
+    qtbot.waitUntil(chat.send_button.isEnabled)  # with the new service's endpoint
+    qtbot.waitUntil(lambda: library.models_table.item(row, COLUMNS.index("State")).text() == "Not loaded")
+    window.close()
+    qtbot.waitUntil(lambda: connection.is_closed, timeout=CLOSE_TIMEOUT_MS)
 
 
 def test_window_on_a_running_service_leaves_it_running(qtbot: QtBot, paths: AppPaths, service: RunningService) -> None:
