@@ -7,9 +7,12 @@ user loses nothing they could still recover by hand, and ModelDeck still starts.
 
 from __future__ import annotations
 
+import errno
 import ipaddress
 import json
 import math
+import os
+import stat
 import urllib.parse
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, fields, replace
@@ -26,6 +29,7 @@ SETTINGS_FILE = "settings.json"
 THEMES = ("system", "light", "dark")
 MAX_TTL_S = 30 * 24 * 3600.0
 MAX_LOSS_PCT = 1000.0
+DEFAULT_NAME_MAX = 255  # the longest file name of most file systems, where the system does not say
 # Changes to these apply when the service next starts; the others are the window's and apply at once.
 RESTART_FIELDS = frozenset({"gateway_port", "control_port", "bind_address", "cors_origins", "idle_ttl_s", "models_dir"})
 
@@ -179,9 +183,43 @@ def _folder(name: str, value: Any) -> str | None:
     if not isinstance(value, str) or not Path(value).expanduser().is_absolute():
         raise SettingsError(name, f"must be a full path to a folder, got {value!r}")
     folder = Path(value).expanduser()
-    if folder.exists() and not folder.is_dir():
-        raise SettingsError(name, f"{folder} exists and is not a folder")
+    problem = _folder_problem(folder)
+    if problem is not None:
+        raise SettingsError(name, problem)
     return str(folder)
+
+
+def _folder_problem(folder: Path) -> str | None:
+    """Why `folder` is no folder and can never be made one; None when it is one or can be made."""
+    existing = folder
+    while True:  # up to the nearest part that exists: what is below it is to be made
+        try:
+            mode = existing.stat().st_mode
+            break
+        except OSError as exc:
+            if exc.errno not in (errno.ENOENT, errno.ENOTDIR, errno.ENAMETOOLONG) or existing.parent == existing:
+                return f"{existing} cannot be used: {exc.strerror or exc}"
+            existing = existing.parent
+    if not stat.S_ISDIR(mode):
+        return f"{existing} exists and is not a folder"
+    name_max = _path_limit(existing, "PC_NAME_MAX") or DEFAULT_NAME_MAX
+    for part in folder.relative_to(existing).parts:
+        if (size := len(os.fsencode(part))) > name_max:
+            shown = repr(part if len(part) <= 20 else part[:20] + "\N{HORIZONTAL ELLIPSIS}")
+            return f"the folder name {shown} is {size} bytes long, more than the {name_max} the file system allows"
+    path_max = _path_limit(existing, "PC_PATH_MAX")
+    if path_max and (size := len(os.fsencode(folder))) >= path_max:
+        return f"the path is {size} bytes long; the file system allows fewer than {path_max}"
+    return None
+
+
+def _path_limit(folder: Path, name: str) -> int | None:
+    """A length limit of the file system holding `folder`; None where the system does not say (Windows)."""
+    try:
+        limit = os.pathconf(folder, name)
+    except (AttributeError, ValueError, OSError):  # no pathconf, a name this system lacks, or no answer
+        return None
+    return limit if limit > 0 else None
 
 
 def _choice(name: str, value: Any) -> str:

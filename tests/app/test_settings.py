@@ -52,8 +52,9 @@ def test_settings_round_trip(paths: AppPaths, tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(
     "text",
-    ['{"gateway_port": 9100,', "[1, 2]", '{"gateway_port": "high"}', '{"schema_version": 99}', '{"colour": "red"}'],
-)
+    ['{"gateway_port": 9100,', "[1, 2]", '{"gateway_port": "high"}', '{"schema_version": 99}', '{"colour": "red"}',
+     '{"models_dir": "/tmp/' + "m" * 3000 + '"}'],  # written by hand: a folder that can never be made
+)  # fmt: skip
 def test_a_bad_file_is_kept_aside_and_the_defaults_used(paths: AppPaths, text: str) -> None:
     path = settings_file(paths)
     path.parent.mkdir(parents=True)
@@ -136,6 +137,9 @@ def test_two_threads_saving_the_settings_at_once_both_succeed(paths: AppPaths, m
         ({"idle_ttl_s": -1}, "idle_ttl_s"),
         ({"idle_ttl_s": "600"}, "idle_ttl_s"),
         ({"models_dir": "relative/dir"}, "models_dir"),
+        ({"models_dir": "/" + "m" * 3000}, "models_dir"),  # a name no file system takes: never a folder
+        ({"models_dir": "/not-yet/" + "m" * 3000 + "/models"}, "models_dir"),  # nor below a folder to make
+        ({"models_dir": "/m" * 2100}, "models_dir"),  # short names, but 4,200 bytes: a path too long
         ({"theme": "purple"}, "theme"),
         ({"start_at_login": "yes"}, "start_at_login"),
         ({"close_to_tray": 1}, "close_to_tray"),
@@ -255,6 +259,7 @@ def test_settings_api_validates_and_saves(keyring_service: RunningService, paths
     for changes, field in [
         ({"gateway_port": "abc"}, "gateway_port"), ({"idle_ttl_s": -5}, "idle_ttl_s"), ({"theme": "purple"}, "theme"),
         ({"nope": 1}, "nope"), ({"bind_address": "10.255.255.254"}, "bind_address"),
+        ({"models_dir": str(paths.data / ("m" * 3000))}, "models_dir"),
     ]:  # fmt: skip
         assert field in _refused(lambda c=changes: client.update_settings(c), 400)
     assert not settings_file(paths).exists(), "a refused change must not write the file"

@@ -148,6 +148,26 @@ def test_lan_exposure_is_refused_without_a_key(qtbot: QtBot, paths: AppPaths, tm
         stop_service_process(service)
 
 
+def test_a_models_folder_whose_name_is_too_long_is_refused(
+    qtbot: QtBot, settings_window: MainWindow, paths: AppPaths, tmp_path: Path
+) -> None:
+    page, connection = settings_window.settings_page, settings_window.connection
+    chosen = tmp_path / "models"
+    page.models_dir_edit.setText(str(chosen))
+    with qtbot.waitSignal(connection.sig_settings_saved):
+        page.save_button.click()
+    name = "m" * 3000  # no file system takes a name that long: such a folder can never be made
+    for folder in (tmp_path / name, tmp_path / "not-yet" / name / "models"):
+        page.models_dir_edit.setText(str(folder))
+        with qtbot.waitSignal(connection.sig_settings_refused):
+            page.save_button.click()
+        message = page.message_label.text()
+        assert message.startswith("Not saved: models_dir: the folder name 'mmm") and "3000 bytes long" in message
+        assert len(message) < 200, "one line: not the whole path"
+        assert load_settings(paths).settings.models_dir == str(chosen)  # the old setting stays
+        assert page.models_dir_edit.text() == str(folder)  # kept to correct
+
+
 def test_regenerate_the_key_from_the_page(
     qtbot: QtBot, paths: AppPaths, tmp_path: Path, quit_answers: QuitAnswers
 ) -> None:
