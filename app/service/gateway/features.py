@@ -115,6 +115,14 @@ def _llama_cpp_python(payload: dict[str, Any]) -> bool:
     return changed
 
 
+def template_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """A copy of the chat messages as both GGUF engines give them to the model's chat template: llama-server reads
+    them so itself, and llama-cpp-python gets them so from `adapt`."""
+    plain = [dict(message) for message in messages]
+    _plain_messages(plain)
+    return plain
+
+
 def _plain_messages(messages: list[dict[str, Any]]) -> bool:
     """Each message as llama-server gives it to the chat template: `developer` as `system`, as OpenAI reads it for
     models without that role; the content one string, text parts joined with newlines (others were refused by

@@ -20,7 +20,7 @@ from typing import Any
 
 from app.bounded_json import load_json
 from app.service.engines import EngineManager
-from app.service.gateway.features import adapt, has_features
+from app.service.gateway.features import adapt, has_features, template_messages
 from app.service.gateway.model_names import ModelRename
 from app.service.gateway.prompt_tokens import count_tokens, prompt_text
 from app.service.gateway.slot_router import SlotChoice, SlotRouter, prompt_parts
@@ -398,7 +398,8 @@ class Gateway:
         it refused instead of the engine's bare error (True). Rendered in ModelDeck's own sandbox, off the loop."""
         if route.chat_template is None:
             return False
-        rendered = await self._templates.render(route.chat_template, request.payload["messages"])
+        messages = template_messages(request.payload["messages"])  # as the engine gave them to the template
+        rendered = await self._templates.render(route.chat_template, messages)
         if rendered.text is not None:
             return False  # the template renders: the engine failed for another reason, passed on as it is
         if rendered.kind == "refused":  # the template's own check of the conversation (roles, order, ...)
