@@ -30,6 +30,7 @@ HANGS_IN_MODELDECK = (
 )
 UNSAFE = "{{ messages.append(1) }}" + CHATML
 REFUSING = "{{ raise_exception('This model only answers a system prompt first.') }}"
+FAILS_IN_THE_ENGINE = "{% if eos_token != '' %}{{ raise_exception('Not in ModelDeck.') }}{% endif %}" + CHATML
 
 
 def model_with_template(bundled_gguf: Path, models_dir: Path, model_id: str, template: str) -> None:
@@ -100,6 +101,40 @@ def test_templates_render_off_the_loop_and_the_engines_refusals_are_explained(
         assert "chat template cannot be used: the sandbox refused it" in unusable.value.message
         assert "/v1/completions" in unusable.value.message
         assert service.client.health()["status"] == "ok"
+        assert "Traceback" not in service.output()
+    finally:
+        stop_service_process(service)
+
+
+def test_a_stream_whose_template_fails_is_an_error_the_client_sees(
+    paths: AppPaths, tmp_path: Path, bundled_gguf: Path
+) -> None:
+    """llama-cpp-python says 200 to a stream before it renders the chat template, and ends it empty when that fails:
+    the client got an empty answer and no error."""
+    for model_id, template in (("refusing", REFUSING), ("engine-fails", FAILS_IN_THE_ENGINE)):
+        model_with_template(bundled_gguf, paths.models_dir, model_id, template)
+    service = start_service_process(paths, tmp_path)
+    try:
+        client = service.openai_client()
+        messages: Any = [{"role": "user", "content": "Hi"}]
+        start_on_llama_cpp(service, "refusing")
+        with pytest.raises(openai.BadRequestError) as whole:
+            client.chat.completions.create(model="refusing", max_tokens=4, messages=messages)
+        with pytest.raises(openai.BadRequestError) as streamed:
+            list(client.chat.completions.create(model="refusing", max_tokens=4, messages=messages, stream=True))
+        assert streamed.value.body == whole.value.body  # the same explanation, streamed or not
+        assert streamed.value.body["code"] == "chat_template_error"  # type: ignore[index]
+        service.client.stop_model("refusing")
+
+        # A template that renders in ModelDeck but fails in the engine: the gateway cannot say what failed.
+        start_on_llama_cpp(service, "engine-fails")
+        with pytest.raises(openai.APIStatusError) as failed:
+            list(client.chat.completions.create(model="engine-fails", max_tokens=4, messages=messages, stream=True))
+        assert failed.value.status_code == 502
+        assert "ended the stream without sending anything" in failed.value.message
+        assert "GET /api/models/engine-fails/logs" in failed.value.message
+        wait_for(lambda: len([r for r in service.client.requests() if r["stream"]]) == 2, 30, "the records")
+        assert [r["status"] for r in service.client.requests() if r["stream"]] == [400, 502]
         assert "Traceback" not in service.output()
     finally:
         stop_service_process(service)

@@ -20,7 +20,7 @@ from typing import Any
 
 from app.bounded_json import load_json
 from app.service.engines import EngineManager
-from app.service.gateway.features import adapt, has_features, template_messages
+from app.service.gateway.features import CHAT, adapt, has_features, template_messages
 from app.service.gateway.model_names import ModelRename
 from app.service.gateway.prompt_tokens import count_tokens, prompt_text
 from app.service.gateway.slot_router import SlotChoice, SlotRouter, prompt_parts
@@ -114,6 +114,7 @@ class _Request:
 class _StreamPlan:
     """What a stream needs besides passing bytes on."""
 
+    headers: list[tuple[bytes, bytes]]  # the engine's, as far as they are passed on
     add_usage: bool  # the client asked for usage and the upstream will not send it
     rename: ModelRename | None  # the upstream names the model otherwise
 
@@ -360,7 +361,7 @@ class Gateway:
             headers = [item for item in upstream.headers if item[0] in _FORWARDED_RESPONSE_HEADERS]
             if not request.checked.stream or upstream.status != 200:
                 answer = await upstream.read()
-                chat_failed = upstream.status == 500 and path == "/v1/chat/completions"
+                chat_failed = upstream.status == 500 and path == CHAT
                 if chat_failed and await self._template_refused(request, route):
                     outcome.complete = True
                     return
@@ -376,12 +377,11 @@ class Gateway:
                 outcome.complete = True
                 await send({"type": "http.response.body", "body": answer})
                 return
-            await send({"type": "http.response.start", "status": 200, "headers": headers})
             # A remote may not honour include_usage either: add it when its stream ends without one.
             add_usage = request.checked.include_usage and (
                 not route.capabilities.stream_usage or route.remote is not None
             )
-            await self._stream(request, route, upstream, _StreamPlan(add_usage, rename))
+            await self._stream(request, route, upstream, _StreamPlan(headers, add_usage, rename))
         except UpstreamError as exc:
             message = f"The engine stopped answering: {exc}."
             outcome.status, outcome.error = 502, message
@@ -394,8 +394,9 @@ class Gateway:
             upstream.release(answered=outcome.complete)
 
     async def _template_refused(self, request: _Request, route: Route) -> bool:
-        """After an engine's 500 to a chat request: when the model's chat template is what failed, answer what
-        it refused instead of the engine's bare error (True). Rendered in ModelDeck's own sandbox, off the loop."""
+        """After an engine's 500 or empty stream to a chat request: when the model's chat template is what failed,
+        answer what it refused instead of the engine's bare error (True). Rendered in ModelDeck's own sandbox, off
+        the loop."""
         if route.chat_template is None:
             return False
         messages = template_messages(request.payload["messages"])  # as the engine gave them to the template
@@ -446,9 +447,14 @@ class Gateway:
         loop only sees the end of the stream, its errors, and a last event that needs a usage event added.
         Events whose model is renamed always come through this loop."""
         outcome, send, direct, rename = request.outcome, request.send, request.direct, plan.rename
-        meter = outcome.meter = StreamMeter(
-            time.monotonic(), request.path, self._log.stream_counter(request.checked.model)
-        )
+        started = time.monotonic()
+        # The status waits for the first event: llama-cpp-python says 200 before it renders the chat template,
+        # and ends the stream empty when that fails.
+        if not await upstream.has_body():
+            await self._ended_empty(request, route)
+            return
+        await send({"type": "http.response.start", "status": 200, "headers": plan.headers})
+        meter = outcome.meter = StreamMeter(started, request.path, self._log.stream_counter(request.checked.model))
         keep = outcome.text.answer.append if outcome.text is not None else None
         if direct is not None and rename is None:
             upstream.divert(_relay(direct, meter, keep, outcome, plan.add_usage))
@@ -474,6 +480,18 @@ class Gateway:
         rest = rename.flush() if rename is not None else b""
         outcome.complete = True
         await send({"type": "http.response.body", "body": rest})
+
+    async def _ended_empty(self, request: _Request, route: Route) -> None:
+        """Answer a stream that the engine ended before its first event with an error status: what the chat template
+        refused when that is what failed, as for an answer that is not streamed."""
+        outcome = request.outcome
+        if request.path != CHAT or not await self._template_refused(request, route):
+            message = "The engine ended the stream without sending anything."
+            if not route.external:
+                message += f" Its log may say why (GET /api/models/{route.model}/logs)."
+            outcome.status, outcome.error = 502, message
+            await send_error(request.send, 502, message, "server_error", "engine_failed")
+        outcome.complete = True
 
     async def _with_usage(self, request: _Request, route: Route, chunk: bytes) -> bytes:
         """`chunk`, which ends in [DONE], with the usage event OpenAI sends before it, for engines that leave

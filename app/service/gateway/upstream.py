@@ -133,6 +133,16 @@ class Response:
             self._connection.resume()
         return chunks[0] if len(chunks) == 1 else b"".join(chunks)
 
+    async def has_body(self) -> bool:
+        """Wait for the first body bytes, leaving them to `read_chunk` or `divert`; False when the body is empty."""
+        while not self._chunks:
+            if self._error is not None:
+                raise self._error
+            if self._done:
+                return False
+            await self._wait()
+        return True
+
     @property
     def complete(self) -> bool:
         """The whole body has arrived (and may still wait to be read)."""
