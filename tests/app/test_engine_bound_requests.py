@@ -53,17 +53,20 @@ def test_logit_bias_must_map_token_ids_to_biases(service: RunningService) -> Non
 def test_tools_and_messages_are_checked_as_openai_does(service: RunningService) -> None:
     chat = {"model": BUNDLED_ID, "messages": HI, "max_tokens": 2}
     for tools in ([{}], [5], [{"type": "function", "function": {}}]):
-        refused(post(service, "/chat/completions", {**chat, "tools": tools}), "tools", "`tools` [0] must be an object")
+        refused(
+            post(service, "/chat/completions", {**chat, "tools": tools}), "tools[0]", "`tools[0]` must be an object"
+        )
     for choice in ("sometimes", {}, {"type": "function"}):
         refused(post(service, "/chat/completions", {**chat, "tool_choice": choice}), "tool_choice",
                 '`tool_choice` must be "none", "auto", "required"')  # fmt: skip
-    for messages, words in [
-        ([{"role": "tool", "content": "42"}], "[0].tool_call_id must be a string"),
-        ([{"role": "user"}], "[0].content is required for a user message"),
-        ([{"role": "system", "content": None}, *HI], "[0].content is required for a system message"),
-        ([{"role": "user", "content": [{"type": "text"}]}], "[0].content[0].text must be a string"),
+    for messages, param, words in [
+        ([{"role": "tool", "content": "42"}], "messages[0].tool_call_id", "must be a string"),
+        ([{"role": "user"}], "messages[0].content", "is required for a user message"),
+        ([*HI, {"role": "system", "content": None}], "messages[1].content", "is required for a system message"),
+        ([{"role": "user", "content": [{"type": "text"}]}], "messages[0].content[0].text", "must be a string"),
     ]:
-        refused(post(service, "/chat/completions", {**chat, "messages": messages}), "messages", words)
+        answer = post(service, "/chat/completions", {**chat, "messages": messages})
+        refused(answer, param, f"`{param}` {words}")
     weather = {"type": "function", "function": {"name": "weather", "parameters": {"type": "object"}}}
     answer = post(service, "/chat/completions", {**chat, "tools": [weather], "tool_choice": "auto"})
     assert answer.status_code == 200, answer.text

@@ -133,7 +133,7 @@ def test_media_parts_are_refused_on_the_gguf_engines(
     payload = body(messages=[{"role": "user", "content": "x"}, {"role": "user", "content": [*parts("?"), part]}])
     with pytest.raises(FeatureRefused) as refused:
         adapt(engine.name, engine.capabilities, CHAT, payload)
-    assert refused.value.param == "messages"
+    assert refused.value.param == "messages[1].content[1]"
     assert str(refused.value).startswith(f"`messages[1].content[1]` is of type `{part['type']}`")
     assert f"served by {engine.name} take text only" in str(refused.value)
     assert not adapt("vllm", Capabilities(max_concurrency=8, stream_usage=True), CHAT, payload)

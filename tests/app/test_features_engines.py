@@ -68,7 +68,7 @@ def check_messages_as_openai_writes_them(service: RunningService) -> None:
     with pytest.raises(openai.BadRequestError, match="take text only") as refused:
         client.chat.completions.create(model=BUNDLED_ID, messages=asked, max_tokens=4)
     assert "`messages[0].content[1]` is of type `image_url`" in refused.value.message
-    assert refused.value.param == "messages"
+    assert refused.value.param == "messages[0].content[1]"
     call = {"id": "c1", "type": "function", "function": {"name": "weather", "arguments": '{"city": "Paris"}'}}
     tool_turn: Any = [
         {"role": "user", "content": "What is the weather in Paris?"},

@@ -81,8 +81,8 @@ def test_remote_image_urls_are_refused_and_inline_images_pass_the_check(idle_ser
             client.chat.completions.create(model="absent", messages=[{"role": "user", "content": [
                 {"type": "text", "text": "What is this?"}, {"type": "image_url", "image_url": {"url": url}},
             ]}])  # fmt: skip
-        assert refused.value.body["param"] == "messages"  # type: ignore[index]
-        assert "`messages` [0].content[1].image_url.url must be a data: URL" in refused.value.message
+        assert refused.value.body["param"] == "messages[0].content[1].image_url.url"  # type: ignore[index]
+        assert "`messages[0].content[1].image_url.url` must be a data: URL" in refused.value.message
     with pytest.raises(openai.NotFoundError):  # past the checks, to the unknown model
         client.chat.completions.create(model="absent", messages=[{"role": "user", "content": [
             {"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBORw0KGgo="}},

@@ -67,7 +67,7 @@ def _refuse_media(engine: str, messages: list[dict[str, Any]]) -> None:
                 raise FeatureRefused(
                     f"`messages[{index}].content[{number}]` is of type `{part['type']}`, and models served by {engine} "
                     "take text only: ModelDeck starts GGUF models without a vision or audio projector (mmproj).",
-                    "messages",
+                    f"messages[{index}].content[{number}]",
                 )
 
 

@@ -7,7 +7,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-Check = Callable[[Any], str | None]  # returns what is wrong, or None
+# Returns what is wrong, or None; a problem inside the value starts with its path: "[1].content must be ...".
+Check = Callable[[Any], str | None]
 
 
 class InvalidRequest(ValueError):
@@ -106,23 +107,30 @@ def messages(value: Any) -> str | None:
     if not isinstance(value, list) or not value:
         return "must be a non-empty array of messages"
     for index, message in enumerate(value):
-        if not isinstance(message, dict):
-            return f"[{index}] must be an object"
-        if message.get("role") not in ("system", "developer", "user", "assistant", "tool"):
-            return f"[{index}].role must be one of system, developer, user, assistant, tool"
-        content = message.get("content")
-        if content is not None and not isinstance(content, str | list):
-            return f"[{index}].content must be a string or an array of parts"
-        # OpenAI's rules, which the engines' chat templates rely on: only an assistant's content may be left out
-        if content is None and message["role"] != "assistant":
-            return f"[{index}].content is required for a {message['role']} message"
-        if message["role"] == "tool" and not isinstance(message.get("tool_call_id"), str):
-            return f"[{index}].tool_call_id must be a string: the id of the call this tool message answers"
-        if isinstance(content, list):
-            for number, part in enumerate(content):
-                problem = _part_problem(part)
-                if problem is not None:
-                    return f"[{index}].content[{number}]{problem}"
+        problem = _message_problem(message)
+        if problem is not None:
+            return f"[{index}]{problem}"
+    return None
+
+
+def _message_problem(message: Any) -> str | None:
+    if not isinstance(message, dict):
+        return " must be an object"
+    if message.get("role") not in ("system", "developer", "user", "assistant", "tool"):
+        return ".role must be one of system, developer, user, assistant, tool"
+    content = message.get("content")
+    if content is not None and not isinstance(content, str | list):
+        return ".content must be a string or an array of parts"
+    # OpenAI's rules, which the engines' chat templates rely on: only an assistant's content may be left out
+    if content is None and message["role"] != "assistant":
+        return f".content is required for a {message['role']} message"
+    if message["role"] == "tool" and not isinstance(message.get("tool_call_id"), str):
+        return ".tool_call_id must be a string: the id of the call this tool message answers"
+    if isinstance(content, list):
+        for number, part in enumerate(content):
+            problem = _part_problem(part)
+            if problem is not None:
+                return f".content[{number}]{problem}"
     return None
 
 
@@ -228,7 +236,8 @@ def check_request(route: str, body: Any, context_length: Callable[[str], int | N
             continue
         problem = fields[name](value)
         if problem is not None:
-            raise InvalidRequest(f"`{name}` {problem}.", name)
+            path, what = problem.split(" ", 1) if problem[0] == "[" else ("", problem)
+            raise InvalidRequest(f"`{name}{path}` {what}.", name + path)
     model = body["model"]
     if not model:
         raise InvalidRequest("`model` must not be empty.", "model")
