@@ -1,6 +1,6 @@
 """Requests that pass for OpenAI's API, or are malformed in ways the engine notices before the gateway did, sent
-to a real service on the bundled model (llama-cpp-python): each gets an answer or a clear 400, never the engine's
-500 with its traceback."""
+to a real service on the bundled model (llama-cpp-python, and llama-server where it fails otherwise): each gets an
+answer or a clear 400, never the engine's 500 with its traceback."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from typing import Any
 import httpx
 
 from app.hub.library import BUNDLED_ID
-from tests.support.service import RunningService
+from tests.support.service import RunningService, StartService
 
 HI = [{"role": "user", "content": "hi"}]
 
@@ -71,6 +71,51 @@ def test_tools_and_messages_are_checked_as_openai_does(service: RunningService) 
     answer = post(service, "/chat/completions", {**chat, "tools": [weather], "tool_choice": "auto"})
     assert answer.status_code == 200, answer.text
     assert "Traceback" not in service.output()
+
+
+CALL = {"id": "c1", "type": "function", "function": {"name": "weather", "arguments": '{"city": "Paris"}'}}
+
+
+def asked(*calls: Any) -> list[dict[str, Any]]:
+    """A conversation whose assistant turn made `calls`, answered by a tool message."""
+    return [*HI, {"role": "assistant", "content": None, "tool_calls": list(calls)},
+            {"role": "tool", "tool_call_id": "c1", "content": "Sunny, 21 C."}]  # fmt: skip
+
+
+def check_names_and_tool_calls(service: RunningService) -> None:
+    """llama-server answered a 500 "Failed to parse messages" to each of these, llama-cpp-python to the tool calls."""
+    chat = {"model": BUNDLED_ID, "max_tokens": 2}
+    function = CALL["function"]
+    for messages, param, words in [
+        ([{**HI[0], "name": 5}], "messages[0].name", "must be a string"),
+        ([{**HI[0], "name": None}], "messages[0].name", "must be a string"),
+        ([{**HI[0], "tool_calls": [CALL]}], "messages[0].tool_calls", "are only for assistant messages"),
+        (asked(5), "messages[1].tool_calls[0]", 'must be an object {"id": ..., "type": "function"'),
+        ([*HI, {"role": "assistant", "content": None, "tool_calls": 5}], "messages[1].tool_calls", "must be an array"),
+        (asked({**CALL, "id": None}), "messages[1].tool_calls[0].id", "must be a string"),
+        (asked({**CALL, "type": "custom"}), "messages[1].tool_calls[0].type", 'must be "function"'),
+        (asked({**CALL, "function": "weather"}), "messages[1].tool_calls[0].function", "must be an object"),
+        (asked({**CALL, "function": {"arguments": "{}"}}), "messages[1].tool_calls[0].function.name",
+         "must be a non-empty string"),
+        (asked({**CALL, "function": {**function, "arguments": {"city": "Paris"}}}),
+         "messages[1].tool_calls[0].function.arguments", "must be a string: the arguments as JSON text"),
+    ]:  # fmt: skip
+        answer = post(service, "/chat/completions", {**chat, "messages": messages})
+        refused(answer, param, f"`{param}` {words}")
+    named = [{**HI[0], "name": "ann"}, *asked(CALL)[1:]]
+    answer = post(service, "/chat/completions", {**chat, "messages": named})
+    assert answer.status_code == 200, answer.text
+    assert "Traceback" not in service.output()
+
+
+def test_a_message_name_and_tool_calls_are_checked_as_openai_does(service: RunningService) -> None:
+    check_names_and_tool_calls(service)
+
+
+def test_a_message_name_and_tool_calls_are_checked_before_llama_server(llama_server_service: StartService) -> None:
+    service = llama_server_service()
+    service.start_on_llama_server(1)
+    check_names_and_tool_calls(service)
 
 
 def test_an_empty_prompt_or_input_is_refused(service: RunningService) -> None:

@@ -140,9 +140,10 @@ def test_llama_server_takes_messages_as_openai_writes_them(llama_server_service:
     service = llama_server_service()
     service.start_on_llama_server(2)
     check_messages_as_openai_writes_them(service)
-    # llama-server's own 500 (a `name` that is not a string) on messages in parts: the template renders them as
-    # llama-server gave them to it, so the engine's error is passed on; the parts as they came were blamed on it.
-    named: Any = [{"role": "user", "content": [{"type": "text", "text": "Hi"}], "name": 5}]
+    # llama-server's own 500 on messages in parts (its `reasoning_content`, not OpenAI's, so left to it, given a
+    # number): the template renders them as llama-server gave them to it, so the engine's error is passed on; the
+    # parts as they came were blamed on it.
+    reasoned: Any = [{"role": "user", "content": [{"type": "text", "text": "Hi"}], "reasoning_content": 5}]
     with pytest.raises(openai.InternalServerError) as failed:
-        service.openai_client().chat.completions.create(model=BUNDLED_ID, messages=named, max_tokens=4)
+        service.openai_client().chat.completions.create(model=BUNDLED_ID, messages=reasoned, max_tokens=4)
     assert "Failed to parse messages" in failed.value.message, failed.value.message

@@ -9,6 +9,7 @@ import pytest
 from app.service.gateway.validation import InvalidRequest, check_request
 
 CHAT = "/v1/chat/completions"
+OBJECT_ARGUMENTS = {"id": "c", "type": "function", "function": {"name": "f", "arguments": {}}}
 
 
 def check(body: Any, route: str = CHAT) -> Any:
@@ -32,6 +33,11 @@ def test_valid_chat_request() -> None:
         ({"model": "m", "messages": [{"role": "user", "content": "x"}, 5]}, "messages[1]"),
         ({"model": "m", "messages": [{"role": "user", "content": [{"type": "text"}]}]}, "messages[0].content[0].text"),
         ({"model": "m", "messages": [{"role": "user", "content": "x"}], "tools": [{}]}, "tools[0]"),
+        ({"model": "m", "messages": [{"role": "user", "content": "x", "name": 5}]}, "messages[0].name"),
+        (
+            {"model": "m", "messages": [{"role": "assistant", "tool_calls": [OBJECT_ARGUMENTS]}]},
+            "messages[0].tool_calls[0].function.arguments",
+        ),
         ({"model": "m", "messages": [{"role": "user", "content": "x"}], "temperature": "hot"}, "temperature"),
         ({"model": "m", "messages": [{"role": "user", "content": "x"}], "n": 1000000}, "n"),
         ({"model": "m", "messages": [{"role": "user", "content": "x"}], "max_tokens": 10**9}, "max_tokens"),

@@ -126,11 +126,48 @@ def _message_problem(message: Any) -> str | None:
         return f".content is required for a {message['role']} message"
     if message["role"] == "tool" and not isinstance(message.get("tool_call_id"), str):
         return ".tool_call_id must be a string: the id of the call this tool message answers"
+    if not isinstance(message.get("name", ""), str):
+        return ".name must be a string"
+    if "tool_calls" in message:
+        problem = _tool_calls_problem(message["role"], message["tool_calls"])
+        if problem is not None:
+            return f".tool_calls{problem}"
     if isinstance(content, list):
         for number, part in enumerate(content):
             problem = _part_problem(part)
             if problem is not None:
                 return f".content[{number}]{problem}"
+    return None
+
+
+def _tool_calls_problem(role: str, calls: Any) -> str | None:
+    """What is wrong with a message's `tool_calls`, as OpenAI checks them. Both GGUF engines answer most of these with
+    a 500; llama-server takes `arguments` as an object, which OpenAI and llama-cpp-python do not."""
+    if role != "assistant":
+        return f" are only for assistant messages, not {role} ones"
+    if not isinstance(calls, list):
+        return " must be an array of tool calls"
+    for number, call in enumerate(calls):
+        problem = _tool_call_problem(call)
+        if problem is not None:
+            return f"[{number}]{problem}"
+    return None
+
+
+def _tool_call_problem(call: Any) -> str | None:
+    if not isinstance(call, dict):
+        return ' must be an object {"id": ..., "type": "function", "function": {"name": ..., "arguments": ...}}'
+    if not isinstance(call.get("id"), str):
+        return ".id must be a string"
+    if call.get("type") != "function":
+        return '.type must be "function"'
+    function = call.get("function")
+    if not isinstance(function, dict):
+        return ".function must be an object with `name` and `arguments`"
+    if not _named(function):
+        return ".function.name must be a non-empty string"
+    if not isinstance(function.get("arguments"), str):
+        return ".function.arguments must be a string: the arguments as JSON text"
     return None
 
 
