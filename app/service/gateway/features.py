@@ -29,6 +29,24 @@ class FeatureRefused(InvalidRequest):
     """The serving engine cannot do what the request asks; the message names the engine that would."""
 
 
+def drop_nulls(path: str, payload: dict[str, Any]) -> bool:
+    """Leave out the fields sent as null, OpenAI's "the default" (and the openai SDK's way of writing an assistant
+    message it read back: `tool_calls: None`), which the engines answer with a 500: llama-cpp-python at the top
+    level and in messages, llama-server for a message's `name`. A message's null content stays: it is a translation
+    of its own (`_plain_messages`). True when one was left out (the caller encodes the body again)."""
+    changed = None in payload.values()
+    if changed:
+        for name in [name for name, value in payload.items() if value is None]:
+            del payload[name]
+    if path == CHAT:
+        for message in payload["messages"]:
+            nulls = [name for name, value in message.items() if value is None and name != "content"]
+            for name in nulls:
+                del message[name]
+            changed = changed or bool(nulls)
+    return changed
+
+
 def has_features(path: str, payload: dict[str, Any]) -> bool:
     """Whether `adapt` has anything to do: a few dict lookups and a look at each chat message, cheap enough for
     every request (a few microseconds for ten messages of any length; searching the body's bytes for the same took

@@ -20,7 +20,7 @@ from typing import Any
 
 from app.bounded_json import load_json
 from app.service.engines import EngineManager
-from app.service.gateway.features import CHAT, adapt, has_features, template_messages
+from app.service.gateway.features import CHAT, adapt, drop_nulls, has_features, template_messages
 from app.service.gateway.model_names import ModelRename
 from app.service.gateway.prompt_tokens import count_tokens, prompt_text
 from app.service.gateway.slot_router import SlotChoice, SlotRouter, prompt_parts
@@ -215,8 +215,7 @@ class Gateway:
             message = str(exc) if isinstance(exc, InvalidRequest) else f"Request body is not valid JSON: {exc}"
             await send_error(send, 400, message, "invalid_request_error", param=param)
             return
-        if None in payload.values():  # null is OpenAI's "the default"; llama-cpp-python answers it with a 500
-            payload = {name: value for name, value in payload.items() if value is not None}
+        if drop_nulls(path, payload):  # null is OpenAI's "the default"; the engines answer some with a 500
             body = json.dumps(payload).encode()
         if checked.model not in self._manager.models:
             known = ", ".join(self._manager.models) or "none"

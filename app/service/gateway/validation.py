@@ -126,9 +126,10 @@ def _message_problem(message: Any) -> str | None:
         return f".content is required for a {message['role']} message"
     if message["role"] == "tool" and not isinstance(message.get("tool_call_id"), str):
         return ".tool_call_id must be a string: the id of the call this tool message answers"
-    if not isinstance(message.get("name", ""), str):
+    # null is "left out", as the openai SDK writes an assistant message it read back (`tool_calls: None`)
+    if message.get("name") is not None and not isinstance(message["name"], str):
         return ".name must be a string"
-    if "tool_calls" in message:
+    if message.get("tool_calls") is not None:
         problem = _tool_calls_problem(message["role"], message["tool_calls"])
         if problem is not None:
             return f".tool_calls{problem}"
