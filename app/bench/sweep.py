@@ -13,6 +13,7 @@ from typing import Any
 from app import __version__
 from app.api_types import ModelRecord, ModelState
 from app.bench.card import BenchCard, LevelResult, card_id, hardware_fingerprint, with_gains
+from app.bench.levels import MAX_CONCURRENCY
 from app.bench.load import (
     ConversationSpec,
     LoadError,
@@ -41,7 +42,6 @@ from engines.gguf import GGUFError, read_gguf_info
 from engines.registry import ENGINES
 
 DEFAULT_CONCURRENCY = (1, 4, 16, 64)
-MAX_CONCURRENCY = 4096
 MIN_CONVERSATIONS = 3  # fewer would not show one cache serving several users in turn
 CALIBRATION_WORDS = 32
 
@@ -265,14 +265,6 @@ def _calibrate(target: _Target, options: SweepOptions) -> tuple[int | None, Prom
     return overhead, PromptSet(options.prompt_mode, options.seed, options.prompt_tokens - (overhead or 0), prefix)
 
 
-def parse_concurrency(text: str) -> tuple[int, ...]:
-    """ "1,4,16" -> (1, 4, 16); each level a whole number from 1 to 4096."""
-    parts = [part.strip() for part in text.split(",") if part.strip()]
-    if not parts or any(not part.isdecimal() or not 1 <= int(part) <= MAX_CONCURRENCY for part in parts):
-        raise ValueError(f"concurrency levels must be whole numbers from 1 to {MAX_CONCURRENCY}, got {text!r}")
-    return tuple(int(part) for part in parts)
-
-
 def level_line(event: SweepEvent) -> str | None:
     """What the CLI prints of a sweep event as it happens: a line per level measured."""
     if not isinstance(event, LevelDone):
@@ -283,7 +275,4 @@ def level_line(event: SweepEvent) -> str | None:
             f"{level.errors} errors of {level.requests}{first}")  # fmt: skip
 
 
-__all__ = [
-    "DEFAULT_CONCURRENCY", "MAX_CONCURRENCY", "SweepError", "SweepOptions",
-    "level_line", "parse_concurrency", "run_sweep",
-]  # fmt: skip
+__all__ = ["DEFAULT_CONCURRENCY", "SweepError", "SweepOptions", "level_line", "run_sweep"]

@@ -441,8 +441,9 @@ def _recommend(args: argparse.Namespace, paths: AppPaths) -> int:
 
 def _bench(args: argparse.Namespace, paths: AppPaths) -> int:
     from app.bench.card import compare, load_card, results_table, turns_table
+    from app.bench.levels import parse_concurrency
     from app.bench.progress import CardSaved, LevelDone, SweepEvent, event_json
-    from app.bench.sweep import SweepError, SweepOptions, level_line, parse_concurrency, run_sweep
+    from app.bench.sweep import SweepError, SweepOptions, level_line, run_sweep
     from app.card_files import CardSaveError, load_named
 
     if args.compare:

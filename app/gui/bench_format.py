@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from app.api_types import BenchCardSummary, BenchLevel, BenchRunRecord
+from app.bench.levels import MAX_CONCURRENCY, parse_concurrency
 
-MAX_CONCURRENCY = 4096  # the service's bound; it checks again and says so
 LEVEL_COLUMNS = (
     "Concurrency", "Output tok/s", "Prompt tok/s", "Decode tok/s", "Req/s", "TTFT p50 ms", "TTFT p99 ms",
     "ITL p50 ms", "ITL p99 ms", "Errors", "Gain", "TTFT by turn ms", "Warm/cold",
@@ -26,11 +26,14 @@ _PHASES = {
 
 
 def parse_levels(text: str) -> list[int]:
-    """ "1, 4,16" -> [1, 4, 16]; a ValueError that says what is expected otherwise."""
-    parts = [part.strip() for part in text.replace(" ", ",").split(",") if part.strip()]
-    if not parts or any(not part.isdecimal() or not 1 <= int(part) <= MAX_CONCURRENCY for part in parts):
-        raise ValueError(f"Concurrency levels are whole numbers from 1 to {MAX_CONCURRENCY}, such as 1,4,16,64.")
-    return [int(part) for part in parts]
+    """ "1, 4,16" or "1 4 16" -> [1, 4, 16], read as the service reads them; a ValueError that says what is
+    expected otherwise."""
+    try:
+        return list(parse_concurrency(text.replace(" ", ",")))
+    except ValueError:
+        raise ValueError(
+            f"Concurrency levels are whole numbers from 1 to {MAX_CONCURRENCY}, such as 1,4,16,64."
+        ) from None
 
 
 def _ms(seconds: float | None) -> str:

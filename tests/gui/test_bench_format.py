@@ -7,6 +7,7 @@ from typing import Any
 import pytest
 from pytestqt.qtbot import QtBot
 
+from app.bench.levels import parse_concurrency
 from app.gui.bench_format import LEVEL_COLUMNS, card_cells, level_cells, parse_levels, run_status
 from app.gui.benchmark_page import BenchmarkPage
 from app.gui.service_connection import ServiceConnection
@@ -34,6 +35,23 @@ def test_levels_parse_or_say_what_is_expected() -> None:
     for bad in ("", "0", "1,x", "-1", "4097", "1.5", "2\N{SUPERSCRIPT TWO}"):  # a digit int() does not read
         with pytest.raises(ValueError, match="whole numbers from 1 to 4096"):
             parse_levels(bad)
+
+
+@pytest.mark.parametrize(
+    "text", ["1,4,16", " 2 , 8 ", "4096", "", ",", "0", "1,x", "4097", "1.5", "2\N{SUPERSCRIPT TWO}", "\u0663"]
+)
+def test_the_page_takes_the_levels_the_service_takes(text: str) -> None:
+    """The page checks levels before it asks (no round trip to hear a refusal), so it must judge them as the
+    service's own parser does: what it sends is taken, what it refuses would have been refused."""
+    try:
+        service: list[int] | None = list(parse_concurrency(text))
+    except ValueError:
+        service = None
+    try:
+        page: list[int] | None = parse_levels(text)
+    except ValueError:
+        page = None
+    assert page == service
 
 
 def test_cells_and_status_words() -> None:

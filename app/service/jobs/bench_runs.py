@@ -16,8 +16,9 @@ from pathlib import Path
 from typing import Any
 
 from app.bench.card import BenchCard, LevelResult, compare_rows, with_gains
+from app.bench.levels import parse_concurrency
 from app.bench.prompts import DEFAULT_PROMPT_MODE, DEFAULT_TURNS, MAX_TURNS, PROMPT_MODES, PromptMode
-from app.bench.sweep import SweepOptions, parse_concurrency
+from app.bench.sweep import SweepOptions
 from app.card_files import read_saved_card, saved_cards
 from app.self_command import modeldeck_command
 from app.service.events import EventBus
