@@ -22,7 +22,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from app.api_types import ModelState
-from app.bench.prompts import DEFAULT_PROMPT_MODE, DEFAULT_TURNS, PROMPT_MODES
+from app.bench.levels import MAX_CONCURRENCY
+from app.bench.prompts import DEFAULT_PROMPT_MODE, DEFAULT_TURNS, MAX_TURNS, PROMPT_MODES
 from app.cli.chat import COMMAND as CHAT_COMMAND
 from app.cli.chat import add_chat_command, run_chat
 from app.cli.completion import add_completion_command, completion_script
@@ -242,11 +243,15 @@ def _parser() -> argparse.ArgumentParser:
         "its own; multi-turn: --conversations taking --turns turns in order; identical: one prompt for all (this "
         "measures the engine's prompt cache)",
     )  # fmt: skip
-    bench.add_argument("--prefix-tokens", type=int, default=0, metavar="N", help="shared-prefix: tokens shared")
-    bench.add_argument("--conversations", type=int, metavar="N", help="multi-turn: per level (max(3, concurrency))")
-    bench.add_argument("--turns", type=int, default=DEFAULT_TURNS, metavar="N",
+    bench.add_argument(
+        "--prefix-tokens", type=whole_number(0), default=0, metavar="N", help="shared-prefix: tokens shared"
+    )
+    bench.add_argument("--conversations", type=whole_number(1, MAX_CONCURRENCY), metavar="N",
+                       help="multi-turn: per level (max(3, concurrency))")  # fmt: skip
+    bench.add_argument("--turns", type=whole_number(2, MAX_TURNS), default=DEFAULT_TURNS, metavar="N",
                        help=f"multi-turn: turns per conversation ({DEFAULT_TURNS})")  # fmt: skip
-    bench.add_argument("--seed", type=int, default=0, metavar="N", help="the prompts' seed: runs with one repeat (0)")
+    bench.add_argument("--seed", type=whole_number(0), default=0, metavar="N",
+                       help="the prompts' seed: runs with one repeat (0)")  # fmt: skip
     bench.add_argument("--output-tokens", type=positive, default=128, metavar="N", help="tokens to generate (128)")
     bench.add_argument("--requests", type=positive, metavar="N", help="requests per level (max(8, 2 x concurrency))")
     bench.add_argument("--json", action="store_true", help="print the benchmark card as JSON")

@@ -119,6 +119,13 @@ def test_a_command_starting_the_service_says_a_bad_modeldeck_port_is_bad(
      (["bench", "m", "--requests", "0"], "--requests", "must be at least 1, got 0"),
      (["bench", "m", "--output-tokens", "0"], "--output-tokens", "must be at least 1, got 0"),
      (["bench", "m", "--prompt-tokens", "-1"], "--prompt-tokens", "must be at least 1, got -1"),
+     (["bench", "m", "--conversations", "0"], "--conversations", "must be from 1 to 4096, got 0"),
+     (["bench", "m", "--conversations", "4097"], "--conversations", "must be from 1 to 4096, got 4097"),
+     (["bench", "m", "--conversations", "2\N{SUPERSCRIPT TWO}"], "--conversations", "not a whole number: '2²'"),
+     (["bench", "m", "--turns", "1"], "--turns", "must be from 2 to 64, got 1"),  # refused in any prompt mode
+     (["bench", "m", "--turns", "65"], "--turns", "must be from 2 to 64, got 65"),
+     (["bench", "m", "--prefix-tokens", "-5"], "--prefix-tokens", "must be at least 0, got -5"),
+     (["bench", "m", "--seed", "-1"], "--seed", "must be at least 0, got -1"),  # as the bench API refuses it
      (["serve", "--max-memory", "0.5"], "--max-memory", "a size must be at least one byte, got '0.5'")],
 )  # fmt: skip
 def test_counts_that_cannot_work_are_refused(
