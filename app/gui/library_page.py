@@ -165,11 +165,12 @@ class LibraryPage(QWidget):
 
     @Slot()
     def _update_buttons(self) -> None:
-        entry = self._models.get(selected_key(self.models_table) or "")
+        # While the service is out of reach, each of these would only be refused: none acts on a stale entry.
+        entry = self._models.get(selected_key(self.models_table) or "") if self._states_known else None
         self.verify_button.setEnabled(entry is not None)
         self.load_settings_button.setEnabled(entry is not None)
         self.delete_button.setEnabled(entry is not None and bool(entry["deletable"]))
-        state = self._state_of(entry) if entry is not None else None
+        state = entry.get("state") if entry is not None else None
         self.delete_button.setToolTip("Eject the model before deleting it." if state in ACTIVE else "")
         self.load_button.setEnabled(state in LAUNCHABLE)
         self.eject_button.setEnabled(state in ACTIVE)

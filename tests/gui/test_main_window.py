@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import shutil
 import time
+from pathlib import Path
 
 import httpx
 from PySide6.QtCore import Qt
@@ -228,6 +230,33 @@ def test_states_read_unknown_while_the_service_is_lost(qtbot: QtBot, main_window
     assert chat.picker.load_button.isEnabled()
     qtbot.waitUntil(chat.send_button.isEnabled)  # with the new service's endpoint
     qtbot.waitUntil(lambda: library.models_table.item(row, COLUMNS.index("State")).text() == "Not loaded")
+    window.close()
+    qtbot.waitUntil(lambda: connection.is_closed, timeout=CLOSE_TIMEOUT_MS)
+
+
+def test_the_library_acts_on_no_model_while_the_service_is_lost(
+    qtbot: QtBot, main_window: MainWindow, bundled_gguf: Path, tmp_path: Path
+) -> None:
+    window, connection, library = main_window, main_window.connection, main_window.library_page
+    mine = tmp_path / "mine.gguf"
+    shutil.copyfile(bundled_gguf, mine)
+    library.import_files([mine])
+    qtbot.waitUntil(lambda: library.model("mine") is not None, timeout=READY_TIMEOUT_MS)
+    library.select("mine")
+    buttons = (library.verify_button, library.delete_button, library.load_settings_button, library.load_button)
+    qtbot.waitUntil(lambda: all(button.isEnabled() for button in buttons))
+
+    service = connection.service_process
+    assert service is not None
+    service.kill()  # the model's files are out of reach with the service: nothing to verify, delete or set up
+    qtbot.waitUntil(lambda: connection.phase is Phase.LOST)
+    assert library.model("mine") is not None and row_key(library.models_table, library.models_table.currentRow())
+    assert not any(button.isEnabled() for button in buttons)
+    qtbot.mouseClick(library.delete_button, Qt.MouseButton.LeftButton)  # no confirmation for what cannot happen
+    assert library.confirm_box is None
+
+    qtbot.mouseClick(window.reconnect_button, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: all(button.isEnabled() for button in buttons), timeout=CONNECT_TIMEOUT_MS)
     window.close()
     qtbot.waitUntil(lambda: connection.is_closed, timeout=CLOSE_TIMEOUT_MS)
 
