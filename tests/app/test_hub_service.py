@@ -6,6 +6,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
 from app.client import ControlClient, ControlError
@@ -253,6 +254,28 @@ def test_library_refuses_to_delete_the_bundled_model_and_a_corrupt_import(
     assert error_of(client.import_model, str(good)).status == 409
     client.delete_model("tiny-copy")
     assert "tiny-copy" not in model_ids(client) and good.exists()
+
+
+def test_a_download_or_import_naming_a_field_the_service_does_not_read_is_refused(
+    hub: FakeHub, hub_service: RunningService, gguf_bytes: bytes, tmp_path: Path, bundled_gguf: Path
+) -> None:
+    """As the other control routes refuse one: a misspelt or unsupported field is never dropped unseen."""
+    add_repo(hub, REPO_ID, {FILE: gguf_bytes})
+    client, address = hub_service.client, hub_service.client.address
+    good = tmp_path / "tiny-copy.gguf"
+    good.write_bytes(bundled_gguf.read_bytes())
+    headers = {"Authorization": f"Bearer {address.token}"}
+    with httpx.Client(base_url=address.control_url, headers=headers, trust_env=False, timeout=30) as http:
+        pinned = http.post("/api/downloads", json={"repo": REPO_ID, "variant": "Q4_1", "revision": "abc"})
+        assert pinned.status_code == 400, pinned.text
+        assert pinned.json()["error"]["message"] == "Unknown field 'revision'; known: repo, variant, file."
+        assert pinned.json()["error"]["param"] == "revision"
+        both = http.post("/api/downloads", json={"repo": REPO_ID, "Variant": "Q4_1", "files": FILE})
+        assert both.json()["error"]["message"] == "Unknown fields 'Variant', 'files'; known: repo, variant, file."
+        linked = http.post("/api/library/import", json={"path": str(good), "lnk": True})  # would copy, not link
+        assert linked.status_code == 400, linked.text
+        assert linked.json()["error"]["message"] == "Unknown field 'lnk'; known: path, link."
+    assert client.downloads() == [] and "tiny-copy" not in model_ids(client)
 
 
 def test_a_download_cut_by_a_service_stop_resumes_in_the_next_service(

@@ -202,6 +202,7 @@ class HubRoutes:
         return info
 
     async def _start_download(self, body: dict[str, Any]) -> DownloadRecord:
+        _refuse_unknown_fields(body, ("repo", "variant", "file"))
         repo, variant, filename = body.get("repo"), body.get("variant"), body.get("file")
         if not isinstance(repo, str) or not isinstance(variant, str | None) or not isinstance(filename, str | None):
             raise ApiError(400, 'Send {"repo": "org/name"} with a "variant" or a "file".')
@@ -244,6 +245,7 @@ class HubRoutes:
     async def _import(self, body: dict[str, Any], receive: Receive) -> dict[str, Any] | None:
         """The imported model's record; None when the client went away first (Ctrl-C in `modeldeck import`) and
         the copy was stopped and removed."""
+        _refuse_unknown_fields(body, ("path", "link"))
         path = body.get("path")
         if not isinstance(path, str) or not path:
             raise ApiError(400, 'Send {"path": "/full/path/to/MODEL.gguf"}.')
@@ -290,6 +292,16 @@ async def _while_connected(work: Callable[[TaskState], T], receive: Receive) -> 
             state.cancel()
             await asyncio.wait({job})
     return job.result()
+
+
+def _refuse_unknown_fields(body: dict[str, Any], known: tuple[str, ...]) -> None:
+    """A 400 naming the fields of `body` the route does not read, as the other routes answer: a misspelt "link"
+    or an unsupported "revision" would otherwise be dropped without a word."""
+    unknown = [name for name in body if name not in known]
+    if unknown:
+        names = ", ".join(repr(name) for name in sorted(unknown))
+        plural = "s" if len(unknown) > 1 else ""
+        raise ApiError(400, f"Unknown field{plural} {names}; known: {', '.join(known)}.", param=min(unknown))
 
 
 async def _json_body(receive: Receive) -> dict[str, Any]:
