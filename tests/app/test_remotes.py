@@ -306,6 +306,24 @@ def test_bad_remotes_are_refused_and_change_nothing(
         stop_service_process(service)
 
 
+def test_a_quality_run_of_a_remote_model_says_it_needs_a_local_gguf(
+    vllm_stand_in: tuple[str, StandIn], paths: AppPaths, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    url, _ = vllm_stand_in
+    monkeypatch.setenv("MODELDECK_REMOTE_KEY_GPU", "sk-gpu")
+    service = start_service_process(paths, tmp_path, "--remote", f"gpu={url}/v1")
+    try:
+        for fields in ({}, {"variants": ["gpu/big"]}, {"reference": "gpu/big"}):
+            model = BUNDLED_ID if fields else "gpu/big"
+            with pytest.raises(ControlError) as refused:
+                service.client.start_quality(model, **fields)
+            assert refused.value.status == 400, fields
+            assert "gpu/big is served by remote gpu: quality runs need a local GGUF model" in str(refused.value)
+        assert service.client.quality()["run"] is None
+    finally:
+        stop_service_process(service)
+
+
 def test_serve_refuses_a_malformed_remote(tmp_path: Path) -> None:
     done = subprocess.run([sys.executable, "-m", "app", "serve", "--remote", "up=ftp://x"], capture_output=True,
                           text=True, timeout=60, env={**os.environ}, cwd=REPO)  # fmt: skip

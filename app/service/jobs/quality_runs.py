@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -143,14 +143,17 @@ class QualityRun:
 class QualityRuns(ChildJobs[QualityRequest, QualityRun]):
     """The quality runs of this service: at most one running; saved cards read from the quality folder."""
 
-    def __init__(self, bus: EventBus, paths: AppPaths) -> None:
+    def __init__(self, bus: EventBus, paths: AppPaths, remote_of: Callable[[str], str | None] = lambda _: None) -> None:
+        """`remote_of(model_id)`: the name of the remote serving that model, None for a model of this machine."""
         super().__init__(bus, QualityRun, _WORDS, QualityConflict, log, STOP_GRACE_S)
         self._paths = paths
+        self._remote_of = remote_of
         self._cards_dir = quality_dir(paths)
 
     async def start(self, request: QualityRequest) -> QualityRun:
         """Start a run, once the checks its child makes first have passed here: a request that could only fail
         there (a reference that is no GGUF file, a variant of another model, no tools) is refused, not started."""
+        self._refuse_remotes(request)
         data = None if request.data is None else Path(request.data)
         planned = RunRequest(request.model, request.variants, request.reference, data, request.tokens)
         try:
@@ -160,6 +163,18 @@ class QualityRuns(ChildJobs[QualityRequest, QualityRun]):
         except TextError as exc:
             raise BadQualityRequest(f"`data`: {exc}.", "data") from None
         return await super().start(request)
+
+    def _refuse_remotes(self, request: QualityRequest) -> None:
+        """The library, which the check reads, has no remote model: it would call one unknown, or no variant."""
+        named = [("model", request.model), *(("variants", variant) for variant in request.variants)]
+        if request.reference is not None:
+            named.append(("reference", request.reference))
+        for param, model_id in named:
+            remote = self._remote_of(model_id)
+            if remote is not None:
+                raise BadQualityRequest(
+                    f"{model_id} is served by remote {remote}: quality runs need a local GGUF model.", param
+                )
 
     def _succeeded(self, run: QualityRun, code: int) -> bool:
         return run.card_id is not None and code == 0
