@@ -55,6 +55,12 @@ def library_model(paths: AppPaths, model_id: str) -> ModelSpec:
     return spec
 
 
+def not_local(model_id: str, server: str) -> str:
+    """Why a model that `server` serves ("remote NAME", "the --upstream server at URL") cannot be measured: the
+    tools read the model's GGUF file, which is not on this machine."""
+    return f"{model_id} is served by {server}: quality runs need a local GGUF model"
+
+
 def tools_or_fail(paths: AppPaths) -> ToolsBuild:
     tools = find_tools(paths.engine_builds)
     if tools is None:

@@ -183,6 +183,15 @@ class EngineManager:
         """The remote serving `model_id` and the model's id there, or None for a model served here."""
         return self.remotes.model(model_id)
 
+    def served_elsewhere(self, model_id: str) -> str | None:
+        """What serves `model_id` outside this machine's library ("remote NAME", "the --upstream server at URL"),
+        None for a model ModelDeck serves from a file or folder here (or an unknown one)."""
+        remote = self.remote_of(model_id)
+        if remote is not None:
+            return f"remote {remote.endpoint.name}"
+        spec = self.models.get(model_id)
+        return None if spec is None or spec.url is None else f"the --upstream server at {spec.url}"
+
     def upstream_bearer(self, model_id: str) -> str:
         """The key the gateway sends upstream: a remote's own (possibly none), none to an --upstream server (it runs
         outside ModelDeck, and the internal key must not leave the service), else the engines' internal key."""

@@ -340,12 +340,7 @@ class Service:
 
         settings = SettingsRoutes(paths, running, api_key, use_key, options.settings_problem)
         bench = BenchRoutes(BenchRuns(bus, paths.bench_dir), manager.models.keys())
-
-        def remote_of(model_id: str) -> str | None:
-            remote = manager.remote_of(model_id)
-            return None if remote is None else remote.endpoint.name
-
-        quality = QualityRoutes(QualityRuns(bus, paths, remote_of), manager.models.keys())
+        quality = QualityRoutes(QualityRuns(bus, paths, manager.served_elsewhere), manager.models.keys())
         # The CLI's destination and sdist cache: a build made here is the one `modeldeck engines` lists.
         builds = EngineRoutes(EngineBuilds(bus, paths.engine_builds, paths.cache / "sdists", engines_built))
         control = ControlApi(

@@ -324,6 +324,21 @@ def test_a_quality_run_of_a_remote_model_says_it_needs_a_local_gguf(
         stop_service_process(service)
 
 
+def test_a_quality_run_of_an_upstream_model_says_it_needs_a_local_gguf(paths: AppPaths, tmp_path: Path) -> None:
+    """An --upstream server is refused as a remote is, not as an unknown model that `modeldeck models` lists."""
+    upstream = f"http://127.0.0.1:{free_port()}/v1"  # never asked: nothing answers there
+    service = start_service_process(paths, tmp_path, "--upstream", f"ext={upstream}")
+    words = f"ext is served by the --upstream server at {upstream}: quality runs need a local GGUF model"
+    try:
+        for fields in ({}, {"variants": ["ext"]}, {"reference": "ext"}):
+            with pytest.raises(ControlError) as refused:
+                service.client.start_quality(BUNDLED_ID if fields else "ext", **fields)
+            assert refused.value.status == 400 and words in str(refused.value), (fields, str(refused.value))
+        assert service.client.quality()["run"] is None
+    finally:
+        stop_service_process(service)
+
+
 def test_serve_refuses_a_malformed_remote(tmp_path: Path) -> None:
     done = subprocess.run([sys.executable, "-m", "app", "serve", "--remote", "up=ftp://x"], capture_output=True,
                           text=True, timeout=60, env={**os.environ}, cwd=REPO)  # fmt: skip

@@ -19,7 +19,7 @@ from app.card_files import read_saved_card
 from app.paths import AppPaths
 from app.quality.card import QualityCard, compare_rows, quality_dir, saved_cards
 from app.quality.measure import MAX_TOKENS, MIN_TOKENS
-from app.quality.run import RunRequest, SetupError, check
+from app.quality.run import RunRequest, SetupError, check, not_local
 from app.quality.text import TextError
 from app.self_command import modeldeck_command
 from app.service.events import EventBus
@@ -143,17 +143,20 @@ class QualityRun:
 class QualityRuns(ChildJobs[QualityRequest, QualityRun]):
     """The quality runs of this service: at most one running; saved cards read from the quality folder."""
 
-    def __init__(self, bus: EventBus, paths: AppPaths, remote_of: Callable[[str], str | None] = lambda _: None) -> None:
-        """`remote_of(model_id)`: the name of the remote serving that model, None for a model of this machine."""
+    def __init__(
+        self, bus: EventBus, paths: AppPaths, served_elsewhere: Callable[[str], str | None] = lambda _: None
+    ) -> None:
+        """`served_elsewhere(model_id)`: what serves that model outside the library ("remote NAME", an --upstream
+        server), None for a model of this machine."""
         super().__init__(bus, QualityRun, _WORDS, QualityConflict, log, STOP_GRACE_S)
         self._paths = paths
-        self._remote_of = remote_of
+        self._served_elsewhere = served_elsewhere
         self._cards_dir = quality_dir(paths)
 
     async def start(self, request: QualityRequest) -> QualityRun:
         """Start a run, once the checks its child makes first have passed here: a request that could only fail
         there (a reference that is no GGUF file, a variant of another model, no tools) is refused, not started."""
-        self._refuse_remotes(request)
+        self._refuse_served_elsewhere(request)
         data = None if request.data is None else Path(request.data)
         planned = RunRequest(request.model, request.variants, request.reference, data, request.tokens)
         try:
@@ -164,17 +167,16 @@ class QualityRuns(ChildJobs[QualityRequest, QualityRun]):
             raise BadQualityRequest(f"`data`: {exc}.", "data") from None
         return await super().start(request)
 
-    def _refuse_remotes(self, request: QualityRequest) -> None:
-        """The library, which the check reads, has no remote model: it would call one unknown, or no variant."""
+    def _refuse_served_elsewhere(self, request: QualityRequest) -> None:
+        """The library, which the check reads, has no remote or --upstream model: it would call one unknown, or no
+        variant."""
         named = [("model", request.model), *(("variants", variant) for variant in request.variants)]
         if request.reference is not None:
             named.append(("reference", request.reference))
         for param, model_id in named:
-            remote = self._remote_of(model_id)
-            if remote is not None:
-                raise BadQualityRequest(
-                    f"{model_id} is served by remote {remote}: quality runs need a local GGUF model.", param
-                )
+            server = self._served_elsewhere(model_id)
+            if server is not None:
+                raise BadQualityRequest(f"{not_local(model_id, server)}.", param)
 
     def _succeeded(self, run: QualityRun, code: int) -> bool:
         return run.card_id is not None and code == 0
