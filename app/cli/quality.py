@@ -59,6 +59,32 @@ def _fail(message: str, code: int = 2) -> int:
     return code
 
 
+def _served_elsewhere(paths: AppPaths, model_ids: list[str]) -> tuple[str, str] | None:
+    """The first of `model_ids` that the library, all these commands read, lacks and that the running service (none
+    is started) serves from a remote or an --upstream server, with what serves it, as the service names it."""
+    from app.client import ControlError, ServiceUnavailable, connect
+    from app.hub.library import known_models
+
+    local = known_models(paths)
+    elsewhere = [model_id for model_id in model_ids if model_id not in local]
+    client = connect(paths) if elsewhere else None
+    if client is None:
+        return None
+    try:
+        records = {record["id"]: record for record in client.models()}
+    except (ServiceUnavailable, ControlError):
+        return None
+    finally:
+        client.close()
+    for model_id in elsewhere:
+        record = records.get(model_id)
+        if record is not None and record["source"] == "remote":  # served as NAME/<its id there>
+            return model_id, f"remote {model_id.partition('/')[0]}"
+        if record is not None and record["source"] == "external":  # its path is the server's URL
+            return model_id, f"the --upstream server at {record['path']}"
+    return None
+
+
 def _in_thread(work: Callable[[], T], state: TaskState) -> T:
     """Run `work` so that Ctrl-C here, or the service's SIGTERM when it cancels the run, cancels it: the tool is
     stopped and the scratch files (reference logits of hundreds of MB) removed, not orphaned."""
@@ -69,7 +95,7 @@ def _quality(args: argparse.Namespace, paths: AppPaths) -> int:
     from app.card_files import CardSaveError, load_named
     from app.quality.card import compare, load_card, quality_dir, results_table
     from app.quality.measure import Layout, QualityError
-    from app.quality.run import RunRequest, SetupError, prepare, run_quality
+    from app.quality.run import RunRequest, SetupError, not_local, prepare, run_quality
     from app.quality.text import TextError
 
     if args.compare:
@@ -84,7 +110,10 @@ def _quality(args: argparse.Namespace, paths: AppPaths) -> int:
     try:
         Layout.for_tokens(args.tokens)
         setup = prepare(paths, RunRequest(args.model, tuple(args.variant), args.reference, args.data, args.tokens))
-    except (SetupError, QualityError, TextError) as exc:
+    except SetupError as exc:
+        served = _served_elsewhere(paths, [args.model, *args.variant, *filter(None, [args.reference])])
+        return _fail(str(exc) if served is None else not_local(*served))
+    except (QualityError, TextError) as exc:
         return _fail(str(exc))
 
     def progress(event: dict[str, Any]) -> None:
@@ -132,7 +161,12 @@ def _quantize(args: argparse.Namespace, paths: AppPaths) -> int:
         source = checked(subject_of(spec))
         tools = tools_or_fail(paths)
         data = user_text(args.data).path if args.data is not None else None
-    except (SetupError, QuantizeError, TextError, ValueError) as exc:
+    except SetupError as exc:
+        served = _served_elsewhere(paths, [args.model])
+        if served is not None:
+            return _fail(f"{served[0]} is served by {served[1]}: quantize needs a local GGUF model")
+        return _fail(str(exc))
+    except (QuantizeError, TextError, ValueError) as exc:
         return _fail(str(exc))
     state = TaskState()
     started = datetime.datetime.now(datetime.UTC)

@@ -324,8 +324,38 @@ def test_a_quality_run_of_a_remote_model_says_it_needs_a_local_gguf(
         stop_service_process(service)
 
 
+def refusals(*runs: list[str]) -> list[str]:
+    """What `modeldeck` prints on standard error for each set of arguments, each refused with status 2."""
+    said = []
+    for args in runs:
+        done = subprocess.run([sys.executable, "-m", "app", *args], capture_output=True, text=True, timeout=60,
+                              cwd=REPO)  # fmt: skip
+        assert done.returncode == 2, (args, done.stderr)
+        said.append(done.stderr)
+    return said
+
+
+def test_the_quality_and_quantize_commands_say_a_remote_model_needs_a_local_gguf(
+    vllm_stand_in: tuple[str, StandIn], paths: AppPaths, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The commands read the library here, which has no remote model: the running service says which remote serves
+    it, instead of 'unknown model' with a hint to `modeldeck models`, which lists it."""
+    url, _ = vllm_stand_in
+    monkeypatch.setenv("MODELDECK_REMOTE_KEY_GPU", "sk-gpu")
+    service = start_service_process(paths, tmp_path, "--remote", f"gpu={url}/v1")
+    try:
+        said = refusals(["quality", "gpu/big"], ["quality", BUNDLED_ID, "--variant", "gpu/big"],
+                        ["quality", BUNDLED_ID, "--reference", "gpu/big"],
+                        ["quantize", "gpu/big", "--to", "Q4_0"])  # fmt: skip
+        served = "modeldeck: gpu/big is served by remote gpu"
+        assert said == [*[f"{served}: quality runs need a local GGUF model\n"] * 3,
+                        f"{served}: quantize needs a local GGUF model\n"]  # fmt: skip
+    finally:
+        stop_service_process(service)
+
+
 def test_a_quality_run_of_an_upstream_model_says_it_needs_a_local_gguf(paths: AppPaths, tmp_path: Path) -> None:
-    """An --upstream server is refused as a remote is, not as an unknown model that `modeldeck models` lists."""
+    """An --upstream server is refused as a remote is, by the service and by the command."""
     upstream = f"http://127.0.0.1:{free_port()}/v1"  # never asked: nothing answers there
     service = start_service_process(paths, tmp_path, "--upstream", f"ext={upstream}")
     words = f"ext is served by the --upstream server at {upstream}: quality runs need a local GGUF model"
@@ -335,6 +365,9 @@ def test_a_quality_run_of_an_upstream_model_says_it_needs_a_local_gguf(paths: Ap
                 service.client.start_quality(BUNDLED_ID if fields else "ext", **fields)
             assert refused.value.status == 400 and words in str(refused.value), (fields, str(refused.value))
         assert service.client.quality()["run"] is None
+        said = refusals(["quality", "ext"], ["quality", BUNDLED_ID, "--variant", "ext"],
+                        ["quality", BUNDLED_ID, "--reference", "ext"])  # fmt: skip
+        assert said == [f"modeldeck: {words}\n"] * 3
     finally:
         stop_service_process(service)
 
