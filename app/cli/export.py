@@ -7,9 +7,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from app.cli.numbers import positive
+from app.cli.numbers import positive, whole_number
 from app.cli.sizes import size_argument
 from app.paths import AppPaths
+from app.planner.cluster import MAX_GPUS_PER_NODE, MAX_NODES
 from app.planner.recommend import USES
 
 PLAN_FILE = "plan.json"
@@ -38,8 +39,10 @@ def add_export_command(commands: Any) -> None:
                         help="replace files in --out DIR that differ from what this export writes")  # fmt: skip
     export.add_argument("--gpu-memory", type=size_argument(default_unit=2**30), default=80 * 2**30, metavar="SIZE",
                         help="memory of each GPU of the cluster (80G)")  # fmt: skip
-    export.add_argument("--gpus-per-node", type=int, default=8, metavar="N", help="GPUs in each node (8)")
-    export.add_argument("--nodes", type=int, default=1, metavar="N", help="nodes the plan may use (1)")
+    export.add_argument("--gpus-per-node", type=whole_number(1, MAX_GPUS_PER_NODE), default=8, metavar="N",
+                        help="GPUs in each node (8)")  # fmt: skip
+    export.add_argument("--nodes", type=whole_number(1, MAX_NODES), default=1, metavar="N",
+                        help="nodes the plan may use (1)")  # fmt: skip
     export.add_argument("--compute-capability", type=_capability, default=(9, 0), metavar="X.Y",
                         help="of the cluster's GPUs (9.0, Hopper)")  # fmt: skip
     export.add_argument("--hardware", type=Path, metavar="FILE",

@@ -14,9 +14,10 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from app.cli.cancellable import run_cancellable
-from app.cli.numbers import positive
+from app.cli.numbers import positive, whole_number
 from app.hub.task import Stopped, TaskState
 from app.paths import AppPaths
+from app.quality.measure import MAX_TOKENS, MIN_TOKENS
 
 DEFAULT_TOKENS = 4096
 T = TypeVar("T")
@@ -35,7 +36,8 @@ def add_quality_commands(commands: argparse._SubParsersAction[argparse.ArgumentP
         "--reference", metavar="VARIANT|FILE", help="compare with this variant (default: the most precise one)"
     )
     quality.add_argument("--data", type=Path, metavar="FILE", help="your own text, UTF-8 (default: Python's help text)")
-    quality.add_argument("--tokens", type=int, default=DEFAULT_TOKENS, metavar="N", help="tokens to score (4096)")
+    quality.add_argument("--tokens", type=whole_number(MIN_TOKENS, MAX_TOKENS), default=DEFAULT_TOKENS, metavar="N",
+                         help="tokens to score (4096)")  # fmt: skip
     quality.add_argument("--threads", type=positive, metavar="N", help="CPU threads of the tool (default: all)")
     quality.add_argument("--json", action="store_true", help="print the quality card as JSON")
     quality.add_argument("--progress-jsonl", action="store_true", help="print progress as JSON lines (for the service)")

@@ -19,6 +19,8 @@ from app.planner.memory import GIB, MissingFacts, vllm_memory
 from app.planner.recommend import need_for
 
 DEFAULT_UTILIZATION = 0.9
+MAX_GPUS_PER_NODE = 16
+MAX_NODES = 64
 
 
 class ClusterPlanError(ValueError):
@@ -37,10 +39,10 @@ class ClusterTarget:
     def __post_init__(self) -> None:
         if self.gpu_memory < 4 * GIB:
             raise ClusterPlanError(f"a GPU with {self.gpu_memory / GIB:.1f} GiB is too small for vLLM")
-        if not 1 <= self.gpus_per_node <= 16:
-            raise ClusterPlanError(f"GPUs per node must be 1 to 16, not {self.gpus_per_node}")
-        if not 1 <= self.max_nodes <= 64:
-            raise ClusterPlanError(f"nodes must be 1 to 64, not {self.max_nodes}")
+        if not 1 <= self.gpus_per_node <= MAX_GPUS_PER_NODE:
+            raise ClusterPlanError(f"GPUs per node must be 1 to {MAX_GPUS_PER_NODE}, not {self.gpus_per_node}")
+        if not 1 <= self.max_nodes <= MAX_NODES:
+            raise ClusterPlanError(f"nodes must be 1 to {MAX_NODES}, not {self.max_nodes}")
 
 
 def target_from_profile(profile: HardwareProfile, nodes: int) -> ClusterTarget:

@@ -196,3 +196,33 @@ def test_counts_of_queues_threads_tokens_and_results_that_cannot_work_are_refuse
 def test_an_empty_queue_and_no_gpu_layers_are_taken() -> None:
     assert _parser().parse_args(["serve", "--max-queue", "0"]).max_queue == 0
     assert _parser().parse_args(["start", "m", "--gpu-layers", "0"]).gpu_layers == 0
+
+
+@pytest.mark.parametrize(
+    ("argv", "flag", "words"),
+    [(["export", "m", "--format", "k8s", "--gpus-per-node", "0"], "--gpus-per-node", "must be from 1 to 16, got 0"),
+     (["export", "m", "--format", "k8s", "--gpus-per-node", "17"], "--gpus-per-node", "must be from 1 to 16, got 17"),
+     # with a recorded profile, which gives the GPUs per node, too: it was taken without a word
+     (["export", "m", "--format", "k8s", "--hardware", "h.json", "--gpus-per-node", "-3"], "--gpus-per-node",
+      "must be from 1 to 16, got -3"),
+     (["export", "m", "--format", "k8s", "--nodes", "0"], "--nodes", "must be from 1 to 64, got 0"),
+     (["export", "m", "--format", "k8s", "--nodes", "65"], "--nodes", "must be from 1 to 64, got 65"),
+     (["export", "m", "--format", "k8s", "--nodes", "2\N{SUPERSCRIPT TWO}"], "--nodes", "not a whole number: '2²'"),
+     (["quality", "m", "--tokens", "127"], "--tokens", "must be from 128 to 1048576, got 127"),
+     (["quality", "m", "--tokens", "1048577"], "--tokens", "must be from 128 to 1048576, got 1048577"),
+     (["quality", "m", "--tokens", "4e3"], "--tokens", "not a whole number: '4e3'")],
+)  # fmt: skip
+def test_cluster_sizes_and_quality_tokens_out_of_range_are_refused_naming_the_flag(
+    capsys: pytest.CaptureFixture[str], argv: list[str], flag: str, words: str
+) -> None:
+    assert refusal(capsys, *argv).endswith(f"argument {flag}: {words}")
+
+
+def test_cluster_sizes_and_quality_tokens_at_their_bounds_are_taken() -> None:
+    for nodes, gpus in ((1, 1), (64, 16)):
+        args = _parser().parse_args(
+            ["export", "m", "--format", "k8s", "--nodes", str(nodes), "--gpus-per-node", str(gpus)]
+        )
+        assert (args.nodes, args.gpus_per_node) == (nodes, gpus)
+    for tokens in (128, 1_048_576):
+        assert _parser().parse_args(["quality", "m", "--tokens", str(tokens)]).tokens == tokens

@@ -356,7 +356,7 @@ def test_export_from_a_recommendation(tmp_path: Path, capsys: pytest.CaptureFixt
          "use --format ray or --format helm"),
         ("70b", ["--format", "ray", "--gpu-memory", "24G", "--gpus-per-node", "2"], "allow more nodes"),
         ("70b", ["--format", "ray", "--max-model-len", "1000000"], "over the model's trained context"),
-        ("70b", ["--format", "ray", "--gpus-per-node", "99"], "GPUs per node must be 1 to 16"),
+        ("70b", ["--format", "ray", "--gpus-per-node", "99"], "argument --gpus-per-node: must be from 1 to 16, got 99"),
         ("70b", ["--format", "ray", "--out", "FILE"], "cannot write into"),
     ],
 )  # fmt: skip

@@ -104,7 +104,7 @@ def test_the_users_own_text_is_scored_and_said_on_the_card(
         (b"\xff\xfe not utf-8", [], "is not UTF-8"),
         (b"  \n", [], "holds no text"),
         (b"Too short a text.", [], "the text is too short"),
-        (None, ["--tokens", "8"], "--tokens must be from"),
+        (None, ["--tokens", "8"], "argument --tokens: must be from 128 to 1048576, got 8"),
         (None, ["--reference", "/nonexistent.gguf"], "neither a variant nor a file"),
     ],
 )
