@@ -19,9 +19,9 @@ from app.cli import main
 from app.client import ControlClient, find_service
 from app.hub.library import BUNDLED_ID
 from app.paths import AppPaths
-from tests.support.hub_server import FakeHub, add_repo
+from tests.support.hub_server import FakeHub
 from tests.support.service import REPO, RunningService, free_port, start_service_process, stop_service_process
-from tests.support.waiting import wait_for
+from tests.support.slow_stop import service_slow_to_stop
 
 
 def modeldeck(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
@@ -161,26 +161,18 @@ def test_a_command_that_starts_the_service_while_the_last_one_stops_waits_for_it
     and its engines have stopped (up to 5 s for one that does not act on SIGTERM), and answers no more meanwhile. The
     service a command started then gave up on the folder after CLAIM_WAIT_S, and the command failed with "The service
     exited with code 2", though the folder was free a moment later."""
-    monkeypatch.setenv("HF_ENDPOINT", hub.url)
-    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf-home"))
-    add_repo(hub, "org/smol-GGUF", {"smol-Q4_1.gguf": gguf_slice})
-    hub.faults.stall_after = 1_000_000
-    old = start_service_process(paths, tmp_path, "--model", BUNDLED_ID)
-    try:
-        job = old.client.start_download("org/smol-GGUF", "Q4_1")["id"]
-        wait_for(lambda: next(d for d in old.client.downloads() if d["id"] == job)["done"] > 0, 30, "the download")
-        psutil.Process(old.model()["pid"]).suspend()  # a stopped engine acts on SIGTERM only once it is killed
-        old.process.terminate()
-        start = modeldeck("start", BUNDLED_ID, env={"MODELDECK_PORT": str(free_port())})
-        assert old.process.wait(timeout=30) == 0
-    finally:
-        stop_service_process(old)
-        address = find_service(paths)
-        if address is not None and address.pid != old.process.pid:
-            client = ControlClient(address)
-            client.shutdown()
-            client.close()
-            psutil.wait_procs([psutil.Process(address.pid)], timeout=60)
+    with service_slow_to_stop(hub, gguf_slice, paths, tmp_path, monkeypatch) as old:
+        try:
+            start = modeldeck("start", BUNDLED_ID, env={"MODELDECK_PORT": str(free_port())})
+            assert old.process.wait(timeout=30) == 0
+        finally:
+            stop_service_process(old)  # gone before the service the command started is looked for
+            address = find_service(paths)
+            if address is not None and address.pid != old.process.pid:
+                client = ControlClient(address)
+                client.shutdown()
+                client.close()
+                psutil.wait_procs([psutil.Process(address.pid)], timeout=60)
     assert start.returncode == 0, start.stderr
     assert f"{BUNDLED_ID} is ready" in start.stdout
     assert address is not None and address.pid != old.process.pid

@@ -19,8 +19,9 @@ from filelock import FileLock
 from app.client import find_service
 from app.hub.library import BUNDLED_ID
 from app.paths import AppPaths
-from tests.support.hub_server import FakeHub, add_repo
+from tests.support.hub_server import FakeHub
 from tests.support.service import REPO, RunningService, free_port, start_service_process, stop_service_process
+from tests.support.slow_stop import service_slow_to_stop
 from tests.support.waiting import wait_for
 
 
@@ -118,6 +119,14 @@ def test_sigterm_stops_engines_and_cleans_up(service: RunningService, paths: App
     assert not paths.control_token_file.exists()
 
 
+def _serve_another() -> subprocess.CompletedProcess[str]:
+    """A second `modeldeck serve` of this test's data folder, run to its end."""
+    return subprocess.run(
+        [sys.executable, "-m", "app", "serve", "--port", str(free_port())], capture_output=True, text=True,
+        timeout=60, cwd=REPO, env={**os.environ, "MODELDECK_API_KEY": "test-key"}, check=False,
+    )  # fmt: skip
+
+
 def test_a_second_service_of_the_data_folder_is_refused_and_leaves_the_first_whole(
     service: RunningService, paths: AppPaths
 ) -> None:
@@ -125,10 +134,7 @@ def test_a_second_service_of_the_data_folder_is_refused_and_leaves_the_first_who
     token, and withdraw them when it stopped: every command would then find no service while the first still ran."""
     engine = psutil.Process(service.model()["pid"])
     pid, address = service.process.pid, service.client.address
-    second = subprocess.run(
-        [sys.executable, "-m", "app", "serve", "--port", str(free_port())], capture_output=True, text=True,
-        timeout=60, cwd=REPO, env={**os.environ, "MODELDECK_API_KEY": "test-key"}, check=False,
-    )  # fmt: skip
+    second = _serve_another()
     assert second.returncode == 2
     assert second.stderr.strip() == (
         f"modeldeck: A ModelDeck service already runs for this data folder (pid {pid}, {service.url}): use it, stop "
@@ -150,25 +156,11 @@ def test_a_second_service_refused_while_the_first_stops_says_it_is_stopping(
     """A stopping service holds the data folder and its discovery file until its downloads have paused and its engines
     have stopped (here up to 5 s each: a download stalled on the Hub, an engine that does not act on SIGTERM), and
     answers no more meanwhile. A second `serve` then said the first "already runs ... use it"."""
-    monkeypatch.setenv("HF_ENDPOINT", hub.url)
-    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf-home"))
-    add_repo(hub, "org/smol-GGUF", {"smol-Q4_1.gguf": gguf_slice})
-    hub.faults.stall_after = 1_000_000
-    old = start_service_process(paths, tmp_path, "--model", BUNDLED_ID)
-    try:
-        job = old.client.start_download("org/smol-GGUF", "Q4_1")["id"]
-        wait_for(lambda: next(d for d in old.client.downloads() if d["id"] == job)["done"] > 0, 30, "the download")
-        psutil.Process(old.model()["pid"]).suspend()  # a stopped engine acts on SIGTERM only once it is killed
-        old.process.terminate()
+    with service_slow_to_stop(hub, gguf_slice, paths, tmp_path, monkeypatch) as old:
         wait_for(lambda: "stopping" in old.output(), 30, "the service to begin stopping")
-        second = subprocess.run(
-            [sys.executable, "-m", "app", "serve", "--port", str(free_port())], capture_output=True, text=True,
-            timeout=60, cwd=REPO, env={**os.environ, "MODELDECK_API_KEY": "test-key"}, check=False,
-        )  # fmt: skip
+        second = _serve_another()
         assert old.process.poll() is None, "the first service stopped before the second was refused"
         assert old.process.wait(timeout=30) == 0
-    finally:
-        stop_service_process(old)
     assert second.returncode == 2
     assert second.stderr.strip() == (
         f"modeldeck: The ModelDeck service of this data folder (pid {old.process.pid}) is stopping: try again in a "
@@ -181,10 +173,7 @@ def test_a_service_refused_beside_a_discovery_file_nested_too_deeply_says_why_in
     paths.state.mkdir(parents=True)
     paths.service_file.write_text("[" * 100_000)
     with FileLock(paths.service_lock):  # the data folder is another service's
-        second = subprocess.run(
-            [sys.executable, "-m", "app", "serve", "--port", str(free_port())], capture_output=True, text=True,
-            timeout=60, cwd=REPO, env={**os.environ, "MODELDECK_API_KEY": "test-key"}, check=False,
-        )  # fmt: skip
+        second = _serve_another()
     assert second.returncode == 2
     assert second.stderr.strip().startswith("modeldeck: Another ModelDeck service of this data folder is starting")
 
