@@ -8,7 +8,6 @@ import signal
 import subprocess
 import sys
 import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -16,6 +15,7 @@ import pytest
 from app.hub.library import BUNDLED_ID
 from app.paths import AppPaths
 from tests.support.service import REPO, RunningService, start_service_process, stop_service_process
+from tests.support.standin_http import StandInHandler, serving
 
 OUTPUT_TOKENS = 16
 SANE_S = 300.0
@@ -78,48 +78,32 @@ def test_bench_sweep_writes_a_complete_card(service: RunningService, paths: AppP
     assert modeldeck("bench", "--compare", "no-such-card", card["id"]).returncode == 2
 
 
-class _RefusingStreams(BaseHTTPRequestHandler):
+class _RefusingStreams(StandInHandler):
     """A server ModelDeck serves with --upstream: it counts a prompt (a plain answer with usage) but refuses every
     streamed chat, as a server in trouble would, so every request of a level fails."""
 
     protocol_version = "HTTP/1.1"
 
-    def log_message(self, format: str, *args: object) -> None:
-        pass
-
-    def _send(self, status: int, answer: object) -> None:
-        body = json.dumps(answer).encode()
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
     def do_GET(self) -> None:
-        self._send(200, {"object": "list", "data": [{"id": "busy", "object": "model"}]})
+        self.send_json(200, {"object": "list", "data": [{"id": "busy", "object": "model"}]})
 
     def do_POST(self) -> None:
         request = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
         if request.get("stream"):
-            self._send(503, {"error": {"message": "out of memory", "type": "server_error"}})
+            self.send_json(503, {"error": {"message": "out of memory", "type": "server_error"}})
         else:
-            self._send(200, {"choices": [{"index": 0, "message": {"role": "assistant", "content": "a"}}],
+            self.send_json(200, {"choices": [{"index": 0, "message": {"role": "assistant", "content": "a"}}],
                              "usage": {"prompt_tokens": 20, "completion_tokens": 1, "total_tokens": 21}})  # fmt: skip
 
 
 def test_a_level_whose_requests_fail_says_why(paths: AppPaths, tmp_path: Path) -> None:
-    upstream = ThreadingHTTPServer(("127.0.0.1", 0), _RefusingStreams)
-    thread = threading.Thread(target=upstream.serve_forever, daemon=True)
-    thread.start()
-    service = start_service_process(paths, tmp_path, "--upstream", f"busy=http://127.0.0.1:{upstream.server_port}")
-    try:
-        done = modeldeck("bench", "busy", "--concurrency", "1", "--requests", "2", "--prompt-tokens", "64",
-                         "--output-tokens", "4")  # fmt: skip
-    finally:
-        stop_service_process(service)
-        upstream.shutdown()
-        upstream.server_close()
-        thread.join(timeout=10)
+    with serving(_RefusingStreams) as upstream:
+        service = start_service_process(paths, tmp_path, "--upstream", f"busy={upstream}")
+        try:
+            done = modeldeck("bench", "busy", "--concurrency", "1", "--requests", "2", "--prompt-tokens", "64",
+                             "--output-tokens", "4")  # fmt: skip
+        finally:
+            stop_service_process(service)
     assert done.returncode == 1, done.stderr
     line = done.stdout.splitlines()[0]
     assert line.startswith("concurrency    1:      0.0 output tok/s, 2 errors of 2 (the first: HTTP 503")
@@ -136,12 +120,12 @@ class _HeldSecondLevel(_RefusingStreams):
     lock = threading.Lock()
 
     def do_GET(self) -> None:
-        self._send(200, {"object": "list", "data": [{"id": "slow", "object": "model"}]})
+        self.send_json(200, {"object": "list", "data": [{"id": "slow", "object": "model"}]})
 
     def do_POST(self) -> None:
         request = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
         if not request.get("stream"):  # the prompt count
-            self._send(200, {"choices": [{"index": 0, "message": {"role": "assistant", "content": "a"}}],
+            self.send_json(200, {"choices": [{"index": 0, "message": {"role": "assistant", "content": "a"}}],
                              "usage": {"prompt_tokens": 20, "completion_tokens": 1, "total_tokens": 21}})  # fmt: skip
             return
         with self.lock:
@@ -168,30 +152,25 @@ def test_ctrl_c_prints_the_levels_measured_and_saves_no_card(as_json: bool, path
     _HeldSecondLevel.answered = 0
     _HeldSecondLevel.holding.clear()
     _HeldSecondLevel.release.clear()
-    upstream = ThreadingHTTPServer(("127.0.0.1", 0), _HeldSecondLevel)
-    thread = threading.Thread(target=upstream.serve_forever, daemon=True)
-    thread.start()
-    service = start_service_process(paths, tmp_path, "--upstream", f"slow=http://127.0.0.1:{upstream.server_port}")
-    bench = subprocess.Popen(
-        [sys.executable, "-m", "app", "bench", "slow", "--concurrency", "1,2", "--requests", "2", "--prompt-tokens",
-         "64", "--output-tokens", "4", *(["--json"] if as_json else [])],
-        cwd=REPO, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-        # As from a terminal, even where the suite runs as a background job with SIGINT ignored
-        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
-    )  # fmt: skip
-    try:
-        assert _HeldSecondLevel.holding.wait(120), "the second level never began"
-        bench.send_signal(signal.SIGINT)
-        out, err = bench.communicate(timeout=60)
-    finally:
-        _HeldSecondLevel.release.set()
-        if bench.poll() is None:
-            bench.kill()
-            bench.wait()
-        stop_service_process(service)
-        upstream.shutdown()
-        upstream.server_close()
-        thread.join(timeout=10)
+    with serving(_HeldSecondLevel) as upstream:
+        service = start_service_process(paths, tmp_path, "--upstream", f"slow={upstream}")
+        bench = subprocess.Popen(
+            [sys.executable, "-m", "app", "bench", "slow", "--concurrency", "1,2", "--requests", "2",
+             "--prompt-tokens", "64", "--output-tokens", "4", *(["--json"] if as_json else [])],
+            cwd=REPO, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            # As from a terminal, even where the suite runs as a background job with SIGINT ignored
+            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+        )  # fmt: skip
+        try:
+            assert _HeldSecondLevel.holding.wait(120), "the second level never began"
+            bench.send_signal(signal.SIGINT)
+            out, err = bench.communicate(timeout=60)
+        finally:
+            _HeldSecondLevel.release.set()
+            if bench.poll() is None:
+                bench.kill()
+                bench.wait()
+            stop_service_process(service)
     assert bench.returncode == 130, err
     assert err == "modeldeck: interrupted after 1 of 2 levels: no card is saved\n"
     if as_json:

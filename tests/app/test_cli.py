@@ -9,7 +9,6 @@ import subprocess
 import sys
 import threading
 import warnings
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import psutil
@@ -22,6 +21,7 @@ from app.paths import AppPaths
 from tests.support.hub_server import FakeHub
 from tests.support.service import REPO, RunningService, free_port, start_service_process, stop_service_process
 from tests.support.slow_stop import service_slow_to_stop
+from tests.support.standin_http import StandInHandler, serving
 
 
 def modeldeck(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
@@ -206,46 +206,29 @@ def test_a_reader_that_stops_early_gets_no_traceback() -> None:
         assert result.stderr == "", args
 
 
-class _BrokenStreamHandler(BaseHTTPRequestHandler):
+class _BrokenStreamHandler(StandInHandler):
     """A server ModelDeck serves with --upstream, whose answer breaks off in an event that is not JSON."""
 
     protocol_version = "HTTP/1.1"
 
-    def log_message(self, format: str, *args: object) -> None:
-        pass
-
-    def _send(self, body: bytes, kind: str) -> None:
-        self.send_response(200)
-        self.send_header("Content-Type", kind)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
     def do_GET(self) -> None:
-        self._send(
-            json.dumps({"object": "list", "data": [{"id": "odd", "object": "model"}]}).encode(), "application/json"
-        )
+        self.send_json(200, {"object": "list", "data": [{"id": "odd", "object": "model"}]})
 
     def do_POST(self) -> None:
         self.rfile.read(int(self.headers["Content-Length"]))
         first = json.dumps({"choices": [{"index": 0, "delta": {"content": "Hello"}}]})
-        self._send(f"data: {first}\n\ndata: {{not json\n\ndata: [DONE]\n\n".encode(), "text/event-stream")
+        self.send_body(200, f"data: {first}\n\ndata: {{not json\n\ndata: [DONE]\n\n".encode(), "text/event-stream")
 
 
 def test_an_answer_breaking_off_in_an_event_that_is_not_json_is_cut_short_not_a_traceback(
     paths: AppPaths, tmp_path: Path
 ) -> None:
-    upstream = ThreadingHTTPServer(("127.0.0.1", 0), _BrokenStreamHandler)
-    thread = threading.Thread(target=upstream.serve_forever, daemon=True)
-    thread.start()
-    service = start_service_process(paths, tmp_path, "--upstream", f"odd=http://127.0.0.1:{upstream.server_port}")
-    try:
-        result = modeldeck("run", "odd", "Say hello.")
-    finally:
-        stop_service_process(service)
-        upstream.shutdown()
-        upstream.server_close()
-        thread.join(timeout=10)
+    with serving(_BrokenStreamHandler) as upstream:
+        service = start_service_process(paths, tmp_path, "--upstream", f"odd={upstream}")
+        try:
+            result = modeldeck("run", "odd", "Say hello.")
+        finally:
+            stop_service_process(service)
     assert result.returncode == 1
     assert result.stdout == "Hello\n"  # what came before the break stays
     assert result.stderr == "(cut short: The answer broke off: an event that is not JSON: '{not json')\n"
@@ -270,22 +253,14 @@ def test_a_file_in_the_way_of_a_folder_is_one_line_and_stays(modeldeck_home: Pat
     assert (modeldeck_home / "data" / "models").read_text() == "mine too"
 
 
-class _HeldStreamHandler(BaseHTTPRequestHandler):
+class _HeldStreamHandler(StandInHandler):
     """A server of --upstream that sends the first words of an answer, then holds the rest until told."""
 
     protocol_version = "HTTP/1.1"
     release = threading.Event()
 
-    def log_message(self, format: str, *args: object) -> None:
-        pass
-
     def do_GET(self) -> None:
-        body = json.dumps({"object": "list", "data": [{"id": "held", "object": "model"}]}).encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
+        self.send_json(200, {"object": "list", "data": [{"id": "held", "object": "model"}]})
 
     def do_POST(self) -> None:
         self.rfile.read(int(self.headers["Content-Length"]))
@@ -303,28 +278,23 @@ def test_the_service_dying_mid_answer_ends_the_answer_then_says_so_on_its_own_li
     paths: AppPaths, tmp_path: Path
 ) -> None:
     """The error was printed on the line of the answer ("Hellomodeldeck: The chat stream ended: …")."""
-    upstream = ThreadingHTTPServer(("127.0.0.1", 0), _HeldStreamHandler)
-    thread = threading.Thread(target=upstream.serve_forever, daemon=True)
-    thread.start()
-    service = start_service_process(paths, tmp_path, "--upstream", f"held=http://127.0.0.1:{upstream.server_port}")
-    run = subprocess.Popen(
-        [sys.executable, "-m", "app", "run", "held", "Say hello."], cwd=REPO, text=True,
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-    )  # fmt: skip
-    assert run.stdout is not None
-    try:
-        assert run.stdout.read(5) == "Hello"  # the answer has begun
-        service.process.kill()
-        out, err = run.communicate(timeout=60)
-    finally:
-        _HeldStreamHandler.release.set()
-        if run.poll() is None:
-            run.kill()
-            run.wait()
-        stop_service_process(service)
-        upstream.shutdown()
-        upstream.server_close()
-        thread.join(timeout=10)
+    with serving(_HeldStreamHandler) as upstream:
+        service = start_service_process(paths, tmp_path, "--upstream", f"held={upstream}")
+        run = subprocess.Popen(
+            [sys.executable, "-m", "app", "run", "held", "Say hello."], cwd=REPO, text=True,
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        )  # fmt: skip
+        assert run.stdout is not None
+        try:
+            assert run.stdout.read(5) == "Hello"  # the answer has begun
+            service.process.kill()
+            out, err = run.communicate(timeout=60)
+        finally:
+            _HeldStreamHandler.release.set()
+            if run.poll() is None:
+                run.kill()
+                run.wait()
+            stop_service_process(service)
     assert run.returncode == 1, err
     assert "Hello" + out == "Hello\n", err  # the answer as far as it went, its line ended
     assert "Traceback" not in err

@@ -11,12 +11,9 @@ from __future__ import annotations
 
 import json
 import tempfile
-import threading
 from collections import Counter
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
 
 import httpx
 import pytest
@@ -27,6 +24,7 @@ from hypothesis.configuration import set_hypothesis_home_dir
 from app.hub.library import BUNDLED_ID
 from app.paths import AppPaths
 from tests.support.service import RunningService, free_port, start_service_process, stop_service_process
+from tests.support.standin_http import StandInHandler, serving
 
 # Hypothesis keeps caches in ./.hypothesis, which pytest (with this project's norecursedirs) then refuses to
 # collect past: they go to the temporary directory instead, and no example database is kept.
@@ -100,7 +98,7 @@ query = st.dictionaries(st.sampled_from(["window", "limit", "tail", "model", "us
                                          "wait", "q", "sort"]), header_text, max_size=3)  # fmt: skip
 
 
-class _Engine(BaseHTTPRequestHandler):
+class _Engine(StandInHandler):
     """An OpenAI-shaped server that answers every POST at once: a completion, a stream, or an embedding."""
 
     protocol_version = "HTTP/1.1"
@@ -115,34 +113,20 @@ class _Engine(BaseHTTPRequestHandler):
                 {"index": 0, "message": {"role": "assistant", "content": "ok"}, "text": "ok", "finish_reason": "stop"}
             ], "usage": usage}  # fmt: skip
         if body.get("stream") is True:
-            data = b"data: " + json.dumps(answer).encode() + b"\n\ndata: [DONE]\n\n"
-            content_type = b"text/event-stream"
+            self.send_body(200, b"data: " + json.dumps(answer).encode() + b"\n\ndata: [DONE]\n\n", "text/event-stream")
         else:
-            data, content_type = json.dumps(answer).encode(), b"application/json"
-        self.send_response(200)
-        self.send_header("content-type", content_type.decode())
-        self.send_header("content-length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
-    def log_message(self, format: str, *args: Any) -> None:
-        pass  # quiet: the test reads the service's log, not this one's
+            self.send_json(200, answer)
 
 
 @pytest.fixture
 def fuzz_service(paths: AppPaths, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[RunningService]:
-    engine = ThreadingHTTPServer(("127.0.0.1", 0), _Engine)
-    thread = threading.Thread(target=engine.serve_forever, daemon=True)
-    thread.start()
     monkeypatch.setenv("HF_ENDPOINT", f"http://127.0.0.1:{free_port()}")  # offline Hub: no network in the fuzz
-    service = start_service_process(paths, tmp_path, "--upstream", f"fuzz=http://127.0.0.1:{engine.server_port}")
-    try:
-        yield service
-    finally:
-        stop_service_process(service)
-        engine.shutdown()
-        engine.server_close()
-        thread.join(timeout=10)
+    with serving(_Engine) as engine:
+        service = start_service_process(paths, tmp_path, "--upstream", f"fuzz={engine}")
+        try:
+            yield service
+        finally:
+            stop_service_process(service)
 
 
 def check(answer: httpx.Response, tally: Counter[str]) -> None:

@@ -13,11 +13,9 @@ import os
 import ssl
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +27,7 @@ from app.client import ControlError
 from app.hub.library import BUNDLED_ID
 from app.paths import AppPaths
 from tests.support.service import REPO, free_port, start_service_process, stop_service_process
+from tests.support.standin_http import StandInHandler, serving
 
 METRICS = Path(__file__).parent.parent / "fixtures" / "metrics" / "vllm_metrics.txt"
 REMOTE_KEY = "sk-remote-test"
@@ -98,29 +97,19 @@ class StandIn:
 def vllm_stand_in() -> Iterator[tuple[str, StandIn]]:
     seen = StandIn()
 
-    class Handler(BaseHTTPRequestHandler):
-        def log_message(self, format: str, *args: Any) -> None:
-            pass
-
-        def _send(self, status: int, body: bytes, kind: str = "application/json") -> None:
-            self.send_response(status)
-            self.send_header("Content-Type", kind)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
+    class Handler(StandInHandler):
         def do_GET(self) -> None:
             if self.headers.get("Authorization") != "Bearer sk-gpu":
-                self._send(401, b'{"error": "unauthorized"}')
+                self.send_body(401, b'{"error": "unauthorized"}')
             elif self.path == "/v1/models":
-                self._send(200, json.dumps({"object": "list", "data": [{"id": "big", "object": "model"}]}).encode())
+                self.send_json(200, {"object": "list", "data": [{"id": "big", "object": "model"}]})
             elif self.path == "/metrics":
                 seen.scrapes.append(self.headers.get("Authorization"))
                 seen.generated += 100
                 text = METRICS.read_text().replace("} 3400.0", f"}} {seen.generated}.0")
-                self._send(200, text.encode(), "text/plain; version=0.0.4")
+                self.send_body(200, text.encode(), "text/plain; version=0.0.4")
             else:
-                self._send(404, b"{}")
+                self.send_body(404, b"{}")
 
         def do_POST(self) -> None:
             body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
@@ -129,15 +118,10 @@ def vllm_stand_in() -> Iterator[tuple[str, StandIn]]:
                       "choices": [{"index": 0, "message": {"role": "assistant", "content": "hi"},
                                    "finish_reason": "stop"}],
                       "usage": {"prompt_tokens": 3, "completion_tokens": 1, "total_tokens": 4}}  # fmt: skip
-            self._send(200, json.dumps(answer).encode())
+            self.send_json(200, answer)
 
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{server.server_address[1]}", seen
-    server.shutdown()
-    server.server_close()
-    thread.join(timeout=10)
+    with serving(Handler) as url:
+        yield url, seen
 
 
 def test_a_remote_llama_server_is_served_like_a_local_model(

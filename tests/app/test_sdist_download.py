@@ -4,7 +4,6 @@ once, leaving no process) or answers 404 (a BuildError with pip's words); a down
 from __future__ import annotations
 
 import gzip
-import http.server
 import socket
 import threading
 import time
@@ -17,6 +16,7 @@ import pytest
 from app.hub.task import Stopped, TaskState
 from app.installs.llama_server_build import BuildError
 from app.installs.sdist_download import download_sdist, sdist_path
+from tests.support.standin_http import StandInHandler, serving
 
 PIP_TIMEOUT_S = 120  # pip's wait for each answer: far longer than the test waits before it cancels
 
@@ -49,25 +49,18 @@ def silent_index(monkeypatch: pytest.MonkeyPatch) -> Iterator[threading.Event]:
         client.close()
 
 
-class _NotFound(http.server.BaseHTTPRequestHandler):
+class _NotFound(StandInHandler):
     def do_GET(self) -> None:
         self.send_error(404)
-
-    def log_message(self, format: str, *args: object) -> None:
-        pass  # the test reads pip's words, not the server's
 
 
 @pytest.fixture
 def empty_index(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """A package index that knows no package."""
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _NotFound)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    monkeypatch.setenv("PIP_INDEX_URL", f"http://127.0.0.1:{server.server_address[1]}/simple")
-    monkeypatch.setenv("PIP_RETRIES", "0")
-    yield
-    server.shutdown()
-    server.server_close()
+    with serving(_NotFound) as url:
+        monkeypatch.setenv("PIP_INDEX_URL", f"{url}/simple")
+        monkeypatch.setenv("PIP_RETRIES", "0")
+        yield
 
 
 def test_a_cancel_kills_pip_while_it_waits_for_the_index(tmp_path: Path, silent_index: threading.Event) -> None:

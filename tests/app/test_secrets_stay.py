@@ -6,10 +6,7 @@ command line, and an `--upstream` server, which runs outside ModelDeck, never re
 
 from __future__ import annotations
 
-import json
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import psutil
@@ -18,11 +15,12 @@ import pytest
 from app.hub.library import BUNDLED_ID
 from app.paths import AppPaths
 from tests.support.service import start_service_process, stop_service_process
+from tests.support.standin_http import StandInHandler, serving
 
 SECRETS = {"HF_TOKEN": "hf_do_not_leak", "MODELDECK_REMOTE_KEY_GPUBOX": "sk-remote-do-not-leak"}
 
 
-class _Recorder(BaseHTTPRequestHandler):
+class _Recorder(StandInHandler):
     """An OpenAI-compatible server that answers every chat completion with one word and records its headers."""
 
     seen: list[str | None]
@@ -30,34 +28,19 @@ class _Recorder(BaseHTTPRequestHandler):
     def do_POST(self) -> None:
         self.rfile.read(int(self.headers.get("Content-Length", "0")))
         type(self).seen.append(self.headers.get("Authorization"))
-        body = json.dumps({
+        self.send_json(200, {
             "id": "x", "object": "chat.completion", "created": 0, "model": "ext",
             "choices": [{"index": 0, "message": {"role": "assistant", "content": "hi"}, "finish_reason": "stop"}],
             "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
-        }).encode()  # fmt: skip
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, format: str, *args: object) -> None:
-        pass
+        })  # fmt: skip
 
 
 @pytest.fixture
 def upstream() -> Iterator[tuple[str, list[str | None]]]:
     seen: list[str | None] = []
     handler = type("Recorder", (_Recorder,), {"seen": seen})
-    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}", seen
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join()
+    with serving(handler) as url:
+        yield url, seen
 
 
 def test_engines_and_upstreams_get_no_secret_of_the_service(

@@ -8,16 +8,16 @@ import asyncio
 import json
 import subprocess
 import sys
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
 
 from app.paths import AppPaths
-from app.service.gateway.upstream import Endpoint, UpstreamError, UpstreamPool
+from app.service.gateway.upstream import UpstreamError
+from tests.support.raw_upstream import fetch
 from tests.support.service import REPO, RunningService, start_service_process, stop_service_process
+from tests.support.standin_http import StandInHandler, serving
 
 WORDS = ["Hello", " there", "."]
 
@@ -28,11 +28,8 @@ def _event(delta: dict[str, str], finish: str | None = None) -> bytes:
     return f"data: {json.dumps(chunk)}\n\n".encode()
 
 
-class _OldServer(BaseHTTPRequestHandler):
+class _OldServer(StandInHandler):
     """http.server's defaults: HTTP/1.0, each answer's body ended by closing the connection."""
-
-    def log_message(self, format: str, *args: object) -> None:
-        pass
 
     def _head(self, kind: str) -> None:
         self.send_response(200)
@@ -69,15 +66,10 @@ class _ClosingServer(_OldServer):
 
 @pytest.fixture(params=[_OldServer, _ClosingServer], ids=["http-1.0", "http-1.1-connection-close"])
 def upstream(request: pytest.FixtureRequest, paths: AppPaths, tmp_path: Path) -> Iterator[RunningService]:
-    server = ThreadingHTTPServer(("127.0.0.1", 0), request.param)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    service = start_service_process(paths, tmp_path, "--upstream", f"old=http://127.0.0.1:{server.server_port}")
-    yield service
-    stop_service_process(service)
-    server.shutdown()
-    server.server_close()
-    thread.join(timeout=10)
+    with serving(request.param) as url:
+        service = start_service_process(paths, tmp_path, "--upstream", f"old={url}")
+        yield service
+        stop_service_process(service)
 
 
 def test_an_answer_ended_by_closing_the_connection_is_whole(upstream: RunningService) -> None:
@@ -94,27 +86,10 @@ def test_an_answer_ended_by_closing_the_connection_is_whole(upstream: RunningSer
 def test_an_answer_with_a_length_cut_by_the_close_still_fails() -> None:
     """The close ends only a body that has no length: one shorter than its Content-Length is cut short."""
 
-    async def cut(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        await reader.readuntil(b"\r\n\r\n")
-        await reader.readexactly(2)
+    async def cut(writer: asyncio.StreamWriter) -> None:
         writer.write(b"HTTP/1.0 200 OK\r\nContent-Length: 100\r\n\r\n" + b"x" * 10)
         await writer.drain()
         writer.close()
 
-    async def run() -> None:
-        server = await asyncio.start_server(cut, "127.0.0.1", 0)
-        pool = UpstreamPool()
-        try:
-            endpoint = Endpoint.post(f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}/v1/chat/completions", "")
-            response = await pool.post(endpoint, b"{}")
-            try:
-                with pytest.raises(UpstreamError, match="closed the connection"):
-                    await response.read()
-            finally:
-                response.release()
-        finally:
-            pool.close()
-            server.close()
-            await server.wait_closed()
-
-    asyncio.run(run())
+    with pytest.raises(UpstreamError, match="closed the connection"):
+        asyncio.run(fetch(cut, None))

@@ -6,16 +6,15 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Awaitable, Callable
 
 import aiohttp
 import pytest
 
-from app.service.gateway.upstream import AnswerLimits, Endpoint, UpstreamError, UpstreamPool
+from app.service.gateway.upstream import AnswerLimits, UpstreamError
 from app.service.remotes import MAX_LIST_BYTES, RemoteUnavailable, list_models
+from tests.support.raw_upstream import Behaviour, fetch
 
 LIMITS = AnswerLimits(max_head_bytes=4096, max_bytes=1 << 20, idle_s=1.0, total_s=3.0)
-Behaviour = Callable[[asyncio.StreamWriter], Awaitable[None]]
 
 
 async def _endless_body(writer: asyncio.StreamWriter) -> None:
@@ -49,38 +48,6 @@ async def _answer(writer: asyncio.StreamWriter) -> None:
     body = b'{"ok": true}'
     writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: %d\r\n\r\n%b" % (len(body), body))
     await writer.drain()
-
-
-def serve(behaviour: Behaviour) -> Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]:
-    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        try:
-            while head := await reader.readuntil(b"\r\n\r\n"):
-                length = next(int(line.split(b":")[1]) for line in head.split(b"\r\n")
-                              if line.lower().startswith(b"content-length"))  # fmt: skip
-                await reader.readexactly(length)
-                await behaviour(writer)
-        except (asyncio.IncompleteReadError, ConnectionError):
-            pass  # the client closed the connection
-        finally:
-            writer.close()
-
-    return handle
-
-
-async def fetch(behaviour: Behaviour, limits: AnswerLimits | None) -> bytes:
-    server = await asyncio.start_server(serve(behaviour), "127.0.0.1", 0)
-    port = server.sockets[0].getsockname()[1]
-    pool = UpstreamPool()
-    try:
-        endpoint = Endpoint.post(f"http://127.0.0.1:{port}/v1/chat/completions", "", limits)
-        response = await pool.post(endpoint, b"{}")
-        try:
-            return await response.read()
-        finally:
-            response.release()
-    finally:
-        pool.close()
-        server.close()
 
 
 @pytest.mark.parametrize(

@@ -7,18 +7,17 @@ GET /api/models and GET /api/events (one snapshot, then the stream ends) with th
 from __future__ import annotations
 
 import json
-import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from app.client import ServiceAddress
+from tests.support.standin_http import StandInHandler, serving
 
 UNKNOWN_STATE = "warming"
 _MODEL = {"id": "m", "state": UNKNOWN_STATE, "embedding_companion": None}
 
 
-class _Handler(BaseHTTPRequestHandler):
+class _Handler(StandInHandler):
     def do_GET(self) -> None:
         if self.path == "/api/models":
             body, content_type = json.dumps([_MODEL]).encode(), "application/json"
@@ -28,25 +27,11 @@ class _Handler(BaseHTTPRequestHandler):
         else:
             self.send_error(404)
             return
-        self.send_response(200)
-        self.send_header("Content-Type", content_type)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, format: str, *args: object) -> None:
-        pass  # the test output stays readable; failures show in the assertions
+        self.send_body(200, body, content_type)
 
 
 @contextmanager
 def newer_service() -> Iterator[ServiceAddress]:
     """The stand-in's address, served on a thread until the block ends."""
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield ServiceAddress(0, "", f"http://127.0.0.1:{server.server_address[1]}", "token")
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(10)
+    with serving(_Handler) as url:
+        yield ServiceAddress(0, "", url, "token")
