@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from app.paths import AppPaths
-from tests.app.test_http_server import Answer, read_all, read_answer
+from tests.support.raw_http import Answer, read_all, read_answer
 from tests.support.service import RunningService, start_service_process, stop_service_process
 
 KEY = "test-key"

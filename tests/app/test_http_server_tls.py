@@ -20,6 +20,7 @@ import pytest
 from app.service.http.asgi import DIRECT_BODY, BodyTooLarge, ClientGone, Receive, Scope, Send, read_body
 from app.service.http.http_server import HttpLimits, HttpServer
 from app.service.http.tls import TlsIdentity, own_certificate
+from tests.support.raw_http import read_all
 from tests.support.waiting import wait_for
 
 LIMITS = HttpLimits(max_body_bytes=1000, header_timeout_s=0.5, body_timeout_s=0.5, shutdown_grace_s=0.5)
@@ -74,13 +75,6 @@ def tls_server(tmp_path: Path) -> Iterator[Running]:
     thread.join(timeout=5)
     assert not thread.is_alive()
     loop.close()
-
-
-def read_all(sock: socket.socket) -> bytes:
-    parts = []
-    while chunk := sock.recv(65536):
-        parts.append(chunk)
-    return b"".join(parts)
 
 
 def test_requests_and_streams_over_tls(tls_server: Running) -> None:

@@ -16,6 +16,7 @@ import uvicorn
 
 from app.service.http.asgi import BodyTooLarge, ClientGone, Receive, Scope, Send, read_body
 from app.service.http.uvicorn_cap import capped_protocol
+from tests.support.raw_http import read_all
 from tests.support.waiting import wait_for
 
 TIMEOUT_S = 0.5
@@ -51,14 +52,6 @@ def port() -> Iterator[int]:
     thread.join(timeout=5)
     assert not thread.is_alive()
     sock.close()
-
-
-def read_all(sock: socket.socket) -> bytes:
-    """Everything until the server closes the connection (the socket's own timeout fails the test first)."""
-    parts = []
-    while chunk := sock.recv(65536):
-        parts.append(chunk)
-    return b"".join(parts)
 
 
 def test_a_body_shorter_than_its_length_gets_408_and_the_connection_closes(port: int) -> None:
