@@ -15,6 +15,7 @@ import subprocess
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from engines.base import Capabilities, EngineCommand, Installation, LaunchPlan, openmp_wait_env
 
@@ -60,16 +61,22 @@ def installed_builds(root: Path) -> list[Build]:
         return builds
     for directory in sorted(root.glob(f"{EXECUTABLE}-*")):
         executable = directory / EXECUTABLE
-        try:
-            info = json.loads((directory / BUILD_INFO).read_text(encoding="utf-8"))
-        except (OSError, ValueError, RecursionError):  # RecursionError: nested thousands of levels deep
-            continue
-        if not executable.is_file() or not isinstance(info, dict):
+        info = _build_info(directory)
+        if info is None or not executable.is_file():
             continue
         version = str(info.get("llama_cpp_python") or "unknown")
         builds.append(Build(executable, version, str(info.get("backend") or "cpu")))
     builds.sort(key=lambda b: _version_key(b.version), reverse=True)
     return builds
+
+
+def _build_info(directory: Path) -> dict[str, Any] | None:
+    """The build-info.json of a ModelDeck build in `directory`; None when there is none, or not an object."""
+    try:
+        info = json.loads((directory / BUILD_INFO).read_text(encoding="utf-8"))
+    except (OSError, ValueError, RecursionError):  # RecursionError: nested thousands of levels deep
+        return None
+    return info if isinstance(info, dict) else None
 
 
 def _version_key(version: str) -> tuple[int, ...]:
@@ -140,11 +147,8 @@ class LlamaServerEngine:
         executable = self.executable()
         if executable is None:
             return False
-        try:
-            info = json.loads((executable.parent / BUILD_INFO).read_text(encoding="utf-8"))
-        except (OSError, ValueError, RecursionError):  # RecursionError: nested thousands of levels deep
-            return True
-        return not isinstance(info, dict) or str(info.get("backend") or "cpu") != "cpu"
+        info = _build_info(executable.parent)
+        return info is None or str(info.get("backend") or "cpu") != "cpu"
 
     def build_command(self, plan: LaunchPlan, port: int, api_key: str) -> EngineCommand:
         parallel = max(1, min(plan.parallel, MAX_PARALLEL))
