@@ -106,8 +106,13 @@ def stream_options(value: Any) -> str | None:
 def messages(value: Any) -> str | None:
     if not isinstance(value, list) or not value:
         return "must be a non-empty array of messages"
-    for index, message in enumerate(value):
-        problem = _message_problem(message)
+    return _first_problem(value, _message_problem)
+
+
+def _first_problem(items: list[Any], check: Check) -> str | None:
+    """The first item's problem, after its index: "[2].role must be ..."."""
+    for index, item in enumerate(items):
+        problem = check(item)
         if problem is not None:
             return f"[{index}]{problem}"
     return None
@@ -133,11 +138,8 @@ def _message_problem(message: Any) -> str | None:
         problem = _tool_calls_problem(message["role"], message["tool_calls"])
         if problem is not None:
             return f".tool_calls{problem}"
-    if isinstance(content, list):
-        for number, part in enumerate(content):
-            problem = _part_problem(part)
-            if problem is not None:
-                return f".content[{number}]{problem}"
+    if isinstance(content, list) and (problem := _first_problem(content, _part_problem)) is not None:
+        return f".content{problem}"
     return None
 
 
@@ -148,11 +150,7 @@ def _tool_calls_problem(role: str, calls: Any) -> str | None:
         return f" are only for assistant messages, not {role} ones"
     if not isinstance(calls, list):
         return " must be an array of tool calls"
-    for number, call in enumerate(calls):
-        problem = _tool_call_problem(call)
-        if problem is not None:
-            return f"[{number}]{problem}"
-    return None
+    return _first_problem(calls, _tool_call_problem)
 
 
 def _tool_call_problem(call: Any) -> str | None:
