@@ -55,14 +55,14 @@ class TrayController(QObject):
     def rebuild(self) -> None:
         self.menu.clear()
         for model_id in self._item_model.model_ids():
-            known = self._item_model.state_of(model_id)  # None while the service is out of reach
-            state = known or "unknown"
+            state = self._item_model.state_of(model_id)  # None while the service is out of reach
             running = state in ACTIVE
-            label = f"Stop {model_id} ({state})" if running else f"Start {model_id} ({state})"
+            shown = state or "unknown"
+            label = f"Stop {model_id} ({shown})" if running else f"Start {model_id} ({shown})"
             signal = self.sig_stop_requested if running else self.sig_start_requested
             action = self.menu.addAction(label)
             action.setObjectName(f"{'stop' if running else 'start'}:{model_id}")
-            action.setEnabled(known is not None)
+            action.setEnabled(state is not None)
             action.triggered.connect(functools.partial(signal.emit, model_id))
         self.menu.addSeparator()
         self.menu.addAction("&Open window").triggered.connect(self.sig_open_requested.emit)

@@ -108,7 +108,7 @@ def _chosen(paths: AppPaths, request: RunRequest) -> tuple[list[Subject], Subjec
     return variants, reference
 
 
-def check(paths: AppPaths, request: RunRequest) -> None:
+def check_request(paths: AppPaths, request: RunRequest) -> None:
     """What `prepare` checks, without writing the default text (a run going may be reading it): the service asks
     this before it starts a run's child, to refuse a request that could only fail there."""
     _chosen(paths, request)

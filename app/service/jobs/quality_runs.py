@@ -19,7 +19,7 @@ from app.card_files import read_saved_card
 from app.paths import AppPaths
 from app.quality.card import QualityCard, compare_rows, quality_dir, saved_cards
 from app.quality.measure import MAX_TOKENS, MIN_TOKENS
-from app.quality.run import RunRequest, SetupError, check, not_local
+from app.quality.run import RunRequest, SetupError, check_request, not_local
 from app.quality.text import TextError
 from app.self_command import modeldeck_command
 from app.service.events import EventBus
@@ -160,7 +160,7 @@ class QualityRuns(ChildJobs[QualityRequest, QualityRun]):
         data = None if request.data is None else Path(request.data)
         planned = RunRequest(request.model, request.variants, request.reference, data, request.tokens)
         try:
-            await asyncio.to_thread(check, self._paths, planned)  # reads the library and GGUF headers
+            await asyncio.to_thread(check_request, self._paths, planned)  # reads the library and GGUF headers
         except SetupError as exc:
             raise BadQualityRequest(f"{sentence(str(exc))}.", exc.param) from None
         except TextError as exc:
