@@ -81,7 +81,7 @@ def run_export(args: argparse.Namespace, paths: AppPaths) -> int:
         return _print_deployment(files, args.fmt)
     try:
         if (changed := differing(files, args.out)) and not args.force:
-            print(f"modeldeck: {_kept(changed)}", file=sys.stderr)
+            print(f"modeldeck: {_not_replaced(changed)}", file=sys.stderr)
             return 2
         written = write(files, args.out)
     except OSError as exc:
@@ -92,7 +92,7 @@ def run_export(args: argparse.Namespace, paths: AppPaths) -> int:
     return 0
 
 
-def _kept(changed: list[Path]) -> str:
+def _not_replaced(changed: list[Path]) -> str:
     names = ", ".join(str(path) for path in changed)
     one = len(changed) == 1
     return (f"{names} {'differs' if one else 'differ'} from what this export writes (edited since?): nothing is "

@@ -37,11 +37,11 @@ def cached_memory_bandwidth(cache_file: Path, machine_key: str) -> float | None:
         cached = load_json(cache_file.read_bytes())
     except (OSError, ValueError):
         cached = None  # no cache yet, or an unreadable one: measure again
-    known = (
+    cached_bandwidth = (
         cached.get("bytes_per_second") if isinstance(cached, dict) and cached.get("machine") == machine_key else None
     )
-    if isinstance(known, float):
-        return known
+    if isinstance(cached_bandwidth, float):
+        return cached_bandwidth
     try:
         bandwidth = measure_memory_bandwidth()
     except MemoryError:

@@ -114,21 +114,24 @@ def pull(
     details = model_details(request.repo_id, endpoint=endpoint, token=token)
     variant = choose_variant(request, details)
     remote = [resolve(request.repo_id, f.path, endpoint=endpoint, token=token) for f in variant.files]
-    folder = None
+    folder_store = None
     if models_dir is not None:
-        folder = FolderStore(models_dir, folder_for_repo(request.repo_id) if variant.name == SAFETENSORS else None)
-    store: Path | Store = folder or cache_dir
+        folder_store = FolderStore(
+            models_dir, folder_for_repo(request.repo_id) if variant.name == SAFETENSORS else None
+        )
+    store: Path | Store = folder_store or cache_dir
     try:
         files = download_files(remote, store, state, token=token, endpoint=endpoint, retry=retry, free_bytes=free_bytes)
     except KeyboardInterrupt:  # Ctrl-C on the command line (the service stops a pull through `state`)
-        if folder is not None:
-            folder.set_aside(remote, state.placed, state.made_folder)
+        if folder_store is not None:
+            folder_store.set_aside(remote, state.placed, state.made_folder)
         raise
     try:
         return _register(request, variant, remote, files, paths)
     except HubError:
-        if folder is not None:  # a folder the library scans must not keep files no engine can read
-            folder.take_back(state.placed, state.made_folder)  # a file found there (the user's, another pull's) stays
+        if folder_store is not None:  # a folder the library scans must not keep files no engine can read
+            # A file found there (the user's, another pull's) stays
+            folder_store.take_back(state.placed, state.made_folder)
             state.record_taken_back()
         raise
 
