@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from app.cli.cancellable import run_cancellable
+from app.cli.hub import MODELS_DIR_HELP
 from app.cli.numbers import positive, whole_number
 from app.hub.task import Stopped, TaskState
 from app.paths import AppPaths
@@ -39,6 +40,7 @@ def add_quality_commands(commands: argparse._SubParsersAction[argparse.ArgumentP
     quality.add_argument("--tokens", type=whole_number(MIN_TOKENS, MAX_TOKENS), default=DEFAULT_TOKENS, metavar="N",
                          help="tokens to score (4096)")  # fmt: skip
     quality.add_argument("--threads", type=positive, metavar="N", help="CPU threads of the tool (default: all)")
+    quality.add_argument("--models-dir", action="append", default=[], type=Path, metavar="DIR", help=MODELS_DIR_HELP)
     quality.add_argument("--json", action="store_true", help="print the quality card as JSON")
     quality.add_argument("--progress-jsonl", action="store_true", help="print progress as JSON lines (for the service)")
     quality.add_argument("--compare", nargs=2, metavar=("CARD_A", "CARD_B"), help="show two saved cards side by side")
@@ -61,13 +63,15 @@ def _fail(message: str, code: int = 2) -> int:
     return code
 
 
-def _served_elsewhere(paths: AppPaths, model_ids: list[str]) -> tuple[str, str] | None:
+def _served_elsewhere(
+    paths: AppPaths, model_ids: list[str], models_dirs: tuple[Path, ...] = ()
+) -> tuple[str, str] | None:
     """The first of `model_ids` that the library, all these commands read, lacks and that the running service (none
     is started) serves from a remote or an --upstream server, with what serves it, as the service names it."""
     from app.client import ControlError, ServiceUnavailable, connect
     from app.hub.library import known_models
 
-    local = known_models(paths)
+    local = known_models(paths, models_dirs)
     elsewhere = [model_id for model_id in model_ids if model_id not in local]
     client = connect(paths) if elsewhere else None
     if client is None:
@@ -111,9 +115,11 @@ def _quality(args: argparse.Namespace, paths: AppPaths) -> int:
         return _fail("quality needs a MODEL (or --compare CARD_A CARD_B)")
     try:
         Layout.for_tokens(args.tokens)
-        setup = prepare(paths, RunRequest(args.model, tuple(args.variant), args.reference, args.data, args.tokens))
+        folders = tuple(folder.expanduser().resolve() for folder in args.models_dir)
+        request = RunRequest(args.model, tuple(args.variant), args.reference, args.data, args.tokens, folders)
+        setup = prepare(paths, request)
     except SetupError as exc:
-        served = _served_elsewhere(paths, [args.model, *args.variant, *filter(None, [args.reference])])
+        served = _served_elsewhere(paths, [args.model, *args.variant, *filter(None, [args.reference])], folders)
         return _fail(str(exc) if served is None else not_local(*served))
     except (QualityError, TextError) as exc:
         return _fail(str(exc))

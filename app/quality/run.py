@@ -34,6 +34,7 @@ class RunRequest:
     reference: str | None = None  # a variant id or a GGUF file; None: the most precise variant
     data: Path | None = None  # the user's text; None: the default text
     tokens: int = 4096
+    models_dirs: tuple[Path, ...] = ()  # the user's models folders (`--models-dir`), read besides ModelDeck's own
 
 
 @dataclass(frozen=True)
@@ -45,8 +46,8 @@ class Setup:
     text: TextSource
 
 
-def library_model(paths: AppPaths, model_id: str) -> ModelSpec:
-    models = known_models(paths)
+def library_model(paths: AppPaths, model_id: str, models_dirs: tuple[Path, ...] = ()) -> ModelSpec:
+    models = known_models(paths, models_dirs)
     spec = models.get(model_id)
     if spec is None:
         raise SetupError(f"unknown model {model_id!r}: `modeldeck models` lists them", "model")
@@ -70,9 +71,9 @@ def tools_or_fail(paths: AppPaths) -> ToolsBuild:
 
 
 def _chosen(paths: AppPaths, request: RunRequest) -> tuple[list[Subject], Subject]:
-    spec = library_model(paths, request.model)
-    library = known_models(paths).values()
-    members = family(spec, library)
+    library = known_models(paths, request.models_dirs)
+    spec = library_model(paths, request.model, request.models_dirs)
+    members = family(spec, library.values())
     precise = most_precise(members)  # of the whole library, whichever variants are measured
     if request.variants:
         by_id = {s.id: s for s in members}
@@ -85,8 +86,8 @@ def _chosen(paths: AppPaths, request: RunRequest) -> tuple[list[Subject], Subjec
         reference = precise
     else:
         named = next((s for s in members if s.id == request.reference), None)
-        if named is None and request.reference in known_models(paths):
-            named = subject_of(known_models(paths)[request.reference])
+        if named is None and request.reference in library:
+            named = subject_of(library[request.reference])
         if named is None:
             try:
                 named = file_subject(Path(request.reference))

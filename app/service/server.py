@@ -340,7 +340,9 @@ class Service:
 
         settings = SettingsRoutes(paths, running, api_key, use_key, options.settings_problem)
         bench = BenchRoutes(BenchRuns(bus, paths.bench_dir), manager.models.keys())
-        quality = QualityRoutes(QualityRuns(bus, paths, manager.served_elsewhere), manager.models.keys())
+        quality = QualityRoutes(
+            QualityRuns(bus, paths, manager.served_elsewhere, options.models_dirs), manager.models.keys()
+        )
         # The CLI's destination and sdist cache: a build made here is the one `modeldeck engines` lists.
         builds = EngineRoutes(EngineBuilds(bus, paths.engine_builds, paths.cache / "sdists", engines_built))
         control = ControlApi(

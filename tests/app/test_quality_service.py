@@ -5,6 +5,7 @@ requests refused with a reason."""
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -14,6 +15,7 @@ import pytest
 
 from app.client import ControlError
 from app.hub.library import BUNDLED_ID
+from app.installs.llama_tools_build import TOOLS_ENV
 from app.paths import AppPaths
 from app.quality.card import quality_dir
 from tests.support.events import EventRecorder
@@ -74,6 +76,27 @@ def test_a_run_through_the_api_publishes_progress_and_saves_a_card(quality_servi
     assert card["reference"] == BUNDLED_ID and len(card["results"]) == 3
     rows = client.compare_quality_cards(run["card_id"], run["card_id"])
     assert ["reference", BUNDLED_ID, BUNDLED_ID] in rows
+
+
+def test_a_run_of_a_model_in_a_models_dir_folder_measures_it(
+    paths: AppPaths, tmp_path: Path, made_variants: dict[str, Path], llama_tools: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The check before the run and the run's child read the folders the service serves, not only its own."""
+    monkeypatch.setenv(TOOLS_ENV, str(llama_tools))
+    mine = tmp_path / "my-models"
+    mine.mkdir()
+    for path in made_variants.values():
+        shutil.copy2(path, mine / path.name)
+    service = start_service_process(paths, tmp_path, "--models-dir", str(mine))
+    try:
+        client = service.client
+        client.start_quality(Q4_0, tokens=int(TOKENS))
+        run = wait_for(lambda: (r := client.quality()["run"]) and r["state"] != "running" and r, RUN_TIMEOUT_S,
+                       "the quality run's end")  # fmt: skip
+    finally:
+        stop_service_process(service)
+    assert run["state"] == "completed", run
+    assert {r["id"] for r in run["results"]} == {BUNDLED_ID, Q4_0, Q2_K}
 
 
 def test_a_run_whose_card_cannot_be_saved_fails_saying_why_and_keeps_its_figures(

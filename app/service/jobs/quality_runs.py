@@ -8,6 +8,7 @@ run's state, published as `quality` events (chunk progress a few times a second,
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import time
 from collections.abc import Callable, Collection
@@ -65,6 +66,7 @@ class QualityRequest:
     reference: str | None = None
     data: str | None = None  # a text file on the service's machine
     tokens: int = 4096
+    models_dirs: tuple[Path, ...] = ()  # the service's --models-dir folders, which the child reads too
 
     @classmethod
     def from_json(cls, raw: bytes, known_models: Collection[str]) -> QualityRequest:
@@ -99,6 +101,8 @@ class QualityRequest:
             args += ["--reference", self.reference]
         if self.data is not None:
             args += ["--data", self.data]
+        for folder in self.models_dirs:
+            args += ["--models-dir", str(folder)]
         return (*args, "--", self.model)
 
 
@@ -144,12 +148,17 @@ class QualityRuns(ChildJobs[QualityRequest, QualityRun]):
     """The quality runs of this service: at most one running; saved cards read from the quality folder."""
 
     def __init__(
-        self, bus: EventBus, paths: AppPaths, served_elsewhere: Callable[[str], str | None] = lambda _: None
+        self,
+        bus: EventBus,
+        paths: AppPaths,
+        served_elsewhere: Callable[[str], str | None] = lambda _: None,
+        models_dirs: tuple[Path, ...] = (),
     ) -> None:
         """`served_elsewhere(model_id)`: what serves that model outside the library ("remote NAME", an --upstream
-        server), None for a model of this machine."""
+        server), None for a model of this machine; `models_dirs`: the service's --models-dir folders."""
         super().__init__(bus, QualityRun, _WORDS, QualityConflict, log, STOP_GRACE_S)
         self._paths = paths
+        self._models_dirs = models_dirs
         self._served_elsewhere = served_elsewhere
         self._cards_dir = quality_dir(paths)
 
@@ -157,8 +166,10 @@ class QualityRuns(ChildJobs[QualityRequest, QualityRun]):
         """Start a run, once the checks its child makes first have passed here: a request that could only fail
         there (a reference that is no GGUF file, a variant of another model, no tools) is refused, not started."""
         self._refuse_served_elsewhere(request)
+        request = dataclasses.replace(request, models_dirs=self._models_dirs)
         data = None if request.data is None else Path(request.data)
-        planned = RunRequest(request.model, request.variants, request.reference, data, request.tokens)
+        planned = RunRequest(request.model, request.variants, request.reference, data, request.tokens,
+                             self._models_dirs)  # fmt: skip
         try:
             await asyncio.to_thread(check_request, self._paths, planned)  # reads the library and GGUF headers
         except SetupError as exc:
