@@ -272,7 +272,7 @@ def test_bad_prompt_options_on_the_command_line_get_a_clear_error() -> None:
     """Refused before the service is even looked for: none runs here."""
     for args, words in (
         (["--prompt-mode", "shared-prefix"], "shared-prefix needs a prefix of 1 to 255 tokens"),
-        (["--prompt-mode", "multi-turn", "--turns", "1"], "multi-turn needs 2 to 64 turns"),
+        (["--prompt-mode", "multi-turn", "--turns", "1"], "argument --turns: must be from 2 to 64, got 1"),
         (["--prompt-mode", "multi-turn", "--requests", "4"], "conversations x turns requests"),
         (["--prompt-mode", "random"], "invalid choice: 'random'"),
     ):
