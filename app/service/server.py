@@ -49,8 +49,9 @@ from app.service.gateway.upstream import UpstreamPool
 from app.service.heap import settle_heap
 from app.service.http.asgi import LOOPBACK_HOSTS, openai_error
 from app.service.http.connection_cap import connection_caps, raise_open_file_limit
-from app.service.http.http_server import HttpLimits, HttpServer
+from app.service.http.http_server import HttpServer
 from app.service.http.lan import allowed_hosts
+from app.service.http.limits import HttpLimits
 from app.service.http.tls import TlsError, TlsIdentity, endpoint_identity
 from app.service.http.uvicorn_cap import capped_protocol
 from app.service.jobs.bench_runs import BenchRuns

@@ -18,7 +18,8 @@ from dataclasses import dataclass, field
 import pytest
 
 from app.service.http.asgi import DIRECT_BODY, BodyTooLarge, ClientGone, Message, Receive, Scope, Send, read_body
-from app.service.http.http_server import HttpLimits, HttpServer
+from app.service.http.http_server import HttpServer
+from app.service.http.limits import HttpLimits
 from tests.support.raw_http import Answer, read_all, read_answer
 from tests.support.waiting import wait_for
 
@@ -171,13 +172,20 @@ def test_pipelined_requests_are_answered_in_order(server: Running) -> None:
     assert queries == [f"n={n}" for n in range(4)]
 
 
-def test_too_many_pipelined_requests_close_the_connection_cleanly(server: Running) -> None:
+def test_past_the_pipelining_limit_the_requests_read_are_answered_then_a_503(server: Running) -> None:
+    """The one being answered and max_pipelined read ahead get their answers in order, the next its 503 with
+    Retry-After, then the connection closes (it used to close after the first answer, the rest never answered)."""
     with connect(server) as sock:
-        sock.sendall(b"".join(get("/echo") for _ in range(12)))
-        data = read_all(sock)
-    answers = data.count(b"HTTP/1.1 ")
-    assert 1 <= answers < 12  # those read ahead within the limit are answered; then the connection ends
-    assert data.endswith(b"}")  # no answer is cut off
+        sock.sendall(b"".join(get(f"/echo?n={n}") for n in range(12)))
+        buffer = bytearray()
+        answers = [read_answer(sock, buffer) for _ in range(LIMITS.max_pipelined + 2)]
+        rest = bytes(buffer) + read_all(sock)
+    served = answers[:-1]
+    assert [json.loads(answer.body)["query"] for answer in served] == [f"n={n}" for n in range(len(served))]
+    refused = answers[-1]
+    assert_clean_error(refused, 503)
+    assert refused.headers[b"retry-after"] == b"1" and b"pipelined" in refused.body
+    assert rest == b""  # then the end of the connection, nothing more
 
 
 def test_http10_without_keep_alive_is_answered_and_closed(server: Running) -> None:

@@ -18,7 +18,8 @@ from pathlib import Path
 import pytest
 
 from app.service.http.asgi import DIRECT_BODY, BodyTooLarge, ClientGone, Receive, Scope, Send, read_body
-from app.service.http.http_server import HttpLimits, HttpServer
+from app.service.http.http_server import HttpServer
+from app.service.http.limits import HttpLimits
 from app.service.http.tls import TlsIdentity, own_certificate
 from tests.support.raw_http import read_all
 from tests.support.waiting import wait_for

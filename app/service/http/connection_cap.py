@@ -3,17 +3,16 @@
 Every client connection holds a descriptor, and a proxied one a second one to the engine; a client that opens
 thousands of keep-alive connections and leaves them idle (a 401 keeps the connection) would otherwise run the
 service out of descriptors, and then nothing is accepted, not even the engines' output. So the soft limit is raised
-to the hard one at start, and each listener keeps at most its cap of connections: at the cap the connection idle
-the longest is closed for a new one, and when none is idle the new one is answered 503 and closed.
+to the hard one at start, and each listener keeps at most its cap of connections (ConnectionTable: who makes room
+for a newcomer). A connection refused at the cap is answered 503 and closed.
 """
 
 from __future__ import annotations
 
 import logging
-import time
-from collections.abc import Collection
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Generic, Protocol, TypeVar
 
 log = logging.getLogger("modeldeck.service")
 
@@ -53,37 +52,98 @@ def connection_caps(open_files: int | None, gateway_override: int | None = None)
     return ConnectionCaps(gateway_override or gateway, control)
 
 
-class Evictable(Protocol):
-    """A connection as the cap sees it: since when it has been idle (None: busy), and how to close it."""
+class Tracked(Protocol):
+    """A connection as the table sees it: the address it comes from, and how to close it."""
 
-    idle_since: float | None
+    @property
+    def client_host(self) -> str | None: ...
 
     def close(self) -> None: ...
 
 
-def make_room(connections: Collection[Evictable], cap: int, newcomer: Evictable) -> Evictable | None:
-    """With `newcomer` counted, close the connection idle the longest if over `cap`. Returns the closed one, or
-    None when there was room; raises NoRoom when every other connection is busy."""
-    if len(connections) < cap:  # the common case, without a scan (the newcomer may be counted in already)
-        return None
-    others = [c for c in connections if c is not newcomer]
-    if len(others) < cap:
-        return None
-    idle = [c for c in others if c.idle_since is not None]
-    if not idle:
-        raise NoRoom
-    victim = min(idle, key=_idle_since)
-    victim.idle_since = None
-    victim.close()
-    return victim
+T = TypeVar("T", bound=Tracked)
 
 
-def _idle_since(connection: Evictable) -> float:
-    return connection.idle_since if connection.idle_since is not None else time.monotonic()
+class ConnectionTable(Generic[T]):
+    """The open connections of one listener, each waiting for a request's headers, busy, or idle.
 
+    At the cap a newcomer takes the place of, in this order: the connection waiting the longest for its headers (a
+    client that connects and trickles headers, or sends nothing, holds a descriptor without having asked for
+    anything), the longest idle one whose last answer was a 401 or 403, the longest idle one. Busy connections (a
+    request being received or answered) are never closed for a newcomer: when all are busy it is refused. One client
+    address may keep at most `per_client` connections waiting for headers; past that its own oldest waiting one is
+    closed, so that one address cannot fill the cap with half-sent requests. Each dict keeps insertion order, oldest
+    first: choosing whom to close is O(1).
+    """
 
-class NoRoom(Exception):
-    """Every connection is busy and the listener is at its cap."""
+    def __init__(self, cap: int, per_client: int | None = None) -> None:
+        self.cap = cap
+        self.per_client = per_client if per_client is not None else max(MIN_CONNECTIONS, cap // 2)
+        self._open: set[T] = set()
+        self._waiting: dict[T, None] = {}  # for a request's headers
+        self._waiting_by_client: dict[str, dict[T, None]] = {}
+        self._idle_refused: dict[T, None] = {}  # idle after a 401 or 403
+        self._idle: dict[T, None] = {}
+
+    def __len__(self) -> int:
+        return len(self._open)
+
+    def __iter__(self) -> Iterator[T]:
+        return iter(list(self._open))
+
+    def admit(self, connection: T) -> bool:
+        """Count a new connection in, waiting for its first request; False when every other one is busy at the cap
+        (the caller refuses it). At the cap the first in line is closed for it."""
+        if len(self._open) >= self.cap:
+            victim = next(iter(self._waiting or self._idle_refused or self._idle), None)
+            if victim is None:
+                return False
+            self._close(victim)
+        self._open.add(connection)
+        self.waiting(connection)
+        return True
+
+    def waiting(self, connection: T) -> None:
+        """`connection` waits for a request's headers (connected, or a request begun after an idle spell)."""
+        self._idle.pop(connection, None)
+        self._idle_refused.pop(connection, None)
+        self._waiting[connection] = None
+        host = connection.client_host
+        if host is not None:
+            mine = self._waiting_by_client.setdefault(host, {})
+            mine[connection] = None
+            if len(mine) > self.per_client:
+                self._close(next(iter(mine)))
+
+    def busy(self, connection: T) -> None:
+        """A request's headers are in: `connection` is receiving or answering it."""
+        self._not_waiting(connection)
+        self._idle.pop(connection, None)
+        self._idle_refused.pop(connection, None)
+
+    def idle(self, connection: T, refused: bool) -> None:
+        """`connection` answered its last request (with a 401 or 403 if `refused`) and waits for another."""
+        self._not_waiting(connection)
+        (self._idle_refused if refused else self._idle)[connection] = None
+
+    def discard(self, connection: T) -> None:
+        """`connection` is closed."""
+        self.busy(connection)
+        self._open.discard(connection)
+
+    def _not_waiting(self, connection: T) -> None:
+        if connection not in self._waiting:
+            return
+        del self._waiting[connection]
+        mine = self._waiting_by_client.get(connection.client_host or "")
+        if mine is not None:
+            mine.pop(connection, None)
+            if not mine:
+                del self._waiting_by_client[connection.client_host or ""]
+
+    def _close(self, connection: T) -> None:
+        self.discard(connection)  # its descriptor is released as it closes
+        connection.close()
 
 
 def busy_answer(body: bytes) -> bytes:

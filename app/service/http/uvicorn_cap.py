@@ -1,4 +1,4 @@
-"""uvicorn's httptools protocol with the connection cap of app/service/http/connection_cap.py and the request timeouts
+"""uvicorn's httptools protocol with the connection table of app/service/http/connection_cap.py and the request timeouts
 of ModelDeck's own server (the control API's server, and the gateway's when --gateway-server uvicorn). uvicorn has no
 cap of its own: `limit_concurrency` answers 503 but keeps every connection open, and a connection that never sends a
 request is kept forever. Nor has it a timeout on a request being received: a body shorter than its Content-Length
@@ -8,50 +8,50 @@ from __future__ import annotations
 
 import asyncio
 import json
-import time
-from typing import Any
+from typing import Any, ClassVar
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResponseCycle
 
 from app.service.http.asgi import openai_error
-from app.service.http.connection_cap import NoRoom, busy_answer, make_room
-from app.service.http.http_server import HttpLimits
+from app.service.http.connection_cap import ConnectionTable, busy_answer
+from app.service.http.limits import HttpLimits
 
 _TOO_SLOW = json.dumps(openai_error("The request was not received in time.", "invalid_request_error")).encode()
 
 
 class CappedHttpToolsProtocol(HttpToolsProtocol):
-    """Keeps at most `max_connections` open: the longest idle one is closed for a newcomer, or the newcomer is
-    refused with a 503 when every connection is busy. A request whose headers take over `header_timeout_s` from
-    its first byte, or whose body takes over `body_timeout_s` after them, is answered 408 and the connection closed."""
+    """Keeps at most `table.cap` connections open, making room at the cap as ModelDeck's own server does
+    (ConnectionTable: the connection waiting the longest for its headers goes first, busy ones never). A request
+    whose headers take over `header_timeout_s` (the first one's from the connection, later ones' from their first
+    byte), or whose body takes over `body_timeout_s` after them, is answered 408 and the connection closed; a
+    connection that sends nothing in that time is closed."""
 
-    max_connections = 256
+    table: ClassVar[ConnectionTable[CappedHttpToolsProtocol]] = ConnectionTable(256)  # capped_protocol: one a server
     header_timeout_s = HttpLimits.header_timeout_s
     body_timeout_s = HttpLimits.body_timeout_s
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.idle_since: float | None = time.monotonic()
+        self.client_host: str | None = None
+        self._idle = False  # between two requests
+        self._in_head = False  # a request's headers are arriving
         self._request_timer: asyncio.TimerHandle | None = None
         self._receiving: RequestResponseCycle | None = None  # the request whose body the timer waits for
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
-        peers = [c for c in self.connections if isinstance(c, CappedHttpToolsProtocol)]
-        try:
-            evicted = make_room(peers, self.max_connections, self)
-        except NoRoom:
+        self.client_host = self.client[0] if self.client else None
+        if not self.table.admit(self):
             self.connections.discard(self)
-            self.idle_since = None
             body = json.dumps({"error": "Too many connections; try again shortly."}).encode()
             transport.write(busy_answer(body))
             transport.close()
             return
-        if evicted is not None:
-            self.connections.discard(evicted)
+        self._arm(self.header_timeout_s)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._disarm()
+        self.table.discard(self)
         super().connection_lost(exc)
 
     def close(self) -> None:
@@ -59,14 +59,16 @@ class CappedHttpToolsProtocol(HttpToolsProtocol):
             self.transport.close()
 
     def on_message_begin(self) -> None:
-        self.idle_since = None
-        answering = self.cycle is not None and not self.cycle.response_complete
         super().on_message_begin()
-        # A pipelined request waits, unread, behind the one being answered (uvicorn pauses reading): not timed.
-        if not answering:
+        self._in_head = True
+        if self._idle:  # a pipelined request waits, unread, behind the one being answered (uvicorn pauses reading)
+            self._idle = False
+            self.table.waiting(self)
             self._arm(self.header_timeout_s)
 
     def on_headers_complete(self) -> None:
+        self._in_head = False
+        self.table.busy(self)
         super().on_headers_complete()
         if self._request_timer is not None:
             self._receiving = self.cycle
@@ -78,13 +80,22 @@ class CappedHttpToolsProtocol(HttpToolsProtocol):
 
     def on_response_complete(self) -> None:
         super().on_response_complete()
-        if not self.pipeline and not self.transport.is_closing():
-            self.idle_since = time.monotonic()
+        if self.transport.is_closing() or self.pipeline:
+            return
+        if self._in_head:  # the next request has begun
+            self.table.waiting(self)
+            self._arm(self.header_timeout_s)
+        else:  # uvicorn keeps no status: a 401's connection is not told apart here
+            self._idle = True
+            self.table.idle(self, refused=False)
 
     def _too_slow(self) -> None:
         self._request_timer = None
         cycle, self._receiving = self._receiving, None
         if self.transport.is_closing():
+            return
+        if cycle is None and not self._in_head:  # connected and silent
+            self.transport.close()
             return
         if cycle is None or not cycle.response_started:  # else the app answered without waiting for the body
             if cycle is not None:
@@ -114,6 +125,6 @@ def capped_protocol(
     body_timeout_s: float = HttpLimits.body_timeout_s,
 ) -> type[CappedHttpToolsProtocol]:
     """The protocol class for one server, with its own cap and request timeouts."""
-    attributes = {"max_connections": max_connections, "header_timeout_s": header_timeout_s,
+    attributes = {"table": ConnectionTable(max_connections), "header_timeout_s": header_timeout_s,
                   "body_timeout_s": body_timeout_s}  # fmt: skip
     return type("CappedHttpToolsProtocol", (CappedHttpToolsProtocol,), attributes)
