@@ -70,6 +70,9 @@ from engines.supervisor import SupervisorPolicy
 
 log = logging.getLogger("modeldeck.service")
 SHUTDOWN_DEADLINE_S = 1.8  # from Ctrl-C to the end of the process, whatever the stop waits on
+_STOP_SIGNALS = tuple(
+    getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, name)
+)  # no SIGHUP on Windows
 CLAIM_WAIT_S = 3.0  # a service stopping (the window's restart) withdraws its files, then lets go of the lock
 
 
@@ -181,13 +184,15 @@ class Service:
         self._stop = asyncio.Event()
         self._stopped = threading.Event()  # the orderly stop is over
         self._signalled_at = 0.0
+        self._request_log: RequestLog | None = None  # flushed by a stop forced before its orderly close
 
     def request_stop(self) -> None:
         self._stop.set()
 
     def _on_signal(self, sig: signal.Signals) -> None:
-        """SIGTERM: an orderly stop, as long as it takes. Ctrl-C: the same, but over within SHUTDOWN_DEADLINE_S; a
-        second Ctrl-C, or the deadline, ends the process at once (the engines die with it: _exec_wrapper.py)."""
+        """SIGTERM and SIGHUP (its terminal closed): an orderly stop, as long as it takes. Ctrl-C: the same, but over
+        within SHUTDOWN_DEADLINE_S; a second Ctrl-C, or the deadline, ends the process at once (the engines die with
+        it: _exec_wrapper.py), with the request log written first."""
         if sig != signal.SIGINT:
             self.request_stop()
             return
@@ -210,6 +215,8 @@ class Service:
         if code is None:
             kill_descendants()
             _withdraw_discovery(self.paths)
+            if self._request_log is not None:
+                self._request_log.flush(0.3)  # a few ms of SQLite; the deadline must still hold
         for stream in (sys.stdout, sys.stderr):
             with contextlib.suppress(OSError, ValueError):
                 stream.flush()
@@ -294,7 +301,7 @@ class Service:
         )
         manager = EngineManager(models, paths, bus, self._policy, lifecycle, available_engines(paths))
         await manager.detect_engines()  # /api/models and the gateway name the engine a start would choose
-        request_log = RequestLog(paths.requests_db, bus)
+        request_log = self._request_log = RequestLog(paths.requests_db, bus)
         gateway_port = gateway_sock.getsockname()[1]
         control_port = control_sock.getsockname()[1]
         shown_host = f"[{options.host}]" if ":" in options.host else options.host
@@ -371,7 +378,7 @@ class Service:
             (_uvicorn_server(control, caps.control), control_sock),
         ]  # fmt: skip
         loop = asyncio.get_running_loop()
-        for sig in (signal.SIGINT, signal.SIGTERM):
+        for sig in _STOP_SIGNALS:
             loop.add_signal_handler(sig, self._on_signal, sig)
         tasks = [asyncio.create_task(server.serve_socket(sock)) for server, sock in servers]
         preloads: list[asyncio.Task[None]] = [
@@ -416,7 +423,7 @@ class Service:
             await gateway.close()
             await scrape_session.close()
             await asyncio.to_thread(request_log.close)
-            for sig in (signal.SIGINT, signal.SIGTERM):
+            for sig in _STOP_SIGNALS:
                 loop.remove_signal_handler(sig)
             _withdraw_discovery(paths)
             self._stopped.set()

@@ -158,6 +158,23 @@ def test_records_reach_disk_while_the_log_stays_open_and_in_order(tmp_path: Path
         log.close()
 
 
+def test_flush_writes_what_is_pending_before_it_returns(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A stop that cannot wait for close (a forced exit) asks for the pending records now, not at the next tick
+    (made an hour here, so that only the flush can have written them)."""
+    monkeypatch.setattr(request_log, "_FLUSH_S", 3600.0)
+    database = tmp_path / "requests.sqlite"
+    log = RequestLog(database, EventBus())
+    try:
+        log.add(record("first"))
+        assert log.flush(10)
+        assert stored_ids(database) == ["first"]
+        log.add(record("second"))
+        assert log.flush(10)
+        assert stored_ids(database) == ["first", "second"]
+    finally:
+        log.close()
+
+
 def stored_ids(database: Path) -> list[str]:
     reader = sqlite3.connect(database)
     try:

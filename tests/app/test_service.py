@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
+import sqlite3
 import subprocess
 import sys
 import threading
@@ -22,6 +24,7 @@ from app.paths import AppPaths
 from tests.support.hub_server import FakeHub
 from tests.support.service import REPO, RunningService, free_port, start_service_process, stop_service_process
 from tests.support.slow_stop import service_slow_to_stop
+from tests.support.standin_http import StandInHandler, serving
 from tests.support.waiting import wait_for
 
 
@@ -117,6 +120,32 @@ def test_sigterm_stops_engines_and_cleans_up(service: RunningService, paths: App
     assert not engine.is_running() or engine.status() == psutil.STATUS_ZOMBIE
     assert not paths.service_file.exists()
     assert not paths.control_token_file.exists()
+
+
+class _Completing(StandInHandler):
+    """An OpenAI-shaped upstream that completes every prompt at once."""
+
+    def do_POST(self) -> None:
+        self.rfile.read(int(self.headers.get("content-length", 0)))
+        usage = {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}
+        self.send_json(200, {"id": "x", "object": "text_completion", "usage": usage,
+                             "choices": [{"index": 0, "text": "ok", "finish_reason": "stop"}]})  # fmt: skip
+
+
+def test_sighup_is_an_orderly_stop_that_keeps_the_last_requests(paths: AppPaths, tmp_path: Path) -> None:
+    """Its terminal closed: the service stops as on SIGTERM, with the request answered just before in the request
+    log (SIGHUP used to end the process at once: no clean-up, and the log's last half second lost)."""
+    with serving(_Completing) as upstream:
+        running = start_service_process(paths, tmp_path, "--upstream", f"upstream={upstream}")
+        try:
+            running.openai_client().completions.create(model="upstream", prompt="Hi", max_tokens=2)
+            running.process.send_signal(signal.SIGHUP)
+            assert running.process.wait(timeout=30) == 0
+        finally:
+            stop_service_process(running)
+    assert not paths.service_file.exists() and not paths.control_token_file.exists()
+    with contextlib.closing(sqlite3.connect(paths.requests_db)) as database:
+        assert database.execute("SELECT count(*) FROM requests WHERE model = 'upstream'").fetchone() == (1,)
 
 
 def _serve_another() -> subprocess.CompletedProcess[str]:

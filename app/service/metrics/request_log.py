@@ -48,6 +48,9 @@ class RequestLog:
         # Never waited on: put() on a queue nobody blocks in wakes no thread.
         self._pending: queue.SimpleQueue[_Entry] = queue.SimpleQueue()
         self._closing = threading.Event()
+        self._wake = threading.Event()  # flush now, not at the next tick
+        self._rounds = threading.Condition()
+        self._rounds_begun = self._rounds_done = 0
         self._listeners: list[Callable[[RequestRecord], None]] = []
         self._stream_listeners: list[Callable[[str, int], None]] = []
         database.parent.mkdir(parents=True, exist_ok=True)
@@ -127,20 +130,37 @@ class RequestLog:
                     )
         return "\n".join(lines) + "\n"
 
+    def flush(self, timeout_s: float) -> bool:
+        """Write what is pending now, waiting at most `timeout_s` (for a stop that cannot wait for `close`); whether
+        the writer took it in that time."""
+        with self._rounds:
+            after = self._rounds_begun + 1  # a round begun after this call takes what was added before it
+            self._wake.set()
+            return self._rounds.wait_for(lambda: self._rounds_done >= after, timeout_s)
+
     def close(self) -> None:
         """Write what is pending and stop the writer."""
         self._closing.set()
+        self._wake.set()
         self._writer.join(timeout=10)
 
     def _write(self, database: Path) -> None:
         unwritten: deque[tuple[Any, ...]] = deque(maxlen=MAX_UNWRITTEN)  # rows a failed write kept for the next
         connection = _open(database, retry=False)
         try:
-            while not self._closing.wait(_FLUSH_S):
+            while True:
+                self._wake.wait(_FLUSH_S)
+                self._wake.clear()
+                closing = self._closing.is_set()
+                with self._rounds:
+                    self._rounds_begun += 1
                 connection = connection or _open(database, retry=True)
                 self._flush(connection, unwritten)
-            connection = connection or _open(database, retry=True)
-            self._flush(connection, unwritten)
+                with self._rounds:
+                    self._rounds_done += 1
+                    self._rounds.notify_all()
+                if closing:
+                    break
             if unwritten:
                 log.error("stopping with %d request records the disk did not take", len(unwritten))
         finally:
