@@ -8,53 +8,31 @@ import asyncio
 import secrets
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict
 from typing import Any
-
-import psutil
 
 from app.hardware.detect import detect_hardware
 from app.hardware.nvidia import process_vram
 from app.hardware.profile import HardwareProfile
 from app.hub.library import ModelSpec
 from app.paths import AppPaths
-from app.planner.calibration import CalibrationStore
-from app.planner.defaults import (
-    DEFAULT_CONTEXT,
-    LLAMA_CPP_PYTHON,
-    LLAMA_SERVER,
-    busy_cores,
-    default_plan,
-    spin_wait_fits,
-)
 from app.planner.facts import facts_from_gguf
-from app.planner.memory import MissingFacts, llama_cpp_memory, plan_memory
-from app.planner.recommend import gpu_layers_that_fit
 from app.service.events import EventBus
 from app.service.launch.admission import EngineQueue
 from app.service.launch.companions import EmbeddingCompanions, EmbeddingRoute, companion_plan
-from app.service.launch.folder_models import FolderLaunch, FolderRefused, overrides_refusal, plan_folder, record_startup
-from app.service.launch.memory_check import MemoryCheck
-from app.service.launch.model_settings import ModelSettingsStore
-from app.service.launch.overrides import GGUF_ENGINES, BadOverrides, PlanOverrides, plan_summary
+from app.service.launch.folder_models import record_startup
+from app.service.launch.lifecycle import IDLE_CHECK_MIN_S, LifecyclePolicy, supervisor_policy
+from app.service.launch.memory_cap import LoadedEngine, room_for
+from app.service.launch.overrides import PlanOverrides, plan_summary
+from app.service.launch.planning import LaunchPlanner, LaunchRefused
 from app.service.launch.route import Route
+from app.service.launch.served_model import ServedModel, describe_served
 from app.service.remotes import RemoteEndpoint, RemoteModel, RemoteTable
-from engines.base import Capabilities, EmbeddingModeEngine, Engine, LaunchPlan, OffloadingEngine, StartupLogEngine
-from engines.gguf import GGUFError, GGUFInfo, read_gguf_info
+from engines.base import EmbeddingModeEngine, Engine, StartupLogEngine
 from engines.registry import ENGINES
-from engines.states import ACTIVE_STATES, EngineEvent, EngineState
+from engines.states import EngineEvent, EngineState
 from engines.supervisor import CommandFactory, EngineSupervisor, EventSink, LogSink, SupervisorPolicy
 from engines.vllm_log import VLLMStartup
-
-IDLE_CHECK_MIN_S = 0.1  # the idle check's shortest pause, however short a TTL: never a loop that does not wait
-
-
-def _rss(pid: int) -> int | None:
-    try:
-        rss: int = psutil.Process(pid).memory_info().rss
-        return rss
-    except (psutil.NoSuchProcess, psutil.AccessDenied):
-        return None
 
 
 class UnknownModel(KeyError):
@@ -63,68 +41,6 @@ class UnknownModel(KeyError):
 
 class PlanConflict(Exception):
     """The model's engine is running with other launch parameters; it must be stopped before they change."""
-
-
-@dataclass(frozen=True)
-class LifecyclePolicy:
-    """When engines are stopped without being asked. None: never."""
-
-    idle_ttl_s: float | None = None  # the default for every model
-    max_loaded_bytes: int | None = None  # against the planner's predicted peak of each engine's plan
-    max_waiting: int = 32  # requests waiting per engine before 429
-    model_ttl_s: Mapping[str, float | None] = field(default_factory=dict)  # model id -> its own idle TTL
-    max_loaded_source: str = "--max-memory"  # where max_loaded_bytes comes from (app.service.launch.memory_budget)
-
-    def ttl_for(self, model_id: str) -> float | None:
-        """The idle TTL of one model: its own if it has one, else the default."""
-        return _positive_or_none(self.model_ttl_s.get(model_id, self.idle_ttl_s))
-
-    def shortest_ttl(self) -> float | None:
-        ttls = [_positive_or_none(ttl) for ttl in (self.idle_ttl_s, *self.model_ttl_s.values())]
-        return min((ttl for ttl in ttls if ttl is not None), default=None)
-
-
-def _positive_or_none(ttl: float | None) -> float | None:
-    """A TTL of 0 or less (or NaN) keeps the engine loaded, as None does: 0 is "never" in the window's settings."""
-    return ttl if ttl is not None and ttl > 0 else None
-
-
-@dataclass(frozen=True)
-class _Prepared:
-    """A checked start: the plan, its engine and predicted peak memory, with the GGUF header or the vLLM launch."""
-
-    plan: LaunchPlan
-    engine_name: str
-    footprint: int
-    info: GGUFInfo | None = None
-    folder: FolderLaunch | None = None
-
-
-@dataclass
-class ModelRecord:
-    """What the manager knows of one model it serves from here: its supervisor, its current plan and what was
-    checked for it, its queue and when it was last used. Created on first use; remote models have none."""
-
-    engine_name: str | None = None  # the engine of its current plan, once it was started
-    supervisor: EngineSupervisor | None = None
-    preflight_error: str | None = None  # why its file or plan was refused at the last start
-    info: GGUFInfo | None = None
-    plan: LaunchPlan | None = None
-    footprint: int | None = None  # predicted peak memory of its current plan
-    queue: EngineQueue | None = None
-    last_used: float = 0.0  # time.monotonic() of its last request or start
-    start_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
-    startup: VLLMStartup | None = None  # what its engine said while starting (StartupLogEngine)
-    folder: FolderLaunch | None = None  # the vLLM launch of a folder model
-    calibrated: bool = False  # its current folder launch was recorded for calibration
-
-    @property
-    def active(self) -> bool:
-        return self.supervisor is not None and self.supervisor.state in ACTIVE_STATES
-
-    @property
-    def idle(self) -> bool:
-        return self.queue is None or (self.queue.running == 0 and self.queue.waiting == 0)
 
 
 class EngineManager:
@@ -145,28 +61,21 @@ class EngineManager:
         self._bus = bus
         self._policy = policy
         self.lifecycle = lifecycle or LifecyclePolicy()
-        # Every engine by name, installed or not (app.installs.available); each model's spec names its default.
-        self.engines: Mapping[str, Engine] = engines if engines is not None else ENGINES
-        self._records: dict[str, ModelRecord] = {}
-        self._calibration = CalibrationStore(paths.calibration_db)
-        self.memory_check = MemoryCheck(self._calibration)
-        self.model_settings = ModelSettingsStore(paths.config)  # per-model load settings for starts that name none
-        # This machine's profile for planning folder models (blocking: called on a worker thread).
-        self._hardware = hardware or (lambda: detect_hardware(paths.models_dir))
+        self.planner = LaunchPlanner(
+            paths, engines if engines is not None else ENGINES, hardware or (lambda: detect_hardware(paths.models_dir))
+        )
+        self.engines = self.planner.engines
+        self._records: dict[str, ServedModel] = {}
         # Engines accept only this key; it never leaves the service.
         self.internal_key = secrets.token_urlsafe(32)
         self.companions = EmbeddingCompanions(self._engine_supervisor, self.internal_key, bus.publish)
         self._companion_stops: set[asyncio.Task[None]] = set()
         self.remotes = RemoteTable()
-        # Whether llama-server was installed at the last detection (None: not detected yet), so that engine_name()
-        # names the engine a start would choose without running `llama-server --version` on the event loop.
-        self._server_installed: bool | None = None
-        self._detections: set[asyncio.Task[None]] = set()
 
-    def _record(self, model_id: str) -> ModelRecord:
+    def _record(self, model_id: str) -> ServedModel:
         record = self._records.get(model_id)
         if record is None:
-            record = self._records[model_id] = ModelRecord()
+            record = self._records[model_id] = ServedModel()
         return record
 
     def add_remote(self, remote: RemoteEndpoint, specs: dict[str, ModelSpec]) -> None:
@@ -227,19 +136,12 @@ class EngineManager:
 
     def engine_name(self, model_id: str) -> str:
         """The engine that serves the model: the one its last start chose; before its first start, the one a start
-        without parameters would choose (its saved settings' engine, else the default engine for its file), as last
-        detected (detect_engines), so that a JIT start's first request is checked and adapted for the engine that
-        will serve it. Never blocks."""
+        without parameters would choose (LaunchPlanner.engine_before_start), so that a JIT start's first request is
+        checked and adapted for the engine that will serve it. Never blocks."""
         record = self._records.get(model_id)
         if record is not None and record.engine_name is not None:
             return record.engine_name
-        spec = self.models[model_id]
-        if spec.path is None:  # a remote or an --upstream server (a folder model's engine is never replaced below)
-            return spec.engine
-        saved = self.model_settings.known(model_id)
-        if saved is not None and saved.engine is not None:
-            return saved.engine
-        return self._default_engine_as_detected(spec.engine)
+        return self.planner.engine_before_start(self.models[model_id])
 
     def engine(self, model_id: str) -> Engine:
         return self.engines[self.engine_name(model_id)]
@@ -268,22 +170,11 @@ class EngineManager:
         record = self._records.get(model_id)
         plan, info = (record.plan, record.info) if record else (None, None)
         if plan is None:
-            return self._context_before_start(model_id)
+            spec = self.models.get(model_id)
+            return self.planner.context_before_start(spec, self.engine_name(model_id) if spec else "")
         trained = info.context_length if info is not None else None
         # llama-server lets one slot use the whole shared context, up to the trained context.
         return min(plan.context_length, trained) if trained else plan.context_length
-
-    def _context_before_start(self, model_id: str) -> int | None:
-        """The most a start without parameters (a JIT start: the saved settings, else the defaults) gives one
-        request, never less than the engine will allow: the saved context, else a default context per slot (a
-        llama-server slot may use the others' share). None for a folder model, whose context its config sets."""
-        if model_id not in self.models:  # the gateway checks a request before it refuses an unknown model
-            return DEFAULT_CONTEXT
-        engine = self.engine_name(model_id)
-        if engine not in GGUF_ENGINES:
-            return None
-        saved = self.model_settings.known(model_id) or PlanOverrides()
-        return saved.context or DEFAULT_CONTEXT * saved.slots(engine)
 
     def chat_template(self, model_id: str) -> str | None:
         record = self._records.get(model_id)
@@ -314,7 +205,7 @@ class EngineManager:
             return EmbeddingRoute(url)
         if self.state(model_id) != EngineState.READY:  # stopped while the request waited: nothing to start beside
             return EmbeddingRoute(None, f"The model `{model_id}` stopped before its embeddings could be made.")
-        footprint = self._footprint(spec, info, companion_plan(plan), engine.name, embedding_process=True)
+        footprint = self.planner.footprint(spec, info, companion_plan(plan), engine.name, embedding_process=True)
         return await self.companions.route(model_id, engine, plan, footprint, self._room_next_to)
 
     async def _room_next_to(self, model_id: str, extra: int) -> str | None:
@@ -351,25 +242,9 @@ class EngineManager:
             raise UnknownModel(model_id)
         if overrides is None:
             return
-        if spec.path is None:
-            raise BadOverrides(f"{model_id} is an external server: ModelDeck does not launch it.")
-        if spec.path.is_dir():
-            if overrides != PlanOverrides():  # an empty set is what the wizard's Launch sends for vLLM
-                raise BadOverrides(overrides_refusal(model_id))
-            return
-        try:
-            info = await asyncio.to_thread(read_gguf_info, spec.path)
-        except GGUFError:
-            return  # the start itself refuses the file, with the reason, as it does without overrides
-        engine = overrides.engine
-        if engine is None:
-            engine = await asyncio.to_thread(self.default_gguf_engine, spec.engine)
-        overrides.check_context(info.context_length, overrides.slots(engine))
-        if overrides.engine is not None:
-            installation = await asyncio.to_thread(self.engines[overrides.engine].detect)
-            if not installation.installed:
-                raise BadOverrides(f"{overrides.engine} cannot run here: {installation.detail}", "engine")
-        self._check_running_plan(model_id, overrides)
+        await self.planner.check_overrides(spec, overrides)
+        if spec.path is not None and not spec.path.is_dir():
+            self._check_running_plan(model_id, overrides)
 
     def _check_running_plan(self, model_id: str, overrides: PlanOverrides) -> None:
         record = self._record(model_id)
@@ -398,7 +273,7 @@ class EngineManager:
             supervisor = record.supervisor
             if supervisor is None or not record.active:
                 if overrides is None:  # a JIT start, `--model`, a plain Launch: the settings saved for the model
-                    overrides = await asyncio.to_thread(self.model_settings.get, model_id)
+                    overrides = await asyncio.to_thread(self.planner.model_settings.get, model_id)
                 supervisor = await self._new_supervisor(spec, supervisor, overrides)
                 if supervisor is None:
                     return EngineState.FAILED
@@ -410,11 +285,13 @@ class EngineManager:
         self, spec: ModelSpec, old: EngineSupervisor | None, overrides: PlanOverrides | None
     ) -> EngineSupervisor | None:
         model_id = spec.id
-        assert spec.path is not None, "only external models have no file, and they have no supervisor"
-        prepared = await (self._prepare_folder if spec.path.is_dir() else self._prepare_gguf)(spec, overrides)
-        if prepared is None:
-            return None
         record = self._record(model_id)
+        try:
+            prepared = await self.planner.prepare(spec, overrides)
+        except LaunchRefused as exc:
+            self._refuse(model_id, str(exc))
+            return None
+        record.preflight_error = None
         record.footprint = prepared.footprint
         if not await self._make_room(spec):
             return None
@@ -430,7 +307,7 @@ class EngineManager:
             await old.stop()  # a failed one: reaps what is left and closes its log
         supervisor = self._engine_supervisor(
             model_id, lambda port: engine.build_command(plan, port, self.internal_key), self._on_engine_event,
-            self._on_engine_log, _policy_for(self._policy, engine.capabilities),
+            self._on_engine_log, supervisor_policy(self._policy, engine.capabilities),
         )  # fmt: skip
         record.supervisor = supervisor
         return supervisor
@@ -455,98 +332,6 @@ class EngineManager:
             gpu_memory_probe=process_vram,  # a stop returns once the GPU memory is free (at once without NVIDIA)
         )
 
-    async def _prepare_gguf(self, spec: ModelSpec, overrides: PlanOverrides | None) -> _Prepared | None:
-        model_id = spec.id
-        assert spec.path is not None
-        try:
-            info = await asyncio.to_thread(read_gguf_info, spec.path)
-        except GGUFError as exc:
-            self._refuse(model_id, str(exc))
-            return None
-        self._record(model_id).preflight_error = None
-        if overrides is not None and overrides.engine:
-            engine_name = overrides.engine
-        else:
-            engine_name = await asyncio.to_thread(self.default_gguf_engine, spec.engine)
-        installation = await asyncio.to_thread(self.engines[engine_name].detect)
-        if not installation.installed:
-            self._refuse(model_id, f"{engine_name} cannot run here: {installation.detail}")
-            return None
-        parallel = overrides.parallel if overrides is not None else None
-        busy = await asyncio.to_thread(busy_cores)
-        plan = await asyncio.to_thread(self.default_gguf_plan, model_id, info, engine_name, parallel, busy)
-        if overrides is not None:
-            try:
-                plan = overrides.apply(plan, info.context_length)
-            except BadOverrides as exc:  # checked before the start; the file changed since
-                self._refuse(model_id, str(exc))
-                return None
-            plan = replace(plan, spin_wait=spin_wait_fits(plan.threads, busy))  # the threads asked for may differ
-        return _Prepared(plan, engine_name, self._footprint(spec, info, plan, engine_name), info=info)
-
-    def default_gguf_plan(
-        self, model_id: str, info: GGUFInfo, engine_name: str, parallel: int | None = None, busy: float | None = None
-    ) -> LaunchPlan:
-        """The plan of a start that names no parameters (or only `parallel`, llama-server's slots): the CPU
-        defaults, with as many layers on this machine's GPU as fit at its context (llama-server's: one default
-        context per slot) where the engine's build has a GPU backend (blocking: it asks the engine and the
-        hardware, and samples the machine's CPU use unless `busy` says it, as for spin_wait_fits)."""
-        plan = default_plan(model_id, info, engine_name, busy, parallel)
-        engine = self.engines[engine_name]
-        if not isinstance(engine, OffloadingEngine) or not engine.gpu_offload():
-            return plan
-        hardware = self._hardware()
-        server = engine_name == LLAMA_SERVER
-        layers = gpu_layers_that_fit(hardware, facts_from_gguf(info), plan.context_length, plan.parallel, server)
-        return replace(plan, gpu_layers=layers)
-
-    def default_gguf_engine(self, engine_name: str) -> str:
-        """llama-server in place of llama-cpp-python where it is installed: its slots serve several clients at once,
-        each keeping its prompt cache (blocking: it runs `llama-server --version`; the answer is kept for
-        engine_name)."""
-        server = self.engines.get(LLAMA_SERVER)
-        if engine_name != LLAMA_CPP_PYTHON or server is None:
-            return engine_name
-        self._server_installed = server.detect().installed
-        return self._default_engine_as_detected(engine_name)
-
-    def _default_engine_as_detected(self, engine_name: str) -> str:
-        """default_gguf_engine's answer from the last detection; the library's engine before any."""
-        if engine_name == LLAMA_CPP_PYTHON and LLAMA_SERVER in self.engines and self._server_installed:
-            return LLAMA_SERVER
-        return engine_name
-
-    async def detect_engines(self) -> None:
-        """Detect the default engine and read the saved load settings, off the event loop: at start-up, before
-        anything asks engine_name(), and after an engine was built or installed."""
-
-        def detect() -> None:
-            self.default_gguf_engine(LLAMA_CPP_PYTHON)
-            self.model_settings.get("")  # loads the file, which known() then reads without blocking
-
-        await asyncio.to_thread(detect)
-
-    def engines_changed(self) -> None:
-        """An engine was just built or installed: detect again, in the background (on the event loop)."""
-        detecting = asyncio.create_task(self.detect_engines())
-        self._detections.add(detecting)
-        detecting.add_done_callback(self._detections.discard)
-
-    async def _prepare_folder(self, spec: ModelSpec, overrides: PlanOverrides | None) -> _Prepared | None:
-        """A safetensors folder for vLLM: planned from its config.json and headers for this machine."""
-        if overrides is not None and overrides != PlanOverrides():  # checked before the start
-            self._refuse(spec.id, overrides_refusal(spec.id))
-            return None
-        try:
-            hardware = await asyncio.to_thread(self._hardware)
-            engine = self.engines[spec.engine]
-            folder = await asyncio.to_thread(plan_folder, spec, engine, hardware, self._calibration)
-        except FolderRefused as exc:
-            self._refuse(spec.id, str(exc))
-            return None
-        self._record(spec.id).preflight_error = None
-        return _Prepared(folder.plan, spec.engine, folder.footprint, folder=folder)
-
     def _refuse(self, model_id: str, message: str) -> None:
         previous = self.state(model_id)
         self._record(model_id).preflight_error = message
@@ -554,24 +339,6 @@ class EngineManager:
 
     def _loaded(self, excluding: str) -> list[str]:
         return [m for m, record in self._records.items() if m != excluding and record.active]
-
-    def _footprint(
-        self, spec: ModelSpec, info: GGUFInfo, plan: LaunchPlan, engine_name: str, embedding_process: bool = False
-    ) -> int:
-        """What the plan is predicted to use at its peak (RAM and VRAM), corrected by earlier launches; the file
-        size where the model's facts do not allow a prediction."""
-        facts = facts_from_gguf(info)
-        try:
-            predicted = (
-                # an embedding process writes a row per input token, as llama.cpp's general model has it
-                llama_cpp_memory(facts, plan.context_length, batch=plan.batch_size)
-                if embedding_process
-                else plan_memory(engine_name, facts, plan)
-            )
-        except MissingFacts:
-            return spec.size_bytes
-        corrected = self.memory_check.correction(engine_name, facts.architecture).apply(predicted)
-        return corrected.ram + corrected.vram + plan.prompt_cache_bytes
 
     async def _make_room(self, spec: ModelSpec) -> bool:
         """Stop least recently used idle engines until `spec` fits under the memory cap (predicted peaks)."""
@@ -583,17 +350,13 @@ class EngineManager:
     async def _free_memory(self, model_id: str, need: int, what: str | None = None) -> str | None:
         """Stop least recently used idle engines other than `model_id`'s until `need` bytes (for `what`, the model
         by default) fit under the memory cap next to the rest; why they cannot, if they cannot."""
-        cap = self.lifecycle.max_loaded_bytes
-        if cap is None:
-            return None
-        if need > cap:
-            return f"{what or model_id} needs about {need >> 20} MiB, more than the cap of {cap >> 20} MiB"
-        while sum(self._loaded_bytes(m) for m in self._loaded(model_id)) + need > cap:
-            idle = sorted((m for m in self._loaded(model_id) if self._records[m].idle), key=self._last_used_at)
-            if not idle:
-                return f"{what or model_id} does not fit under the memory cap next to engines in use"
-            await self._stop_for(idle[0], f"stopped to make room for {model_id}")
-        return None
+        while True:
+            loaded = [LoadedEngine(m, self._loaded_bytes(m), self._records[m].idle, self._records[m].last_used)
+                      for m in self._loaded(model_id)]  # fmt: skip
+            verdict = room_for(need, self.lifecycle.max_loaded_bytes, loaded, what or model_id)
+            if verdict.stop is None:
+                return verdict.problem
+            await self._stop_for(verdict.stop, f"stopped to make room for {model_id}")
 
     def _loaded_bytes(self, model_id: str) -> int:
         """The predicted peak memory of the model's engine, and of its embedding companion if one runs."""
@@ -644,35 +407,12 @@ class EngineManager:
         spec = self.models.get(model_id)
         if spec is None:
             raise UnknownModel(model_id)
-        record = self._records.get(model_id) or ModelRecord()
-        supervisor, queue, folder, startup = record.supervisor, record.queue, record.folder, record.startup
         state, message = self._state_and_message(model_id)
-        return {
-            "id": spec.id,
-            "name": spec.name,
-            "path": str(spec.path) if spec.path else spec.url,
-            "size_bytes": spec.size_bytes,
-            "source": spec.source,
-            "engine": self.engine_name(model_id),
-            "state": str(state),
-            "message": message,
-            "pid": supervisor.pid if supervisor else None,
-            "port": supervisor.port if supervisor and supervisor.pid else None,
-            "restarts": supervisor.restarts if supervisor else 0,
-            "diagnosis": asdict(supervisor.diagnosis) if supervisor and supervisor.diagnosis else None,
-            "rss_bytes": _rss(supervisor.pid) if supervisor and supervisor.pid else None,
-            "running_requests": queue.running if queue else 0,
-            "waiting_requests": queue.waiting if queue else 0,
-            "memory": self.memory_check.describe(model_id),
-            # What a launch can override; a folder model's vLLM plan takes no overrides: see "vllm".
-            "plan": plan_summary(record.plan) if record.plan and folder is None else None,
-            "launch": asdict(supervisor.launch) if supervisor and supervisor.launch else None,  # secrets redacted
-            "idle_ttl_s": None if spec.url is not None else self.lifecycle.ttl_for(model_id),
-            "startup": {**startup.to_dict(), "summary": startup.summary()} if startup else None,
-            "vllm": folder.describe(startup) if folder else None,
-            "max_concurrent_requests": queue.capacity if queue else None,  # what the gateway lets through at once
-            "embedding_companion": self.companions.describe(model_id),
-        }
+        return describe_served(
+            spec, self._records.get(model_id) or ServedModel(), self.engine_name(model_id), state, message,
+            self.planner.memory_check.describe(model_id),
+            None if spec.url is not None else self.lifecycle.ttl_for(model_id), self.companions.describe(model_id),
+        )  # fmt: skip
 
     def logs(self, model_id: str, count: int | None = None) -> list[str]:
         if model_id not in self.models:
@@ -683,14 +423,14 @@ class EngineManager:
     def request_finished(self, model_id: str) -> None:
         """A request for the model was answered (or given up): it was used until now."""
         self.touch(model_id)
-        self.memory_check.request_finished(model_id)
+        self.planner.memory_check.request_finished(model_id)
 
     def _on_engine_event(self, event: EngineEvent) -> None:
         record = self._records.get(event.model_id)
         info, plan = (record.info, record.plan) if record else (None, None)
         if event.state == EngineState.READY and event.pid and info and plan:
             engine = self.engine_name(event.model_id)
-            self.memory_check.engine_ready(event.model_id, engine, facts_from_gguf(info), plan, event.pid)
+            self.planner.memory_check.engine_ready(event.model_id, engine, facts_from_gguf(info), plan, event.pid)
         if event.state == EngineState.READY:
             self._record_folder_startup(event.model_id)
         if event.state == EngineState.FAILED and self.companions.describe(event.model_id) is not None:
@@ -720,17 +460,8 @@ class EngineManager:
         folder, startup, supervisor = record.folder, record.startup, record.supervisor
         if folder is None or startup is None or supervisor is None or supervisor.state != EngineState.READY:
             return
-        if not record.calibrated and record_startup(self._calibration, model_id, folder, startup):
+        if not record.calibrated and record_startup(self.planner.calibration, model_id, folder, startup):
             record.calibrated = True
 
 
-def _policy_for(policy: SupervisorPolicy | None, capabilities: Capabilities) -> SupervisorPolicy:
-    """The supervisor's timing, waiting longer for an engine that may start in silence."""
-    policy = policy or SupervisorPolicy()
-    quiet = capabilities.quiet_start_s
-    if quiet is not None and quiet > policy.ready_timeout_s:
-        return replace(policy, ready_timeout_s=quiet)
-    return policy
-
-
-__all__ = ["EngineManager", "LifecyclePolicy", "ModelRecord", "PlanConflict", "UnknownModel"]
+__all__ = ["EngineManager", "PlanConflict", "UnknownModel"]

@@ -42,7 +42,7 @@ from app.service.control.model_settings_routes import ModelSettingsRoutes
 from app.service.control.quality_routes import QualityRoutes
 from app.service.control.remote_routes import RemoteRoutes
 from app.service.control.settings_routes import RunningValues, SettingsRoutes
-from app.service.engines import EngineManager, LifecyclePolicy
+from app.service.engines import EngineManager
 from app.service.events import EventBus
 from app.service.gateway.gateway import Gateway, GatewayConfig
 from app.service.gateway.upstream import UpstreamPool
@@ -57,6 +57,7 @@ from app.service.http.uvicorn_cap import capped_protocol
 from app.service.jobs.bench_runs import BenchRuns
 from app.service.jobs.engine_builds import EngineBuilds
 from app.service.jobs.quality_runs import QualityRuns
+from app.service.launch.lifecycle import LifecyclePolicy
 from app.service.launch.memory_budget import configured_budget, default_budget
 from app.service.metrics.metrics_pipeline import MetricsPipeline
 from app.service.metrics.request_log import RequestLog
@@ -300,7 +301,7 @@ class Service:
             options.idle_ttl_s, budget.bytes, options.max_waiting, dict(options.model_ttls), budget.source
         )
         manager = EngineManager(models, paths, bus, self._policy, lifecycle, available_engines(paths))
-        await manager.detect_engines()  # /api/models and the gateway name the engine a start would choose
+        await manager.planner.detect_engines()  # /api/models and the gateway name the engine a start would choose
         request_log = self._request_log = RequestLog(paths.requests_db, bus)
         gateway_port = gateway_sock.getsockname()[1]
         control_port = control_sock.getsockname()[1]
@@ -344,7 +345,7 @@ class Service:
 
         def engines_built() -> None:
             advisor.forget_installations()
-            manager.engines_changed()
+            manager.planner.engines_changed()
 
         settings = SettingsRoutes(paths, running, api_key, use_key, options.settings_problem)
         bench = BenchRoutes(BenchRuns(bus, paths.bench_dir), manager.models.keys())

@@ -47,7 +47,7 @@ async def test_a_never_started_model_names_the_engine_a_start_would_choose(
 ) -> None:
     server = CountingServer(llama_server_binary)
     manager = _manager(paths, bundled_gguf, server)
-    await manager.detect_engines()  # what the service does at start-up, on a worker thread
+    await manager.planner.detect_engines()  # what the service does at start-up, on a worker thread
     assert server.detections == 1
     assert manager.describe("smol")["engine"] == "llama-server"
     route = manager.route("smol")
@@ -58,7 +58,7 @@ async def test_a_never_started_model_names_the_engine_a_start_would_choose(
         manager.describe("smol")
     assert server.detections == 1
     # Saved settings naming an engine are what a start without parameters uses.
-    manager.model_settings.put("smol", PlanOverrides(engine="llama-cpp-python"))
+    manager.planner.model_settings.put("smol", PlanOverrides(engine="llama-cpp-python"))
     assert manager.engine_name("smol") == "llama-cpp-python"
     assert not manager.route("smol").capabilities.logprobs
 
@@ -68,7 +68,7 @@ async def test_without_llama_server_the_library_engine_is_named(
 ) -> None:
     server = CountingServer(tmp_path / "nowhere" / "llama-server")
     manager = _manager(paths, bundled_gguf, server)
-    await manager.detect_engines()
+    await manager.planner.detect_engines()
     assert manager.describe("smol")["engine"] == "llama-cpp-python"
     assert manager.context_length("smol") == DEFAULT_CONTEXT
 
@@ -80,10 +80,10 @@ async def test_before_the_first_start_max_tokens_is_bounded_by_what_that_start_w
     checks a first request's max_tokens against, as they will once the engine runs; a folder model's context comes
     from its config when it starts, so until then its engine judges."""
     manager = _manager(paths, bundled_gguf, CountingServer(llama_server_binary))
-    await manager.detect_engines()
-    manager.model_settings.put("smol", PlanOverrides(engine="llama-cpp-python", context=8192))
+    await manager.planner.detect_engines()
+    manager.planner.model_settings.put("smol", PlanOverrides(engine="llama-cpp-python", context=8192))
     assert manager.context_length("smol") == 8192  # not llama-cpp-python's default of DEFAULT_CONTEXT
-    manager.model_settings.put("smol", PlanOverrides(parallel=8))
+    manager.planner.model_settings.put("smol", PlanOverrides(parallel=8))
     assert manager.context_length("smol") == DEFAULT_CONTEXT * 8  # one default context per slot, shared
     folder = tmp_path / "folder-model"
     folder.mkdir()

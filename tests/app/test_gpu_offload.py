@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-import app.service.engines as engines_module
+import app.service.launch.planning as planning_module
 from app.hardware.profile import HardwareProfile
 from app.hub.library import ModelSpec
 from app.paths import AppPaths
@@ -98,10 +98,10 @@ def test_default_layers_are_fitted_at_the_total_context_of_the_slots(
         asked.append((context, parallel))
         return gpu_layers_that_fit(hw, facts, context, parallel, server)
 
-    monkeypatch.setattr(engines_module, "gpu_layers_that_fit", spy)
+    monkeypatch.setattr(planning_module, "gpu_layers_that_fit", spy)
     info = read_gguf_info(bundled_gguf)
-    plan = manager.default_gguf_plan(spec.id, info, "llama-server")
+    plan = manager.planner.default_gguf_plan(spec.id, info, "llama-server")
     assert plan.context_length == DEFAULT_CONTEXT * DEFAULT_SLOTS and plan.gpu_layers > 0
-    eight = manager.default_gguf_plan(spec.id, info, "llama-server", parallel=8)
+    eight = manager.planner.default_gguf_plan(spec.id, info, "llama-server", parallel=8)
     assert eight.context_length == DEFAULT_CONTEXT * 8 and eight.parallel == 8
     assert asked == [(DEFAULT_CONTEXT * DEFAULT_SLOTS, DEFAULT_SLOTS), (DEFAULT_CONTEXT * 8, 8)]

@@ -16,8 +16,9 @@ import openai
 import pytest
 
 from app.paths import AppPaths
-from app.service.engines import IDLE_CHECK_MIN_S, EngineManager, LifecyclePolicy
+from app.service.engines import EngineManager
 from app.service.events import EventBus
+from app.service.launch.lifecycle import IDLE_CHECK_MIN_S, LifecyclePolicy
 from engines.base import Capabilities
 from engines.states import EngineState
 from tests.support.synthetic import Core, SyntheticEngineAdapter, running_core, synthetic_spec

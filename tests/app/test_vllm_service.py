@@ -32,9 +32,10 @@ from app.hub.task import TaskState
 from app.installs.vllm_env import VLLMInstall, install_vllm
 from app.paths import AppPaths
 from app.planner.calibration import CalibrationStore
-from app.service.engines import EngineManager, LifecyclePolicy
+from app.service.engines import EngineManager
 from app.service.events import EventBus
 from app.service.launch.folder_models import plan_folder
+from app.service.launch.lifecycle import LifecyclePolicy
 from app.service.launch.overrides import BadOverrides, PlanOverrides
 from engines.registry import ENGINES
 from engines.states import EngineState

@@ -57,7 +57,7 @@ class ModelSettingsRoutes:
 
     def __init__(self, manager: EngineManager, advisor: Advisor) -> None:
         self._manager = manager
-        self._store: ModelSettingsStore = manager.model_settings
+        self._store: ModelSettingsStore = manager.planner.model_settings
         self._advisor = advisor
         self._lock = asyncio.Lock()  # one check-and-save at a time
 
@@ -146,18 +146,18 @@ class ModelSettingsRoutes:
             raise _NotPlannable(422, f"Cannot read {spec.path}: {exc.strerror or exc}", "model_unreadable") from None
         wanted = overrides or PlanOverrides()
         trained = info.context_length
-        engine_name = wanted.engine or self._manager.default_gguf_engine(spec.engine)
+        engine_name = wanted.engine or self._manager.planner.default_gguf_engine(spec.engine)
         wanted.check_context(trained, wanted.slots(engine_name))
         installation = self._manager.engines[engine_name].detect()
         if wanted.engine is not None and not installation.installed:
             raise BadOverrides(f"{engine_name} cannot run here: {installation.detail}", "engine")
         # The wait policy is chosen when the engine starts and not shown here: no need to sample the machine.
-        default = self._manager.default_gguf_plan(model_id, info, engine_name, wanted.parallel, busy=0.0)
+        default = self._manager.planner.default_gguf_plan(model_id, info, engine_name, wanted.parallel, busy=0.0)
         plan = wanted.apply(default, trained)
         facts = facts_from_gguf(info)
         try:
             predicted = plan_memory(engine_name, facts, plan)
-            corrected = self._manager.memory_check.correction(engine_name, facts.architecture).apply(predicted)
+            corrected = self._manager.planner.memory_check.correction(engine_name, facts.architecture).apply(predicted)
             memory: dict[str, int] | None = {
                 "ram_bytes": corrected.ram + plan.prompt_cache_bytes,
                 "vram_bytes": corrected.vram,

@@ -1,0 +1,212 @@
+"""How a model is launched here: the engine that serves it, its plan and its predicted peak memory, checked before
+anything starts. The engine manager (app.service.engines) asks; it keeps the engines' lifecycle."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, replace
+
+from app.hardware.profile import HardwareProfile
+from app.hub.library import ModelSpec
+from app.paths import AppPaths
+from app.planner.calibration import CalibrationStore
+from app.planner.defaults import (
+    DEFAULT_CONTEXT,
+    LLAMA_CPP_PYTHON,
+    LLAMA_SERVER,
+    busy_cores,
+    default_plan,
+    spin_wait_fits,
+)
+from app.planner.facts import facts_from_gguf
+from app.planner.memory import MissingFacts, llama_cpp_memory, plan_memory
+from app.planner.recommend import gpu_layers_that_fit
+from app.service.launch.folder_models import FolderLaunch, FolderRefused, overrides_refusal, plan_folder
+from app.service.launch.memory_check import MemoryCheck
+from app.service.launch.model_settings import ModelSettingsStore
+from app.service.launch.overrides import GGUF_ENGINES, BadOverrides, PlanOverrides
+from engines.base import Engine, LaunchPlan, OffloadingEngine
+from engines.gguf import GGUFError, GGUFInfo, read_gguf_info
+
+
+class LaunchRefused(Exception):
+    """The model's file, engine or plan cannot start here; the message says why."""
+
+
+@dataclass(frozen=True)
+class PreparedLaunch:
+    """A checked start: the plan, its engine and predicted peak memory, with the GGUF header or the vLLM launch."""
+
+    plan: LaunchPlan
+    engine_name: str
+    footprint: int
+    info: GGUFInfo | None = None
+    folder: FolderLaunch | None = None
+
+
+class LaunchPlanner:
+    """Plans starts from a model's file, its saved load settings, the engines installed and this machine."""
+
+    def __init__(self, paths: AppPaths, engines: Mapping[str, Engine], hardware: Callable[[], HardwareProfile]) -> None:
+        # Every engine by name, installed or not (app.installs.available); each model's spec names its default.
+        self.engines = engines
+        self.calibration = CalibrationStore(paths.calibration_db)
+        self.memory_check = MemoryCheck(self.calibration)
+        self.model_settings = ModelSettingsStore(paths.config)  # per-model load settings for starts that name none
+        self._hardware = hardware  # this machine's profile (blocking: called on a worker thread)
+        # Whether llama-server was installed at the last detection (None: not detected yet), so that the engine a
+        # start would choose is named without running `llama-server --version` on the event loop.
+        self._server_installed: bool | None = None
+        self._detections: set[asyncio.Task[None]] = set()
+
+    def engine_before_start(self, spec: ModelSpec) -> str:
+        """The engine a start without parameters would choose for a model never started: its saved settings'
+        engine, else the default engine for its file, as last detected (detect_engines). Never blocks."""
+        if spec.path is None:  # a remote or an --upstream server (a folder model's engine is never replaced below)
+            return spec.engine
+        saved = self.model_settings.known(spec.id)
+        if saved is not None and saved.engine is not None:
+            return saved.engine
+        return self._default_engine_as_detected(spec.engine)
+
+    def context_before_start(self, spec: ModelSpec | None, engine_name: str) -> int | None:
+        """The most a start without parameters (a JIT start: the saved settings, else the defaults) gives one
+        request, never less than the engine will allow: the saved context, else a default context per slot (a
+        llama-server slot may use the others' share). None for a folder model, whose context its config sets."""
+        if spec is None:  # the gateway checks a request before it refuses an unknown model
+            return DEFAULT_CONTEXT
+        if engine_name not in GGUF_ENGINES:
+            return None
+        saved = self.model_settings.known(spec.id) or PlanOverrides()
+        return saved.context or DEFAULT_CONTEXT * saved.slots(engine_name)
+
+    async def check_overrides(self, spec: ModelSpec, overrides: PlanOverrides) -> None:
+        """Raise BadOverrides where `overrides` are out of the model's bounds or name an engine not installed."""
+        if spec.path is None:
+            raise BadOverrides(f"{spec.id} is an external server: ModelDeck does not launch it.")
+        if spec.path.is_dir():
+            if overrides != PlanOverrides():  # an empty set is what the wizard's Launch sends for vLLM
+                raise BadOverrides(overrides_refusal(spec.id))
+            return
+        try:
+            info = await asyncio.to_thread(read_gguf_info, spec.path)
+        except GGUFError:
+            return  # the start itself refuses the file, with the reason, as it does without overrides
+        engine = overrides.engine
+        if engine is None:
+            engine = await asyncio.to_thread(self.default_gguf_engine, spec.engine)
+        overrides.check_context(info.context_length, overrides.slots(engine))
+        if overrides.engine is not None:
+            installation = await asyncio.to_thread(self.engines[overrides.engine].detect)
+            if not installation.installed:
+                raise BadOverrides(f"{overrides.engine} cannot run here: {installation.detail}", "engine")
+
+    async def prepare(self, spec: ModelSpec, overrides: PlanOverrides | None) -> PreparedLaunch:
+        """The checked start of a model from a file (GGUF) or a folder (vLLM); raises LaunchRefused."""
+        assert spec.path is not None, "only external models have no file, and they are not launched"
+        if spec.path.is_dir():
+            return await self._prepare_folder(spec, overrides)
+        return await self._prepare_gguf(spec, overrides)
+
+    async def _prepare_gguf(self, spec: ModelSpec, overrides: PlanOverrides | None) -> PreparedLaunch:
+        assert spec.path is not None
+        try:
+            info = await asyncio.to_thread(read_gguf_info, spec.path)
+        except GGUFError as exc:
+            raise LaunchRefused(str(exc)) from None
+        if overrides is not None and overrides.engine:
+            engine_name = overrides.engine
+        else:
+            engine_name = await asyncio.to_thread(self.default_gguf_engine, spec.engine)
+        installation = await asyncio.to_thread(self.engines[engine_name].detect)
+        if not installation.installed:
+            raise LaunchRefused(f"{engine_name} cannot run here: {installation.detail}")
+        parallel = overrides.parallel if overrides is not None else None
+        busy = await asyncio.to_thread(busy_cores)
+        plan = await asyncio.to_thread(self.default_gguf_plan, spec.id, info, engine_name, parallel, busy)
+        if overrides is not None:
+            try:
+                plan = overrides.apply(plan, info.context_length)
+            except BadOverrides as exc:  # checked before the start; the file changed since
+                raise LaunchRefused(str(exc)) from None
+            plan = replace(plan, spin_wait=spin_wait_fits(plan.threads, busy))  # the threads asked for may differ
+        return PreparedLaunch(plan, engine_name, self.footprint(spec, info, plan, engine_name), info=info)
+
+    async def _prepare_folder(self, spec: ModelSpec, overrides: PlanOverrides | None) -> PreparedLaunch:
+        """A safetensors folder for vLLM: planned from its config.json and headers for this machine."""
+        if overrides is not None and overrides != PlanOverrides():  # checked before the start
+            raise LaunchRefused(overrides_refusal(spec.id))
+        try:
+            hardware = await asyncio.to_thread(self._hardware)
+            engine = self.engines[spec.engine]
+            folder = await asyncio.to_thread(plan_folder, spec, engine, hardware, self.calibration)
+        except FolderRefused as exc:
+            raise LaunchRefused(str(exc)) from None
+        return PreparedLaunch(folder.plan, spec.engine, folder.footprint, folder=folder)
+
+    def default_gguf_plan(
+        self, model_id: str, info: GGUFInfo, engine_name: str, parallel: int | None = None, busy: float | None = None
+    ) -> LaunchPlan:
+        """The plan of a start that names no parameters (or only `parallel`, llama-server's slots): the CPU
+        defaults, with as many layers on this machine's GPU as fit at its context (llama-server's: one default
+        context per slot) where the engine's build has a GPU backend (blocking: it asks the engine and the
+        hardware, and samples the machine's CPU use unless `busy` says it, as for spin_wait_fits)."""
+        plan = default_plan(model_id, info, engine_name, busy, parallel)
+        engine = self.engines[engine_name]
+        if not isinstance(engine, OffloadingEngine) or not engine.gpu_offload():
+            return plan
+        hardware = self._hardware()
+        server = engine_name == LLAMA_SERVER
+        layers = gpu_layers_that_fit(hardware, facts_from_gguf(info), plan.context_length, plan.parallel, server)
+        return replace(plan, gpu_layers=layers)
+
+    def default_gguf_engine(self, engine_name: str) -> str:
+        """llama-server in place of llama-cpp-python where it is installed: its slots serve several clients at once,
+        each keeping its prompt cache (blocking: it runs `llama-server --version`; the answer is kept for
+        engine_before_start)."""
+        server = self.engines.get(LLAMA_SERVER)
+        if engine_name != LLAMA_CPP_PYTHON or server is None:
+            return engine_name
+        self._server_installed = server.detect().installed
+        return self._default_engine_as_detected(engine_name)
+
+    def _default_engine_as_detected(self, engine_name: str) -> str:
+        """default_gguf_engine's answer from the last detection; the library's engine before any."""
+        if engine_name == LLAMA_CPP_PYTHON and LLAMA_SERVER in self.engines and self._server_installed:
+            return LLAMA_SERVER
+        return engine_name
+
+    async def detect_engines(self) -> None:
+        """Detect the default engine and read the saved load settings, off the event loop: at start-up, before
+        anything asks for a model's engine, and after an engine was built or installed."""
+
+        def detect() -> None:
+            self.default_gguf_engine(LLAMA_CPP_PYTHON)
+            self.model_settings.get("")  # loads the file, which known() then reads without blocking
+
+        await asyncio.to_thread(detect)
+
+    def engines_changed(self) -> None:
+        """An engine was just built or installed: detect again, in the background (on the event loop)."""
+        detecting = asyncio.create_task(self.detect_engines())
+        self._detections.add(detecting)
+        detecting.add_done_callback(self._detections.discard)
+
+    def footprint(
+        self, spec: ModelSpec, info: GGUFInfo, plan: LaunchPlan, engine_name: str, embedding_process: bool = False
+    ) -> int:
+        """What the plan is predicted to use at its peak (RAM and VRAM), corrected by earlier launches; the file
+        size where the model's facts do not allow a prediction."""
+        facts = facts_from_gguf(info)
+        try:
+            predicted = (
+                # an embedding process writes a row per input token, as llama.cpp's general model has it
+                llama_cpp_memory(facts, plan.context_length, batch=plan.batch_size)
+                if embedding_process
+                else plan_memory(engine_name, facts, plan)
+            )
+        except MissingFacts:
+            return spec.size_bytes
+        corrected = self.memory_check.correction(engine_name, facts.architecture).apply(predicted)
+        return corrected.ram + corrected.vram + plan.prompt_cache_bytes

@@ -1,0 +1,94 @@
+"""What the engine manager knows of one model it serves from here, and how that is reported."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import psutil
+
+from app.hub.library import ModelSpec
+from app.service.launch.admission import EngineQueue
+from app.service.launch.folder_models import FolderLaunch
+from app.service.launch.overrides import plan_summary
+from engines.base import LaunchPlan
+from engines.gguf import GGUFInfo
+from engines.states import ACTIVE_STATES, EngineState
+from engines.supervisor import EngineSupervisor
+from engines.vllm_log import VLLMStartup
+
+
+@dataclass
+class ServedModel:
+    """One model served from here: its supervisor, its current plan and what was checked for it, its queue and
+    when it was last used. Created on first use; remote models have none."""
+
+    engine_name: str | None = None  # the engine of its current plan, once it was started
+    supervisor: EngineSupervisor | None = None
+    preflight_error: str | None = None  # why its file or plan was refused at the last start
+    info: GGUFInfo | None = None
+    plan: LaunchPlan | None = None
+    footprint: int | None = None  # predicted peak memory of its current plan
+    queue: EngineQueue | None = None
+    last_used: float = 0.0  # time.monotonic() of its last request or start
+    start_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    startup: VLLMStartup | None = None  # what its engine said while starting (StartupLogEngine)
+    folder: FolderLaunch | None = None  # the vLLM launch of a folder model
+    calibrated: bool = False  # its current folder launch was recorded for calibration
+
+    @property
+    def active(self) -> bool:
+        return self.supervisor is not None and self.supervisor.state in ACTIVE_STATES
+
+    @property
+    def idle(self) -> bool:
+        return self.queue is None or (self.queue.running == 0 and self.queue.waiting == 0)
+
+
+def describe_served(
+    spec: ModelSpec,
+    served: ServedModel,
+    engine_name: str,
+    state: EngineState,
+    message: str,
+    memory: dict[str, Any] | None,
+    idle_ttl_s: float | None,
+    embedding_companion: dict[str, Any] | None,
+) -> dict[str, Any]:
+    """The model and its engine's state, as the control API and /v1/models report it."""
+    supervisor, queue, folder, startup = served.supervisor, served.queue, served.folder, served.startup
+    return {
+        "id": spec.id,
+        "name": spec.name,
+        "path": str(spec.path) if spec.path else spec.url,
+        "size_bytes": spec.size_bytes,
+        "source": spec.source,
+        "engine": engine_name,
+        "state": str(state),
+        "message": message,
+        "pid": supervisor.pid if supervisor else None,
+        "port": supervisor.port if supervisor and supervisor.pid else None,
+        "restarts": supervisor.restarts if supervisor else 0,
+        "diagnosis": asdict(supervisor.diagnosis) if supervisor and supervisor.diagnosis else None,
+        "rss_bytes": _rss(supervisor.pid) if supervisor and supervisor.pid else None,
+        "running_requests": queue.running if queue else 0,
+        "waiting_requests": queue.waiting if queue else 0,
+        "memory": memory,
+        # What a launch can override; a folder model's vLLM plan takes no overrides: see "vllm".
+        "plan": plan_summary(served.plan) if served.plan and folder is None else None,
+        "launch": asdict(supervisor.launch) if supervisor and supervisor.launch else None,  # secrets redacted
+        "idle_ttl_s": idle_ttl_s,
+        "startup": {**startup.to_dict(), "summary": startup.summary()} if startup else None,
+        "vllm": folder.describe(startup) if folder else None,
+        "max_concurrent_requests": queue.capacity if queue else None,  # what the gateway lets through at once
+        "embedding_companion": embedding_companion,
+    }
+
+
+def _rss(pid: int) -> int | None:
+    try:
+        rss: int = psutil.Process(pid).memory_info().rss
+        return rss
+    except (psutil.NoSuchProcess, psutil.AccessDenied):
+        return None
