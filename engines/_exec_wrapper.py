@@ -9,7 +9,7 @@ The parent-death signal reaches the engine only, not the processes the engine st
 launcher's shards), and exists on Linux only. So, where the service passed the read end of its lifeline pipe
 (engines/processes.py), the wrapper also starts a watcher (`--watch FD`) that stays in the engine's process
 group: it waits for the pipe to close (the service is gone, however it died) and then kills the whole group; it
-exits by itself when the engine does. Windows uses other mechanisms (README).
+exits by itself when the engine does. Windows uses other mechanisms (docs/ENGINES.md, "Engine supervision").
 """
 
 import ctypes

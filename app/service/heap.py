@@ -4,7 +4,7 @@ A full collection walks every container object the process holds. Right after st
 objects (imported modules, classes, functions, pydantic and uvicorn internals) that live as long as the process,
 and walking them stops the event loop for tens of milliseconds (45 ms of CPU on the 2-core development VM): every
 stream in flight, and every request arriving, waits that long. Such pauses came every few thousand requests and
-were the gateway's TTFT tail at 64 streams (README, "What the gateway costs").
+were the gateway's TTFT tail at 64 streams (docs/PERFORMANCE.md, "What the gateway costs").
 
 Once the service is up, those objects are moved to the collector's permanent generation, which it never walks;
 later collections see only what was made since: requests in flight and the records kept of recent ones.

@@ -98,7 +98,8 @@ class ServeOptions:
     models_dirs: tuple[Path, ...] = ()  # the user's models folders, scanned besides ModelDeck's own
     remotes: tuple[tuple[str, str], ...] = ()  # (name, base URL) of remote OpenAI-compatible servers
     settings_problem: str | None = None  # why the settings file could not be used, when it could not
-    gateway_server: str = "own"  # app.service.http.http_server, or "uvicorn" (see README, "What the gateway costs")
+    # app.service.http.http_server, or "uvicorn" (see docs/PERFORMANCE.md, "What the gateway costs")
+    gateway_server: str = "own"
     tls: str = "auto"  # "auto": HTTPS when the endpoint listens beyond loopback; "on"; "off" (app.service.http.tls)
     tls_cert: Path | None = None  # the user's certificate and key; None: ModelDeck's own, made on first use
     tls_key: Path | None = None

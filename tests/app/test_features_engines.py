@@ -125,7 +125,8 @@ def test_llama_server_json_schema_and_logprobs(llama_server_service: StartServic
         model=BUNDLED_ID, prompt="The sky is", max_tokens=4, logprobs=2
     )
     # llama-server answers legacy completions in the chat shape (`content`), not `tokens` / `token_logprobs`:
-    # the README's feature table says so; the gateway forwards the answer's bytes as they come.
+    # the feature table in docs/ENGINES.md ("OpenAI features by engine") says so; the gateway forwards the answer's
+    # bytes as they come.
     answered = completion.choices[0].logprobs
     assert answered is not None and answered.model_extra is not None
     assert [entry["logprob"] <= 0 for entry in answered.model_extra["content"]] == [True] * 4

@@ -3,8 +3,9 @@
 The GGUF engines take the same features under different names: llama-server reads `response_format` of type
 `json_schema` as OpenAI writes it, llama-cpp-python only knows `json_object`, with the schema beside the type. Each
 engine's translation is one function in `_TRANSLATIONS`; an engine without one gets the body unchanged. What an
-engine cannot do at all is refused with a 400 that names the engine that would serve it. The README's feature table
-says what each engine does with each feature, as tried on the pinned versions.
+engine cannot do at all is refused with a 400 that names the engine that would serve it. The feature table in
+docs/ENGINES.md ("OpenAI features by engine") says what each engine does with each feature, as tried on the pinned
+versions.
 
 The gateway calls `adapt` once per request, and only when the body has one of `FIELDS`, or a chat message whose
 content is not a string or whose role is `developer`: other bodies pass as bytes.
