@@ -9,8 +9,8 @@ import secrets
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import asdict
-from typing import Any
 
+from app.api_types import ModelRecord
 from app.hardware.detect import detect_hardware
 from app.hardware.nvidia import process_vram
 from app.hardware.profile import HardwareProfile
@@ -402,7 +402,7 @@ class EngineManager:
         supervisors = [record.supervisor for record in self._records.values() if record.supervisor is not None]
         await asyncio.gather(*(supervisor.stop() for supervisor in supervisors), self.companions.stop_all())
 
-    def describe(self, model_id: str) -> dict[str, Any]:
+    def describe(self, model_id: str) -> ModelRecord:
         """The model and its engine's state, as the control API and /v1/models report it."""
         spec = self.models.get(model_id)
         if spec is None:

@@ -10,6 +10,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
+from app.api_types import CompanionRecord, ModelState
 from app.service.launch.memory_check import tree_rss
 from engines.base import EmbeddingModeEngine, LaunchPlan
 from engines.states import ACTIVE_STATES, EngineEvent, EngineState
@@ -99,13 +100,13 @@ class EmbeddingCompanions:
     async def stop_all(self) -> None:
         await asyncio.gather(*(self.stop(model_id) for model_id in list(self._supervisors)))
 
-    def describe(self, model_id: str) -> dict[str, Any] | None:
+    def describe(self, model_id: str) -> CompanionRecord | None:
         """The companion's state as /api/models shows it under its model; None when it has none."""
         supervisor = self._supervisors.get(model_id)
         if supervisor is None:
             return None
         return {
-            "state": str(supervisor.state),
+            "state": ModelState(supervisor.state),
             "message": supervisor.message,
             "pid": supervisor.pid,
             "port": supervisor.port if supervisor.pid else None,

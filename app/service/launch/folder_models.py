@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
+from app.api_types import FolderPlanRecord
 from app.hardware.detector import GPUDetection
 from app.hardware.profile import HardwareProfile
 from app.hub.library import ModelSpec
@@ -66,7 +66,7 @@ class FolderLaunch:
         utilization = self.plan.gpu_memory_utilization or 0.9  # vLLM's default
         return check_startup(self.option.memory, startup, self.gpu_memory, utilization)
 
-    def describe(self, startup: VLLMStartup | None) -> dict[str, Any]:
+    def describe(self, startup: VLLMStartup | None) -> FolderPlanRecord:
         """The plan's vLLM figures, its reasons, and once vLLM has said its own, both side by side."""
         memory = self.option.memory
         return {

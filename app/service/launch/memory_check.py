@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import Any
 
 import psutil
 
+from app.api_types import MemoryCheckRecord
 from app.hardware.nvidia import process_vram
 from app.planner.calibration import CalibrationStore, Correction, Measurement
 from app.planner.facts import ModelFacts
@@ -101,7 +101,7 @@ class MemoryCheck:
             (launch.shown.ram + launch.shown.vram) / 2**20, (rss + (vram or 0)) / 2**20,
         )  # fmt: skip
 
-    def describe(self, model_id: str) -> dict[str, Any] | None:
+    def describe(self, model_id: str) -> MemoryCheckRecord | None:
         """The check for the model listing: predicted and measured memory at load with the error, and after the
         first request whether the measurement stays under the predicted peak."""
         launch, phases = self._launches.get(model_id), self._measured.get(model_id, {})

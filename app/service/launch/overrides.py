@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, fields, replace
 from typing import Any
 
+from app.api_types import PlanSummary
 from app.bounded_json import load_json
 from app.planner.defaults import DEFAULT_SLOTS, LLAMA_SERVER, default_slots, logical_cores
 from engines.base import LaunchPlan
@@ -122,7 +123,7 @@ def _check_engine(value: object) -> None:
         raise BadOverrides(f"`engine` must be one of {', '.join(GGUF_ENGINES)}; got {value!r}.", "engine")
 
 
-def plan_summary(plan: LaunchPlan) -> dict[str, int]:
+def plan_summary(plan: LaunchPlan) -> PlanSummary:
     """The parameters of a plan a client can set, under the names it sets them with."""
     return {
         "context": plan.context_length,

@@ -3,19 +3,20 @@
 from __future__ import annotations
 
 import asyncio
-from dataclasses import asdict, dataclass, field
-from typing import Any
+from dataclasses import dataclass, field
 
 import psutil
 
+from app import api_types as api
 from app.hub.library import ModelSpec
 from app.service.launch.admission import EngineQueue
 from app.service.launch.folder_models import FolderLaunch
 from app.service.launch.overrides import plan_summary
 from engines.base import LaunchPlan
+from engines.diagnosis import Diagnosis
 from engines.gguf import GGUFInfo
 from engines.states import ACTIVE_STATES, EngineState
-from engines.supervisor import EngineSupervisor
+from engines.supervisor import EngineSupervisor, LaunchRecord
 from engines.vllm_log import VLLMStartup
 
 
@@ -52,10 +53,10 @@ def describe_served(
     engine_name: str,
     state: EngineState,
     message: str,
-    memory: dict[str, Any] | None,
+    memory: api.MemoryCheckRecord | None,
     idle_ttl_s: float | None,
-    embedding_companion: dict[str, Any] | None,
-) -> dict[str, Any]:
+    embedding_companion: api.CompanionRecord | None,
+) -> api.ModelRecord:
     """The model and its engine's state, as the control API and /v1/models report it."""
     supervisor, queue, folder, startup = served.supervisor, served.queue, served.folder, served.startup
     return {
@@ -65,24 +66,45 @@ def describe_served(
         "size_bytes": spec.size_bytes,
         "source": spec.source,
         "engine": engine_name,
-        "state": str(state),
+        "state": api.ModelState(state),
         "message": message,
         "pid": supervisor.pid if supervisor else None,
         "port": supervisor.port if supervisor and supervisor.pid else None,
         "restarts": supervisor.restarts if supervisor else 0,
-        "diagnosis": asdict(supervisor.diagnosis) if supervisor and supervisor.diagnosis else None,
+        "diagnosis": _diagnosis(supervisor.diagnosis) if supervisor and supervisor.diagnosis else None,
         "rss_bytes": _rss(supervisor.pid) if supervisor and supervisor.pid else None,
         "running_requests": queue.running if queue else 0,
         "waiting_requests": queue.waiting if queue else 0,
         "memory": memory,
         # What a launch can override; a folder model's vLLM plan takes no overrides: see "vllm".
         "plan": plan_summary(served.plan) if served.plan and folder is None else None,
-        "launch": asdict(supervisor.launch) if supervisor and supervisor.launch else None,  # secrets redacted
+        "launch": _launch(supervisor.launch) if supervisor and supervisor.launch else None,  # secrets redacted
         "idle_ttl_s": idle_ttl_s,
-        "startup": {**startup.to_dict(), "summary": startup.summary()} if startup else None,
+        "startup": _startup(startup) if startup else None,
         "vllm": folder.describe(startup) if folder else None,
         "max_concurrent_requests": queue.capacity if queue else None,  # what the gateway lets through at once
         "embedding_companion": embedding_companion,
+    }
+
+
+def _diagnosis(diagnosis: Diagnosis) -> api.Diagnosis:
+    return {"kind": diagnosis.kind, "summary": diagnosis.summary, "advice": diagnosis.advice}
+
+
+def _launch(launch: LaunchRecord) -> api.LaunchRecord:
+    return {"argv": list(launch.argv), "env": dict(launch.env)}
+
+
+def _startup(startup: VLLMStartup) -> api.StartupRecord:
+    return {
+        "kv_cache_tokens": startup.kv_cache_tokens,
+        "max_concurrency": startup.max_concurrency,
+        "concurrency_length": startup.concurrency_length,
+        "model_load_bytes": startup.model_load_bytes,
+        "model_load_s": startup.model_load_s,
+        "kv_cache_bytes": startup.kv_cache_bytes,
+        "init_engine_s": startup.init_engine_s,
+        "summary": startup.summary(),
     }
 
 
