@@ -55,7 +55,7 @@ folder = Path(sys.argv[1])
 if uses_amx(folder): drop_amx_variants(folder)' "$server_build"
 
 echo "==> system libraries Qt's xcb plugin loads"
-plugin="$("$python" -c 'from app.gui.system_libraries import xcb_plugin; print(xcb_plugin())')"
+plugin="$("$python" -c 'from app.gui.shell.system_libraries import xcb_plugin; print(xcb_plugin())')"
 if ! "$python" installers/linux/package.py qt-libs "$plugin"; then
     if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
         # `|| true`: the check fails (it is why we are here), and under pipefail that would end the script.

@@ -550,7 +550,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         exit_promptly_on_interrupt(on_force=kill_descendants)
     try:
         if args.command is None:
-            from app.gui.launch import run_gui
+            from app.gui.shell.launch import run_gui
 
             code = run_gui(paths, loaded)
         elif args.command == "serve":

@@ -18,7 +18,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from app.gui.system_libraries import debian_package, missing_libraries
+from app.gui.shell.system_libraries import debian_package, missing_libraries
 
 RESOURCES = Path(__file__).resolve().parent.parent.parent / "resources"
 _NEEDED = re.compile(r"\(NEEDED\)\s+Shared library: \[([^\]]+)\]")

@@ -31,7 +31,7 @@ def test_a_negative_size_is_refused_with_its_value() -> None:
 
 
 def test_the_pages_use_the_one_formatter() -> None:
-    from app.gui.hub_format import size_text
+    from app.gui.common.hub_format import size_text
     from app.hardware.summary import _gib
     from app.planner.summary import _size
 

@@ -23,7 +23,7 @@ import pytest
 
 from app.bench.load import LoadSpec, run_level
 from app.client import stream_chat
-from app.gui.snippets_panel import snippets
+from app.gui.run.snippets_panel import snippets
 from app.hub.library import BUNDLED_ID
 from app.paths import AppPaths
 from app.service.http.tls import own_certificate

@@ -60,7 +60,7 @@ def dashboard_cpu(seconds: float, window_index: int, visible: bool) -> tuple[flo
     from PySide6.QtCore import QTimer
     from PySide6.QtWidgets import QApplication
 
-    from app.gui.dashboard_panel import DashboardPanel
+    from app.gui.dashboard.dashboard_panel import DashboardPanel
 
     app = QApplication.instance() or QApplication([])
     panel = DashboardPanel()

@@ -23,8 +23,8 @@ from PySide6.QtTest import QTest
 from pytestqt.qtbot import QtBot
 
 from app.client import default_port
-from app.gui.main_window import MainWindow
-from app.gui.service_connection import Phase, ServiceConnection
+from app.gui.connection.service_connection import Phase, ServiceConnection
+from app.gui.shell.main_window import MainWindow
 from app.hub.library import BUNDLED_ID
 from app.paths import AppPaths
 from tests.gui.conftest import endpoint_port, quit_answers  # noqa: F401 (fixtures)

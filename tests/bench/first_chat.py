@@ -38,9 +38,9 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
 from app.client import default_port  # noqa: E402
-from app.gui import quit_dialogs  # noqa: E402
-from app.gui.main_window import MainWindow  # noqa: E402
-from app.gui.service_connection import ServiceConnection  # noqa: E402
+from app.gui.common import quit_dialogs  # noqa: E402
+from app.gui.connection.service_connection import ServiceConnection  # noqa: E402
+from app.gui.shell.main_window import MainWindow  # noqa: E402
 from app.hub.library import BUNDLED_ID  # noqa: E402
 from app.paths import app_paths  # noqa: E402
 from tests.support.service import free_port  # noqa: E402

@@ -11,10 +11,10 @@ from PySide6.QtWidgets import QWidget
 from pytestqt.qtbot import QtBot
 
 from app.client import default_port
-from app.gui import quit_dialogs
-from app.gui.main_window import MainWindow
-from app.gui.quit_dialogs import QuitChoice
-from app.gui.service_connection import Phase, ServiceConnection
+from app.gui.common import quit_dialogs
+from app.gui.common.quit_dialogs import QuitChoice
+from app.gui.connection.service_connection import Phase, ServiceConnection
+from app.gui.shell.main_window import MainWindow
 from app.paths import AppPaths
 from tests.support.service import free_port
 

@@ -9,8 +9,8 @@ from pytestqt.qtbot import QtBot
 
 from app import __version__
 from app.client import default_port
-from app.gui.main_window import MainWindow
-from app.gui.service_connection import ServiceConnection
+from app.gui.connection.service_connection import ServiceConnection
+from app.gui.shell.main_window import MainWindow
 from app.paths import AppPaths
 from tests.gui.conftest import CLOSE_TIMEOUT_MS, CONNECT_TIMEOUT_MS
 from tests.support.service import REPO, RunningService

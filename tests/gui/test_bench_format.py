@@ -8,9 +8,9 @@ import pytest
 from pytestqt.qtbot import QtBot
 
 from app.bench.levels import parse_concurrency
-from app.gui.bench_format import LEVEL_COLUMNS, card_cells, level_cells, parse_levels, run_status
-from app.gui.benchmark_page import BenchmarkPage
-from app.gui.service_connection import ServiceConnection
+from app.gui.bench.bench_format import LEVEL_COLUMNS, card_cells, level_cells, parse_levels, run_status
+from app.gui.bench.benchmark_page import BenchmarkPage
+from app.gui.connection.service_connection import ServiceConnection
 from app.paths import AppPaths
 
 LEVEL = {

@@ -9,10 +9,10 @@ from pathlib import Path
 from PySide6.QtCore import Qt
 from pytestqt.qtbot import QtBot
 
-from app.gui.bench_format import CARD_COLUMNS, LEVEL_COLUMNS
-from app.gui.benchmark_page import PROGRESS_STEPS, BenchmarkPage
-from app.gui.main_window import MainWindow
-from app.gui.service_connection import ServiceConnection
+from app.gui.bench.bench_format import CARD_COLUMNS, LEVEL_COLUMNS
+from app.gui.bench.benchmark_page import PROGRESS_STEPS, BenchmarkPage
+from app.gui.connection.service_connection import ServiceConnection
+from app.gui.shell.main_window import MainWindow
 from app.hub.library import BUNDLED_ID
 from app.paths import AppPaths
 from tests.gui.block_meter import BlockMeter

@@ -14,9 +14,9 @@ from PySide6.QtCore import Qt
 from PySide6.QtGui import QGuiApplication
 from pytestqt.qtbot import QtBot
 
-from app.gui.chat_page import ChatPage
-from app.gui.chat_store import FILE_NAME, ChatParams, ChatStore
-from app.gui.main_window import MainWindow
+from app.gui.chat.chat_page import ChatPage
+from app.gui.chat.chat_store import FILE_NAME, ChatParams, ChatStore
+from app.gui.shell.main_window import MainWindow
 from app.hub.library import BUNDLED_ID
 from tests.gui.block_meter import BlockMeter
 

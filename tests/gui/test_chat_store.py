@@ -24,11 +24,11 @@ from pytestqt.qtbot import QtBot
 
 from app.api_types import EndpointRecord
 from app.client import default_port
-from app.gui import quit_dialogs
-from app.gui.chat_store import FILE_NAME, AnswerStats, ChatMessage, ChatParams, ChatStore, title_from
-from app.gui.chat_transcript import ChatBubble, code_blocks
-from app.gui.main_window import MainWindow
-from app.gui.service_connection import ServiceConnection
+from app.gui.chat.chat_store import FILE_NAME, AnswerStats, ChatMessage, ChatParams, ChatStore, title_from
+from app.gui.chat.chat_transcript import ChatBubble, code_blocks
+from app.gui.common import quit_dialogs
+from app.gui.connection.service_connection import ServiceConnection
+from app.gui.shell.main_window import MainWindow
 from app.paths import AppPaths
 from tests.gui.conftest import QuitAnswers
 from tests.support.service import free_port

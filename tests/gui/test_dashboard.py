@@ -14,10 +14,10 @@ import pytest
 from PySide6.QtWidgets import QApplication, QFileDialog
 from pytestqt.qtbot import QtBot
 
-from app.gui.dashboard_data import series_key
-from app.gui.dashboard_panel import RAW_WINDOW_S, DashboardPanel
-from app.gui.main_window import MainWindow
-from app.gui.theme import apply_theme
+from app.gui.dashboard.dashboard_data import series_key
+from app.gui.dashboard.dashboard_panel import RAW_WINDOW_S, DashboardPanel
+from app.gui.settings.theme import apply_theme
+from app.gui.shell.main_window import MainWindow
 
 T0 = 1_760_000_000.0
 TEN_MINUTES = 600

@@ -13,8 +13,8 @@ from typing import Any
 from PySide6.QtCore import Qt
 from pytestqt.qtbot import QtBot
 
-from app.gui.diagnosis_panel import DiagnosisPanel, smaller_context
-from app.gui.main_window import MainWindow
+from app.gui.run.diagnosis_panel import DiagnosisPanel, smaller_context
+from app.gui.shell.main_window import MainWindow
 from app.hub.library import BUNDLED_ID
 
 READY_TIMEOUT_MS = 60_000

@@ -16,9 +16,9 @@ from PySide6.QtWidgets import QWizard
 from pytestqt.qtbot import QtBot
 
 from app.api_types import EngineBuildRecord
-from app.gui.engine_build_panel import engine_to_build, one_line
-from app.gui.main_window import MainWindow
-from app.gui.recommendation_page import RecommendationPage, launch_overrides
+from app.gui.shell.main_window import MainWindow
+from app.gui.wizard.engine_build_panel import engine_to_build, one_line
+from app.gui.wizard.recommendation_page import RecommendationPage, launch_overrides
 from app.hub.library import BUNDLED_ID
 from app.paths import AppPaths
 from app.service.jobs.engine_builds import SDIST_ENV

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pytestqt.qtbot import QtBot
 
-from app.gui.event_stream import EventStreamThread
+from app.gui.connection.event_stream import EventStreamThread
 from tests.support.newer_service import UNKNOWN_STATE, newer_service
 
 

@@ -11,13 +11,13 @@ from PySide6.QtTest import QTest
 from PySide6.QtWidgets import QApplication
 from pytestqt.qtbot import QtBot
 
-from app.gui.first_run_panel import FirstRunPanel
-from app.gui.gui_state import GuiState
-from app.gui.home_page import HomePage
-from app.gui.main_window import MainWindow
-from app.gui.model_item_model import ModelItemModel
-from app.gui.notifications import Severity, download_notification, engine_notification
-from app.gui.service_connection import ServiceConnection
+from app.gui.common.model_item_model import ModelItemModel
+from app.gui.connection.service_connection import ServiceConnection
+from app.gui.home.first_run_panel import FirstRunPanel
+from app.gui.home.gui_state import GuiState
+from app.gui.home.home_page import HomePage
+from app.gui.shell.main_window import MainWindow
+from app.gui.shell.notifications import Severity, download_notification, engine_notification
 from app.hub.library import BUNDLED_ID
 from app.paths import AppPaths
 from tests.gui.block_meter import BlockMeter

@@ -13,10 +13,10 @@ from PySide6.QtGui import QDropEvent
 from PySide6.QtWidgets import QMessageBox, QWidget
 from pytestqt.qtbot import QtBot
 
-from app.gui.hub_format import eta_text, rate_text, row_key, size_text
-from app.gui.hub_model_panel import FIT_COLUMN, HubModelPanel, fit_words
-from app.gui.main_window import MainWindow
-from app.gui.service_connection import ServiceConnection
+from app.gui.common.hub_format import eta_text, rate_text, row_key, size_text
+from app.gui.connection.service_connection import ServiceConnection
+from app.gui.models.hub_model_panel import FIT_COLUMN, HubModelPanel, fit_words
+from app.gui.shell.main_window import MainWindow
 from app.hub.library import BUNDLED_ID
 from app.paths import AppPaths
 from tests.app.test_hub_safetensors import WANTED, model_files

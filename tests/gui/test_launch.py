@@ -9,8 +9,8 @@ from PySide6.QtCore import QTimer
 from PySide6.QtWidgets import QApplication
 from pytestqt.qtbot import QtBot
 
-from app.gui import launch
-from app.gui.main_window import MainWindow
+from app.gui.shell import launch
+from app.gui.shell.main_window import MainWindow
 from app.paths import AppPaths
 from app.settings import LoadedSettings, Settings, load_settings, settings_file
 

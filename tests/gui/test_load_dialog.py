@@ -12,9 +12,9 @@ from PySide6.QtCore import QCoreApplication, QEvent, Qt
 from pytestqt.qtbot import QtBot
 
 from app.api_types import ModelSettingsRecord
-from app.gui.load_dialog import LoadDialog
-from app.gui.main_window import MainWindow
-from app.gui.service_connection import ServiceConnection
+from app.gui.common.load_dialog import LoadDialog
+from app.gui.connection.service_connection import ServiceConnection
+from app.gui.shell.main_window import MainWindow
 from app.hub.library import BUNDLED_ID
 from app.paths import AppPaths
 from tests.support.held_answer import HeldAnswer

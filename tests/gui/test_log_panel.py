@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 from pytestqt.qtbot import QtBot
 
-from app.gui.log_levels import levels, line_level
-from app.gui.log_panel import MAX_LINES, LogPanel
+from app.gui.run.log_levels import levels, line_level
+from app.gui.run.log_panel import MAX_LINES, LogPanel
 
 # As llama-cpp-python's server and llama-server print them while loading and serving (shortened).
 ENGINE_LINES = [

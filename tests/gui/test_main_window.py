@@ -13,12 +13,12 @@ from PySide6.QtWidgets import QLineEdit
 from pytestqt.qtbot import QtBot
 
 from app.client import default_port
-from app.gui.event_stream import STOP_WAIT_MS
-from app.gui.hub_format import row_key
-from app.gui.library_page import COLUMNS
-from app.gui.main_window import MainWindow
-from app.gui.model_item_model import MEMORY_COLUMN, STATE_COLUMN
-from app.gui.service_connection import Phase, ServiceConnection
+from app.gui.common.hub_format import row_key
+from app.gui.common.model_item_model import MEMORY_COLUMN, STATE_COLUMN
+from app.gui.connection.event_stream import STOP_WAIT_MS
+from app.gui.connection.service_connection import Phase, ServiceConnection
+from app.gui.models.library_page import COLUMNS
+from app.gui.shell.main_window import MainWindow
 from app.hub.library import BUNDLED_ID
 from app.paths import AppPaths
 from tests.gui.conftest import API_KEY, CLOSE_TIMEOUT_MS, CONNECT_TIMEOUT_MS

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from app.gui.measured_speed import MeasuredSpeed, from_card, from_requests, speed_words
+from app.gui.wizard.measured_speed import MeasuredSpeed, from_card, from_requests, speed_words
 
 
 def record(model: str, tps: float | None) -> dict[str, object]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from PySide6.QtWidgets import QApplication
 from pytestqt.qtbot import QtBot
 
-from app.gui.memory_chart import MIB, MemoryChartPanel
+from app.gui.run.memory_chart import MIB, MemoryChartPanel
 
 REPAINTS = 1000
 

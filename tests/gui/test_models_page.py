@@ -6,9 +6,9 @@ from __future__ import annotations
 from PySide6.QtCore import Qt
 from pytestqt.qtbot import QtBot
 
-from app.gui.hub_format import row_key
-from app.gui.main_window import MainWindow
-from app.gui.model_item_model import STATE_COLUMN
+from app.gui.common.hub_format import row_key
+from app.gui.common.model_item_model import STATE_COLUMN
+from app.gui.shell.main_window import MainWindow
 from app.hub.library import BUNDLED_ID
 
 READY_TIMEOUT_MS = 60_000

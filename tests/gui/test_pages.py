@@ -35,7 +35,7 @@ from PySide6.QtWidgets import (
 )
 from pytestqt.qtbot import QtBot
 
-from app.gui.main_window import MainWindow
+from app.gui.shell.main_window import MainWindow
 from app.hub.library import BUNDLED_ID
 from tests.gui.test_setup_wizard import launch_in_view
 from tests.support.service import REPO

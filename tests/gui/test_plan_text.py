@@ -8,8 +8,8 @@ from typing import Any
 
 from pytestqt.qtbot import QtBot
 
-from app.gui.memory_bar import MemoryBarPanel, memory_bars
-from app.gui.plan_text import hardware_rows, memory_text, problems_html, rows_html, speed_text
+from app.gui.common.plan_text import hardware_rows, memory_text, problems_html, rows_html, speed_text
+from app.gui.wizard.memory_bar import MemoryBarPanel, memory_bars
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "hardware"
 GIB = 1 << 30

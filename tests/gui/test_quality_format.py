@@ -3,8 +3,8 @@ card's row leaves the reference out of its variants; a run's status says where i
 
 from __future__ import annotations
 
-from app.gui.plan_text import plan_rows
-from app.gui.quality_format import card_cells, loss_text, run_status
+from app.gui.common.plan_text import plan_rows
+from app.gui.common.quality_format import card_cells, loss_text, run_status
 
 OPTION = {"engine": "llama-server", "variant": "Q4_0", "tier": "cpu", "context": 4096, "max_context": 8192,
           "decode_tokens_per_s": None, "memory": {"ram": 2**30, "vram_per_gpu": 0}}  # fmt: skip

@@ -11,7 +11,7 @@ from PySide6.QtCore import Qt
 from pytestqt.qtbot import QtBot
 
 from app.api_types import BenchState, QualityRunRecord
-from app.gui.main_window import MainWindow
+from app.gui.shell.main_window import MainWindow
 from app.paths import AppPaths
 from app.quality.card import QualityCard, quality_dir
 from app.quality.measure import VariantResult

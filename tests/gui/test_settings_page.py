@@ -15,11 +15,11 @@ from PySide6.QtWidgets import QApplication, QSystemTrayIcon
 from pytestqt.qtbot import QtBot
 
 from app.client import find_service
-from app.gui.main_window import MainWindow
-from app.gui.quit_dialogs import QuitChoice
-from app.gui.service_connection import Phase, ServiceConnection
-from app.gui.settings_page import SettingsPage
-from app.gui.theme import THEMES, apply_theme, is_dark
+from app.gui.common.quit_dialogs import QuitChoice
+from app.gui.connection.service_connection import Phase, ServiceConnection
+from app.gui.settings.settings_page import SettingsPage
+from app.gui.settings.theme import THEMES, apply_theme, is_dark
+from app.gui.shell.main_window import MainWindow
 from app.hub.library import BUNDLED_ID
 from app.paths import AppPaths
 from app.settings import Settings, load_settings, save_settings

@@ -12,11 +12,11 @@ from PySide6.QtWidgets import QPushButton, QScrollArea, QWidget, QWizard
 from pytestqt.qtbot import QtBot
 
 from app.client import default_port
-from app.gui.main_window import MainWindow
-from app.gui.recommendation_page import launch_overrides
-from app.gui.service_connection import NOT_CONNECTED, ServiceConnection
-from app.gui.wizard_dialog import SetupWizardDialog
-from app.gui.wizard_pages import MODEL_ID_ROLE
+from app.gui.connection.service_connection import NOT_CONNECTED, ServiceConnection
+from app.gui.shell.main_window import MainWindow
+from app.gui.wizard.recommendation_page import launch_overrides
+from app.gui.wizard.wizard_dialog import SetupWizardDialog
+from app.gui.wizard.wizard_pages import MODEL_ID_ROLE
 from app.hub.library import BUNDLED_ID
 from app.paths import AppPaths
 from tests.gui.conftest import API_KEY

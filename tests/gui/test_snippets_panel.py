@@ -12,8 +12,8 @@ from PySide6.QtCore import Qt
 from PySide6.QtGui import QGuiApplication
 from pytestqt.qtbot import QtBot
 
-from app.gui.main_window import MainWindow
-from app.gui.snippets_panel import KEY_VARIABLE
+from app.gui.run.snippets_panel import KEY_VARIABLE
+from app.gui.shell.main_window import MainWindow
 from app.hub.library import BUNDLED_ID
 
 READY_TIMEOUT_MS = 60_000

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from PySide6.QtCore import Qt
 
-from app.gui.model_item_model import MEMORY_COLUMN, ModelItemModel, startup_text
+from app.gui.common.model_item_model import MEMORY_COLUMN, ModelItemModel, startup_text
 
 RECORD = {
     "id": "qwen-7b", "name": "Qwen 7B", "path": "/models/qwen", "state": "ready", "message": "ready",

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from app.gui import launch, system_libraries
-from app.gui.system_libraries import check_plugin, debian_package, missing_libraries, missing_message, uses_xcb
+from app.gui.shell import launch, system_libraries
+from app.gui.shell.system_libraries import check_plugin, debian_package, missing_libraries, missing_message, uses_xcb
 from app.paths import AppPaths
 from app.settings import LoadedSettings, Settings
 

@@ -10,9 +10,9 @@ from PySide6.QtCore import Qt
 from PySide6.QtGui import QGuiApplication
 from pytestqt.qtbot import QtBot
 
-from app.gui.main_window import MainWindow
-from app.gui.service_connection import Phase, ServiceConnection
-from app.gui.settings_page import SettingsPage
+from app.gui.connection.service_connection import Phase, ServiceConnection
+from app.gui.settings.settings_page import SettingsPage
+from app.gui.shell.main_window import MainWindow
 from app.hub.library import BUNDLED_ID
 from app.paths import AppPaths
 from tests.gui.conftest import API_KEY, CLOSE_TIMEOUT_MS, CONNECT_TIMEOUT_MS

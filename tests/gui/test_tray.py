@@ -5,8 +5,8 @@ from __future__ import annotations
 from PySide6.QtGui import QAction
 from pytestqt.qtbot import QtBot
 
-from app.gui.main_window import MainWindow
-from app.gui.tray import tray_tooltip
+from app.gui.shell.main_window import MainWindow
+from app.gui.shell.tray import tray_tooltip
 from app.hub.library import BUNDLED_ID
 
 READY_TIMEOUT_MS = 60_000

@@ -10,7 +10,7 @@ from PySide6.QtCore import QCoreApplication, Qt
 from pytestqt.qtbot import QtBot
 
 from app.client import ControlClient
-from app.gui.service_connection import ServiceConnection
+from app.gui.connection.service_connection import ServiceConnection
 
 HOLD_S = 60.0
 

@@ -1,0 +1,1 @@
+"""The Benchmark page: concurrency sweeps, their charts and cards, and quality cards."""

@@ -1,0 +1,1 @@
+"""The Dashboard page: live tiles and charts of throughput, latency and memory."""

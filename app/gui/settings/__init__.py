@@ -1,0 +1,1 @@
+"""The Settings page: ports, keys, LAN exposure, the Hugging Face token, the theme."""
