@@ -73,10 +73,6 @@ class EndpointPanel(QWidget):
         self.note_label.setText(note)
         self.note_label.setVisible(bool(note))
 
-    @property
-    def key_revealed(self) -> bool:
-        return self.key_edit.echoMode() == QLineEdit.EchoMode.Normal
-
     def _apply_echo_mode(self) -> None:
         masked = self._api_key is not None and not self.reveal_button.isChecked()
         self.key_edit.setEchoMode(QLineEdit.EchoMode.Password if masked else QLineEdit.EchoMode.Normal)

@@ -469,8 +469,5 @@ class DashboardPanel(QWidget):
         super().hideEvent(event)
         self.refresh_timer.stop()
 
-    def cursor_values(self) -> str:
-        return self.cursor_label.text()
-
 
 __all__ = ["CHARTS", "DashboardPanel"]
