@@ -32,7 +32,7 @@ from app.planner.memory import MissingFacts, llama_cpp_memory, plan_memory
 from app.planner.recommend import gpu_layers_that_fit
 from app.service.events import EventBus
 from app.service.launch.admission import EngineQueue
-from app.service.launch.companions import EmbeddingCompanions, EmbeddingRoute, companion_plan
+from app.service.launch.companions import EmbeddingCompanions, EmbeddingRoute, companion_plan, own_limit
 from app.service.launch.folder_models import FolderLaunch, FolderRefused, overrides_refusal, plan_folder, record_startup
 from app.service.launch.memory_check import MemoryCheck
 from app.service.launch.model_settings import ModelSettingsStore
@@ -311,7 +311,7 @@ class EngineManager:
         engine, spec, record = self.engine(model_id), self.models[model_id], self._record(model_id)
         plan, info = record.plan, record.info
         if not isinstance(engine, EmbeddingModeEngine) or plan is None or info is None or spec.url is not None:
-            return EmbeddingRoute(url)
+            return EmbeddingRoute(url, limit=own_limit(engine, plan) if spec.url is None else None)
         if self.state(model_id) != EngineState.READY:  # stopped while the request waited: nothing to start beside
             return EmbeddingRoute(None, f"The model `{model_id}` stopped before its embeddings could be made.")
         footprint = self._footprint(spec, info, companion_plan(plan), engine.name, embedding_process=True)
