@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import Any
 
 import openai
 import pytest
@@ -51,11 +52,16 @@ def check_prompt_limits(service: RunningService) -> None:
         completion = refused(raised)
         assert completion.param == "prompt", completion.body
         assert counts(completion.message) == [CONTEXT, CONTEXT + 100], completion.message
-    # A long prompt that fits is counted and let through, streamed.
-    stream = client.chat.completions.create(
-        model=BUNDLED_ID, messages=[{"role": "user", "content": spaced(CONTEXT // 2)}], max_tokens=4, stream=True
+    # A long prompt that fits is counted and let through, streamed; its usage counts it as the engine does.
+    fits: Any = [{"role": "user", "content": spaced(CONTEXT // 2)}]
+    whole = client.chat.completions.create(model=BUNDLED_ID, messages=fits, max_tokens=4)
+    streamed = client.chat.completions.create(
+        model=BUNDLED_ID, messages=fits, max_tokens=4, stream=True, stream_options={"include_usage": True}
     )
-    assert [chunk for chunk in stream if chunk.choices and chunk.choices[0].delta.content]
+    chunks = list(streamed)
+    assert [chunk for chunk in chunks if chunk.choices and chunk.choices[0].delta.content]
+    usage = chunks[-1].usage
+    assert whole.usage is not None and usage is not None and usage.prompt_tokens == whole.usage.prompt_tokens
 
     # Embeddings: one input at most the engine's batch; llama-cpp-python embedded only its first 512 tokens, silently,
     # and llama-server answered a 500 asking for a larger physical batch.

@@ -303,7 +303,8 @@ class Gateway:
     async def _within_limits(self, request: _Request, route: Route) -> bool:
         """Whether the prompt is within the limits of the engine at `route`; when not, the 400 is answered here,
         before a stream would start (app.service.gateway.prompt_limits)."""
-        refusal = await self._limits.refusal(request.path, request.body, request.payload, route)
+        checked = await self._limits.check(request.path, request.body, request.payload, route)
+        request.outcome.prompt_tokens, refusal = checked.prompt_tokens, checked.refusal
         if refusal is None:
             return True
         request.outcome.status, request.outcome.error = 400, str(refusal)
@@ -513,9 +514,10 @@ class Gateway:
         assert meter is not None
         before, done = split_done(chunk)
         count_path = route.capabilities.tokenize_count_path
-        text = await prompt_text(request.path, request.payload, route.chat_template, self._templates)
-        if count_path is not None and text is not None:
-            outcome.prompt_tokens = await count_tokens(self._pool, self._endpoint(route, count_path), text)
+        if outcome.prompt_tokens is None and count_path is not None:  # not counted already, by its limits' check
+            text = await prompt_text(request.path, request.payload, route.chat_template, self._templates)
+            if text is not None:
+                outcome.prompt_tokens = await count_tokens(self._pool, self._endpoint(route, count_path), text)
         return before + usage_event(meter.first_event, outcome.prompt_tokens, meter.completion_tokens) + done
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any
 
 from app.service.gateway.features import CHAT
@@ -29,6 +30,17 @@ SPECIAL_TOKENS = 8  # BOS, EOS and the like, which a tokenizer adds to a text
 MESSAGE_TOKENS = 64
 
 Count = Callable[[str], Awaitable[int | None]]
+
+
+@dataclass(frozen=True)
+class PromptCheck:
+    """What checking a prompt found: why it is refused, if it is, and its tokens when they had to be counted."""
+
+    refusal: InvalidRequest | None = None
+    prompt_tokens: int | None = None  # of a chat or a completion, counted because it could be past the context
+
+
+_PASSED = PromptCheck()
 
 
 def context_exceeded(message: str, param: str) -> InvalidRequest:
@@ -57,34 +69,35 @@ class PromptLimits:
         self._endpoint = endpoint
         self._context_length = context_length
 
-    async def refusal(self, path: str, body: bytes, payload: dict[str, Any], route: Route) -> InvalidRequest | None:
-        """Why the prompt is past the limits of the engine at `route` (ready); None when it is not, or when that
-        cannot be known here (no tokenizer route, no chat template): the engine judges it then."""
+    async def check(self, path: str, body: bytes, payload: dict[str, Any], route: Route) -> PromptCheck:
+        """Whether the prompt is past the limits of the engine at `route` (ready). Passed when it cannot be known
+        here (no tokenizer route, no chat template): the engine judges it then."""
         if path == EMBEDDINGS:
             limit = route.embedding_limit
             if limit is None or len(body) + SPECIAL_TOKENS <= limit.tokens:
-                return None
-            return await self._input_refusal(payload["input"], limit, route)
+                return _PASSED
+            return PromptCheck(await self._input_refusal(payload["input"], limit, route))
         context = self._context_length(route.model)
-        if context is None or (path == CHAT and route.chat_template is None):
-            return None
+        if context is None:
+            return _PASSED
         margin = SPECIAL_TOKENS
         if path == CHAT:
-            assert route.chat_template is not None
+            if route.chat_template is None:
+                return _PASSED
             margin += _utf8_length(route.chat_template) + MESSAGE_TOKENS * len(payload["messages"])
         if len(body) + margin < context or (count := self._counter(route)) is None:
-            return None
+            return _PASSED
         text = await prompt_text(path, payload, route.chat_template, self._templates)
         tokens = await count(text) if text is not None else None
         if tokens is None or tokens < context:  # both engines need room for one token more
-            return None
+            return PromptCheck(prompt_tokens=tokens)
         field, made = ("messages", " with the model's chat template") if path == CHAT else ("prompt", "")
-        return context_exceeded(
+        return PromptCheck(context_exceeded(
             f"This model's maximum context length is {context} tokens, and your {field} resulted in {tokens} "
             f"tokens{made}, which leaves no room for a completion. Send a shorter prompt, or start `{route.model}` "
             f"with a longer context (its `context` load setting, or `modeldeck start {route.model} --context N`).",
             field,
-        )
+        ), tokens)  # fmt: skip
 
     async def _input_refusal(self, given: str | list[str], limit: InputLimit, route: Route) -> InvalidRequest | None:
         """The first input past `limit`, refused naming its index."""
