@@ -95,6 +95,7 @@ class Capabilities:
     max_concurrency: int  # requests it serves at once; the gateway queues the rest
     stream_usage: bool  # honours stream_options.include_usage itself
     tokenize_count_path: str | None = None  # POST {"input": text} -> {"count": n}, for usage it omits
+    tokenize_path: str | None = None  # POST {"content": text} -> {"tokens": [...]} (llama.cpp's), for prompt sizes
     embeddings_pooled: bool = True  # False: /v1/embeddings returns one vector per token
     logprobs: bool = True  # answers `logprobs` requests
     parallel_from_plan: bool = False  # True: it serves `plan.parallel` requests at once (at most max_concurrency)
@@ -133,6 +134,23 @@ class EmbeddingModeEngine(Protocol):
 
     def embedding_command(self, plan: LaunchPlan, port: int, api_key: str) -> EngineCommand:
         """The command that serves /v1/embeddings for `plan`'s model on 127.0.0.1:`port`, pooled as OpenAI's."""
+        ...
+
+
+@dataclass(frozen=True)
+class InputLimit:
+    """The most tokens an engine's process takes in one embeddings input, and the setting that makes it so."""
+
+    tokens: int
+    set_by: str  # for a client's error message: "its batch (--n_batch)"
+
+
+@runtime_checkable
+class EmbeddingLimitEngine(Protocol):
+    """An engine whose embedding process cuts a longer input short, or fails on it, past a number of tokens."""
+
+    def embedding_limit(self, plan: LaunchPlan) -> InputLimit:
+        """The limit of the process that embeds for `plan`: its command (`embedding_command` where it has one)."""
         ...
 
 

@@ -6,7 +6,7 @@ import sys
 from importlib import metadata, util
 from pathlib import Path
 
-from engines.base import Capabilities, EngineCommand, Installation, LaunchPlan, openmp_wait_env
+from engines.base import Capabilities, EngineCommand, InputLimit, Installation, LaunchPlan, openmp_wait_env
 from engines.python_entry import module_command, script_command
 
 DISTRIBUTION = "llama-cpp-python"
@@ -46,6 +46,11 @@ class LlamaCppPythonEngine:
             return False
         lib = Path(spec.origin).parent / "lib"
         return any(any(lib.glob(pattern)) for pattern in GPU_LIBRARIES)
+
+    def embedding_limit(self, plan: LaunchPlan) -> InputLimit:
+        """Its server cuts each input to its batch (`--n_batch`, which it caps at `--n_ctx`) without a word."""
+        return InputLimit(min(plan.batch_size, plan.context_length), "its batch: the smaller of the model's `batch` "
+                          "and `context` load settings")  # fmt: skip
 
     def build_command(self, plan: LaunchPlan, port: int, api_key: str) -> EngineCommand:
         # Isolated (-I): the script's directory, which holds this module, must not shadow the llama_cpp package.

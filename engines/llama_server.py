@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from engines.base import Capabilities, EngineCommand, Installation, LaunchPlan, openmp_wait_env
+from engines.base import Capabilities, EngineCommand, InputLimit, Installation, LaunchPlan, openmp_wait_env
 
 EXECUTABLE = "llama-server"
 BUILD_INFO = "build-info.json"
@@ -109,6 +109,7 @@ class LlamaServerEngine:
         stream_usage=True,
         parallel_from_plan=True,
         tokenize_count_path=None,
+        tokenize_path="/tokenize",
         slot_ids=True,
         media_parts=False,
     )
@@ -175,6 +176,10 @@ class LlamaServerEngine:
             "-b", str(plan.context_length),
             "-ub", str(plan.context_length),
         ])  # fmt: skip
+
+    def embedding_limit(self, plan: LaunchPlan) -> InputLimit:
+        """An input longer than the physical batch of `embedding_command(plan)` is a 500 asking for a larger one."""
+        return InputLimit(plan.context_length, "the physical batch, `-ub`, of its embedding process")
 
     def _command(self, plan: LaunchPlan, port: int, api_key: str, mode: list[str]) -> EngineCommand:
         # A configured path that is missing still shows in the command: the plan says where it is looked for.

@@ -19,7 +19,7 @@ from app.paths import AppPaths
 from app.planner.facts import facts_from_gguf
 from app.service.events import EventBus
 from app.service.launch.admission import EngineQueue
-from app.service.launch.companions import EmbeddingCompanions, EmbeddingRoute, companion_plan
+from app.service.launch.companions import EmbeddingCompanions, EmbeddingRoute, companion_plan, own_limit
 from app.service.launch.folder_models import record_startup
 from app.service.launch.lifecycle import IDLE_CHECK_MIN_S, LifecyclePolicy, supervisor_policy
 from app.service.launch.memory_cap import LoadedEngine, room_for
@@ -202,7 +202,7 @@ class EngineManager:
         engine, spec, record = self.engine(model_id), self.models[model_id], self._record(model_id)
         plan, info = record.plan, record.info
         if not isinstance(engine, EmbeddingModeEngine) or plan is None or info is None or spec.url is not None:
-            return EmbeddingRoute(url)
+            return EmbeddingRoute(url, limit=own_limit(engine, plan) if spec.url is None else None)
         if self.state(model_id) != EngineState.READY:  # stopped while the request waited: nothing to start beside
             return EmbeddingRoute(None, f"The model `{model_id}` stopped before its embeddings could be made.")
         footprint = self.planner.footprint(spec, info, companion_plan(plan), engine.name, embedding_process=True)

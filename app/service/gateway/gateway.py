@@ -22,6 +22,7 @@ from app.bounded_json import load_json
 from app.service.engines import EngineManager
 from app.service.gateway.features import CHAT, adapt, drop_nulls, has_features, template_messages
 from app.service.gateway.model_names import ModelRename
+from app.service.gateway.prompt_limits import PromptLimits
 from app.service.gateway.prompt_tokens import count_tokens, prompt_text
 from app.service.gateway.slot_router import SlotChoice, SlotRouter, prompt_parts
 from app.service.gateway.templates import TemplateRenderer
@@ -130,6 +131,7 @@ class Gateway:
         self._endpoints: dict[tuple[str, str], Endpoint] = {}  # (URL, bearer) -> prepared request head
         self._templates = TemplateRenderer()  # its worker process starts on the first render
         self._slots = SlotRouter()
+        self._limits = PromptLimits(pool, self._templates, self._endpoint, manager.context_length)
 
     async def close(self) -> None:
         """End the chat template worker, if one was started."""
@@ -274,6 +276,8 @@ class Gateway:
             ready = route if route.url is not None else await self._ready_route(request)
             if ready is not None and request.path == "/v1/embeddings":
                 ready = await self._embedding_route(request, ready)  # llama-server embeds elsewhere
+            if ready is not None and not await self._within_limits(request, ready):
+                ready = None
             if ready is not None:
                 choice = self._choose_slot(request, ready)
                 outcome.slot = choice.slot if choice is not None else None
@@ -294,7 +298,18 @@ class Gateway:
             request.outcome.status, request.outcome.error = 503, target.error
             await send_error(request.send, 503, target.error, "server_error", "model_unavailable")
             return None
-        return replace(route, url=target.url)
+        return replace(route, url=target.url, embedding_limit=target.limit)
+
+    async def _within_limits(self, request: _Request, route: Route) -> bool:
+        """Whether the prompt is within the limits of the engine at `route`; when not, the 400 is answered here,
+        before a stream would start (app.service.gateway.prompt_limits)."""
+        checked = await self._limits.check(request.path, request.body, request.payload, route)
+        request.outcome.prompt_tokens, refusal = checked.prompt_tokens, checked.refusal
+        if refusal is None:
+            return True
+        request.outcome.status, request.outcome.error = 400, str(refusal)
+        await send_error(request.send, 400, str(refusal), "invalid_request_error", refusal.code, refusal.param)
+        return False
 
     def _choose_slot(self, request: _Request, route: Route) -> SlotChoice | None:
         """The slot of the model's engine for this request, for an engine that serves several and takes `id_slot`."""
@@ -499,9 +514,10 @@ class Gateway:
         assert meter is not None
         before, done = split_done(chunk)
         count_path = route.capabilities.tokenize_count_path
-        text = await prompt_text(request.path, request.payload, route.chat_template, self._templates)
-        if count_path is not None and text is not None:
-            outcome.prompt_tokens = await count_tokens(self._pool, self._endpoint(route, count_path), text)
+        if outcome.prompt_tokens is None and count_path is not None:  # not counted already, by its limits' check
+            text = await prompt_text(request.path, request.payload, route.chat_template, self._templates)
+            if text is not None:
+                outcome.prompt_tokens = await count_tokens(self._pool, self._endpoint(route, count_path), text)
         return before + usage_event(meter.first_event, outcome.prompt_tokens, meter.completion_tokens) + done
 
 

@@ -14,10 +14,12 @@ from app.service.gateway.upstream import Endpoint, UpstreamError, UpstreamPool
 log = logging.getLogger("modeldeck.gateway")
 
 
-async def count_tokens(pool: UpstreamPool, endpoint: Endpoint, text: str) -> int | None:
-    """Ask the engine how many tokens `text` is; None when it cannot say."""
+async def count_tokens(pool: UpstreamPool, endpoint: Endpoint, text: str, listed: bool = False) -> int | None:
+    """Ask the engine how many tokens `text` is; None when it cannot say. `listed`: the engine's route lists the
+    tokens (llama.cpp's /tokenize, which then adds the specials its prompts get) instead of counting them."""
+    request = {"content": text, "add_special": True} if listed else {"input": text}
     try:
-        reply = await pool.post(endpoint, json.dumps({"input": text}).encode())
+        reply = await pool.post(endpoint, json.dumps(request).encode())
     except UpstreamError:
         return None
     try:
@@ -27,9 +29,11 @@ async def count_tokens(pool: UpstreamPool, endpoint: Endpoint, text: str) -> int
     finally:
         reply.release()
     try:
-        count = json.loads(answer).get("count") if reply.status == 200 else None
+        count = json.loads(answer).get("tokens" if listed else "count") if reply.status == 200 else None
     except (ValueError, AttributeError):
         return None
+    if listed and isinstance(count, list):
+        count = len(count)
     return count if isinstance(count, int) else None
 
 
@@ -37,6 +41,8 @@ async def prompt_text(route: str, body: dict[str, Any], template: str | None, re
     """The prompt as text, or None when it cannot be built here (the template fails: said in the log)."""
     if route == "/v1/completions":
         prompt = body.get("prompt")
+        if isinstance(prompt, list) and len(prompt) == 1:  # OpenAI's list of prompts: one here (validation)
+            prompt = prompt[0]
         return prompt if isinstance(prompt, str) else None
     if template is None:
         return None

@@ -12,11 +12,12 @@ Check = Callable[[Any], str | None]
 
 
 class InvalidRequest(ValueError):
-    """The body breaks a rule; `param` names the field."""
+    """The body breaks a rule; `param` names the field, `code` is OpenAI's for the rule where it has one."""
 
-    def __init__(self, message: str, param: str | None = None) -> None:
+    def __init__(self, message: str, param: str | None = None, code: str | None = None) -> None:
         super().__init__(message)
         self.param = param
+        self.code = code
 
 
 def _is_number(value: Any) -> bool:

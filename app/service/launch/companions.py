@@ -12,7 +12,7 @@ from typing import Any
 
 from app.api_types import CompanionRecord, ModelState
 from app.service.launch.memory_check import tree_rss
-from engines.base import EmbeddingModeEngine, LaunchPlan
+from engines.base import EmbeddingLimitEngine, EmbeddingModeEngine, InputLimit, LaunchPlan
 from engines.states import ACTIVE_STATES, EngineEvent, EngineState
 from engines.supervisor import CommandFactory, EngineSupervisor, EventSink
 
@@ -34,6 +34,14 @@ class EmbeddingRoute:
 
     url: str | None
     error: str = ""
+    limit: InputLimit | None = None  # the most tokens one input may have there; None: not known here
+
+
+def own_limit(engine: object, plan: LaunchPlan | None) -> InputLimit | None:
+    """The input limit of an engine that embeds in the process it chats in (a companion's is `route`'s)."""
+    if plan is None or isinstance(engine, EmbeddingModeEngine) or not isinstance(engine, EmbeddingLimitEngine):
+        return None
+    return engine.embedding_limit(plan)
 
 
 def companion_plan(plan: LaunchPlan) -> LaunchPlan:
@@ -74,7 +82,8 @@ class EmbeddingCompanions:
             # The reason is the engine's log: kept for the control API, not sent to OpenAI clients.
             return EmbeddingRoute(None, f"The embedding process of `{model_id}` could not start; its engine's log is "
                                  "in the ModelDeck window and the control API.")  # fmt: skip
-        return EmbeddingRoute(supervisor.base_url)
+        limit = engine.embedding_limit(companion_plan(plan)) if isinstance(engine, EmbeddingLimitEngine) else None
+        return EmbeddingRoute(supervisor.base_url, limit=limit)
 
     def _new(self, model_id: str, engine: EmbeddingModeEngine, plan: LaunchPlan) -> EngineSupervisor:
         return self._new_supervisor(
@@ -119,4 +128,4 @@ class EmbeddingCompanions:
         self._publish({"type": "embedding_companion", **asdict(event), "model_id": event.model_id.removesuffix(SUFFIX)})
 
 
-__all__ = ["EMBEDDING_CONTEXT", "EmbeddingCompanions", "EmbeddingRoute", "companion_plan"]
+__all__ = ["EMBEDDING_CONTEXT", "EmbeddingCompanions", "EmbeddingRoute", "companion_plan", "own_limit"]

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from app.service.launch.admission import EngineQueue
-from engines.base import Capabilities
+from engines.base import Capabilities, InputLimit
 
 
 @dataclass(frozen=True)
@@ -23,6 +23,7 @@ class Route:
     remote: str | None  # the name of the remote serving the model; None for a model served here
     external: bool  # a server ModelDeck did not start (a remote or --upstream): its answers get limits
     slot_count: int  # engine slots a request may be routed to by prompt prefix (under 2: no slot routing)
+    embedding_limit: InputLimit | None = None  # of one input where `url` embeds: known once the gateway asks there
 
     @property
     def renamed(self) -> bool:
