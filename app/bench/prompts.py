@@ -13,7 +13,7 @@ length.
 
 A prompt is filler words and then an instruction that asks for a long answer. Every word in WORDS is one token,
 with its leading space, in the vocabularies of common models (checked on the bundled SmolLM2 by
-tests/app/test_bench_prompts.py), so N words are N tokens; the sweep measures what the chat template and the
+tests/app/bench/test_bench_prompts.py), so N words are N tokens; the sweep measures what the chat template and the
 instruction add and chooses N so that the whole prompt has the length asked for.
 """
 

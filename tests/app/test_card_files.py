@@ -29,7 +29,7 @@ from app.quality.measure import VariantResult
 from app.service.events import EventBus
 from app.service.jobs.bench_runs import BadBenchRequest, BenchRuns
 from app.service.jobs.quality_runs import BadQualityRequest, QualityRuns
-from tests.app.test_bench_prompts import OLD_CARD
+from tests.app.bench.test_bench_prompts import OLD_CARD
 from tests.support.quality_tools import modeldeck
 from tests.support.service import REPO, start_service_process, stop_service_process
 

@@ -21,8 +21,8 @@ import psutil
 from app.hub.cache import RepoCache
 from app.hub.library import BUNDLED_ID
 from app.paths import AppPaths
-from tests.app.test_hub_cli import env_for
-from tests.app.test_llama_server_build import tiny_project
+from tests.app.cli.test_hub_cli import env_for
+from tests.app.installs.test_llama_server_build import tiny_project
 from tests.support.hub_server import FakeHub, add_repo, sha256
 from tests.support.service import REPO, start_service_process, stop_service_process
 from tests.support.waiting import wait_for

@@ -353,7 +353,7 @@ def test_all_addresses_accept_this_machines_names_and_nothing_else(paths: AppPat
     try:
         port = running.url.split(":")[2].split("/")[0]
         key = {"Authorization": f"Bearer {running.api_key}"}
-        # A LAN bind speaks HTTPS (tests/app/test_tls_service.py): trust the certificate the service made.
+        # A LAN bind speaks HTTPS (tests/app/service/http/test_tls_service.py): trust the certificate the service made.
         trusted = ssl.create_default_context(cafile=running.client.endpoint()["tls"]["cert_path"])
         with httpx.Client(trust_env=False, verify=trusted) as http:
             for address in [*addresses[:1], socket.gethostname()]:

@@ -1,5 +1,5 @@
 """The command-line schemas in tests/fixtures/engine_cli/ and their checker, tests/engines/cli_schema.py, which the
-engine command tests (tests/engines/test_engine_commands.py) and the export tests (tests/app/test_export.py) use:
+engine command tests (tests/engines/test_engine_commands.py) and the export tests (tests/app/export/test_export.py) use:
 each schema says where it came from, the checker finds each kind of mistake, and an extracted schema is what its
 extractor makes of the pinned wheel (rerun where the wheel is at hand)."""
 
