@@ -23,11 +23,12 @@ import openai
 
 from app.hub.library import ModelSpec
 from app.paths import AppPaths
-from app.service.engines import EngineManager, LifecyclePolicy
+from app.service.engines import EngineManager
 from app.service.events import EventBus
 from app.service.gateway.gateway import Gateway, GatewayConfig
 from app.service.gateway.upstream import UpstreamPool
 from app.service.http.http_server import HttpServer
+from app.service.launch.lifecycle import LifecyclePolicy
 from app.service.metrics.request_log import RequestLog
 from engines.base import Capabilities, Engine, EngineCommand, Installation, LaunchPlan
 from engines.external import ExternalEngine

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from app.service.engines import _policy_for
+from app.service.launch.lifecycle import supervisor_policy
 from engines.base import GPU_SERVER_QUIET_START_S
 from engines.registry import ENGINES
 from engines.supervisor import SupervisorPolicy
@@ -12,7 +12,7 @@ GPU_SERVERS = ("vllm", "sglang", "tgi", "trtllm")
 
 def test_gpu_servers_wait_longer_in_silence_than_the_policy() -> None:
     for name in GPU_SERVERS:
-        policy = _policy_for(SupervisorPolicy(ready_timeout_s=60.0, stop_grace_s=2.0), ENGINES[name].capabilities)
+        policy = supervisor_policy(SupervisorPolicy(ready_timeout_s=60.0, stop_grace_s=2.0), ENGINES[name].capabilities)
         assert policy.ready_timeout_s == GPU_SERVER_QUIET_START_S == 600.0, name
         assert policy.stop_grace_s == 2.0  # the rest of the policy is kept
 
@@ -22,6 +22,6 @@ def test_other_engines_keep_the_policy() -> None:
     others = [name for name in ENGINES if name not in GPU_SERVERS]
     assert others  # llama.cpp's engines and external servers
     for name in others:
-        assert _policy_for(policy, ENGINES[name].capabilities) is policy, name
-    default = _policy_for(None, ENGINES["llama-cpp-python"].capabilities)
+        assert supervisor_policy(policy, ENGINES[name].capabilities) is policy, name
+    default = supervisor_policy(None, ENGINES["llama-cpp-python"].capabilities)
     assert default.ready_timeout_s == SupervisorPolicy().ready_timeout_s
