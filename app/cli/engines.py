@@ -10,8 +10,8 @@ from pathlib import Path
 from app.cli.cancellable import run_cancellable
 from app.cli.numbers import positive
 from app.cli.progress import ProgressBar
-from app.hub.task import Stopped, TaskState
 from app.paths import AppPaths
+from app.task import Stopped, TaskState
 
 
 def add_engine_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

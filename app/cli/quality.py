@@ -16,9 +16,9 @@ from typing import Any, TypeVar
 from app.cli.cancellable import run_cancellable
 from app.cli.hub import MODELS_DIR_HELP
 from app.cli.numbers import positive, whole_number
-from app.hub.task import Stopped, TaskState
 from app.paths import AppPaths
 from app.quality.measure import MAX_TOKENS, MIN_TOKENS
+from app.task import Stopped, TaskState
 
 DEFAULT_TOKENS = 4096
 T = TypeVar("T")

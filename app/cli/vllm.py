@@ -10,8 +10,8 @@ from dataclasses import replace
 from pathlib import Path
 
 from app.cli.progress import ProgressBar
-from app.hub.task import Progress, Stopped, TaskState
 from app.paths import AppPaths
+from app.task import Progress, Stopped, TaskState
 
 COMMAND = "vllm-env"
 

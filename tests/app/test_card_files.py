@@ -18,8 +18,9 @@ from typing import Any
 
 import pytest
 
-from app.bench.card import BenchCard, hardware_fingerprint, to_markdown
+from app.bench.card import BenchCard, to_markdown
 from app.client import ControlError
+from app.hardware.fingerprint import hardware_fingerprint
 from app.hardware.profile import HardwareProfile
 from app.hub.library import BUNDLED_ID
 from app.paths import AppPaths
