@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO
 
-from gguf.constants import GGML_QUANT_SIZES
+from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType, LlamaFileType
 
 MAGIC = b"GGUF"
 MAX_KEY_BYTES = 64 * 1024
@@ -106,6 +106,23 @@ class GGUFInfo:
     @property
     def has_chat_template(self) -> bool:
         return isinstance(self.metadata.get("tokenizer.chat_template"), str)
+
+    @property
+    def quantization(self) -> str | None:
+        """The file type's name (Q4_K_M, Q8_0, F16, ...), else the name of the type holding most weights."""
+        file_type = self.metadata.get("general.file_type")
+        if isinstance(file_type, int) and not isinstance(file_type, bool):
+            try:
+                return LlamaFileType(file_type).name.removeprefix("MOSTLY_")
+            except ValueError:
+                pass  # a file type newer than the gguf package: fall back to the tensors
+        if not self.tensor_elements:
+            return None
+        dominant = max(self.tensor_elements, key=lambda t: self.tensor_elements[t])
+        try:
+            return GGMLQuantizationType(dominant).name
+        except ValueError:
+            return None
 
 
 class _BoundedReader:

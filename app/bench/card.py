@@ -3,10 +3,9 @@ engine and version, model and quantization, parameters), as JSON and Markdown un
 
 from __future__ import annotations
 
-import hashlib
 import json
 import shlex
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Annotated, Any, NotRequired, TypedDict
@@ -115,23 +114,6 @@ def with_gains(levels: list[LevelResult]) -> list[LevelResult]:
     return gained
 
 
-def hardware_fingerprint(hardware: Mapping[str, Any]) -> dict[str, Any]:
-    """The facts of a hardware profile that decide speed, and a short hash of them to match cards by machine."""
-    cpu = hardware.get("cpu") or {}
-    facts = {
-        "cpu": cpu.get("model"),
-        "logical_cores": cpu.get("logical_cores"),
-        "physical_cores": cpu.get("physical_cores"),
-        "ram_total": hardware.get("ram_total"),
-        "gpus": [{"name": g.get("name"), "memory_total": g.get("memory_total")} for g in hardware.get("gpus", [])],
-        "driver_version": hardware.get("driver_version"),
-        "cuda_version": hardware.get("cuda_version"),
-        "os": hardware.get("os"),
-    }
-    digest = hashlib.sha256(json.dumps(facts, sort_keys=True).encode()).hexdigest()[:16]
-    return {"id": digest, **facts}
-
-
 # The keys of a card's dicts that reading a saved card (listing, showing, comparing) relies on, checked when it is
 # read; the dicts hold others too.
 class _ModelKeys(TypedDict):
@@ -164,7 +146,7 @@ class BenchCard:
     model: Annotated[dict[str, Any], _ModelKeys]  # id, name, path, size_bytes, quantization
     # name, version, plan, launch (argv and environment, secrets redacted; schema 2)
     engine: Annotated[dict[str, Any], _EngineKeys]
-    hardware: Annotated[dict[str, Any], _HardwareKeys]  # hardware_fingerprint()
+    hardware: Annotated[dict[str, Any], _HardwareKeys]  # app.hardware.fingerprint.hardware_fingerprint()
     # concurrency, prompt_tokens, output_tokens, requests_per_level, endpoint; since schema 2 prompt_mode, seed,
     # prefix_tokens, conversations, turns, prompt_words, prompt_digest
     parameters: Annotated[dict[str, Any], _ParameterKeys]

@@ -12,7 +12,7 @@ from typing import Any
 
 from app import __version__
 from app.api_types import ModelRecord, ModelState
-from app.bench.card import BenchCard, LevelResult, card_id, hardware_fingerprint, with_gains
+from app.bench.card import BenchCard, LevelResult, card_id, with_gains
 from app.bench.levels import MAX_CONCURRENCY
 from app.bench.load import (
     ConversationSpec,
@@ -37,7 +37,7 @@ from app.bench.prompts import (
     digest,
 )
 from app.client import ControlClient, ControlError
-from app.planner.facts import gguf_quantization
+from app.hardware.fingerprint import hardware_fingerprint
 from engines.gguf import GGUFError, read_gguf_info
 from engines.registry import ENGINES
 
@@ -93,7 +93,7 @@ def _quantization(path: str | None) -> str | None:
     if not path or not path.endswith(".gguf") or not Path(path).is_file():
         return None
     try:
-        return gguf_quantization(read_gguf_info(Path(path)))
+        return read_gguf_info(Path(path)).quantization
     except GGUFError:
         return None
 

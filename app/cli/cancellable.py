@@ -8,7 +8,7 @@ import threading
 from collections.abc import Callable
 from typing import TypeVar
 
-from app.hub.task import TaskState
+from app.task import TaskState
 
 T = TypeVar("T")
 

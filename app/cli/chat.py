@@ -15,11 +15,11 @@ from dataclasses import dataclass, field
 from typing import TextIO
 
 from app.api_types import EndpointRecord
+from app.cli.invocation import Invocation
 from app.cli.models import start_and_wait
 from app.cli.numbers import positive
 from app.cli.service_link import service_on_demand
 from app.client import ControlError, ServiceUnavailable, stream_chat
-from app.paths import AppPaths
 
 COMMAND = "run"
 BLOCK = '"""'
@@ -31,6 +31,7 @@ def add_chat_command(commands: argparse._SubParsersAction[argparse.ArgumentParse
     run.add_argument("model", metavar="MODEL", help="a model id from `modeldeck models`")
     run.add_argument("prompt", nargs="?", metavar="PROMPT", help="answer this and exit (default: a chat)")
     run.add_argument("--max-tokens", type=positive, default=1024, metavar="N", help="longest answer in tokens (1024)")
+    run.set_defaults(func=run_chat)
 
 
 @dataclass
@@ -72,7 +73,8 @@ def read_message(read_line: Callable[[str], str | None]) -> str | None:
     return "\n".join(lines)
 
 
-def run_chat(args: argparse.Namespace, paths: AppPaths) -> int:
+def run_chat(args: argparse.Namespace, invocation: Invocation) -> int:
+    paths = invocation.paths
     client = service_on_demand(paths)
     try:
         start_and_wait(client, args.model)

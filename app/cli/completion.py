@@ -6,6 +6,8 @@ from __future__ import annotations
 import argparse
 from dataclasses import dataclass, field
 
+from app.cli.invocation import Invocation
+
 SHELLS = ("bash", "zsh", "fish")
 FUNCTION = "_modeldeck_complete"
 
@@ -124,3 +126,9 @@ def completion_script(parser: argparse.ArgumentParser, shell: str) -> str:
 def add_completion_command(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     completion = commands.add_parser("completion", help="print a shell completion script (bash, zsh or fish)")
     completion.add_argument("shell", choices=SHELLS)
+    completion.set_defaults(func=_print_script)
+
+
+def _print_script(args: argparse.Namespace, invocation: Invocation) -> int:
+    print(completion_script(invocation.parser, args.shell), end="")
+    return 0

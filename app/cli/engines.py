@@ -8,10 +8,11 @@ import sys
 from pathlib import Path
 
 from app.cli.cancellable import run_cancellable
+from app.cli.invocation import Invocation
 from app.cli.numbers import positive
 from app.cli.progress import ProgressBar
-from app.hub.task import Stopped, TaskState
 from app.paths import AppPaths
+from app.task import Stopped, TaskState
 
 
 def add_engine_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -31,12 +32,13 @@ def add_engine_commands(commands: argparse._SubParsersAction[argparse.ArgumentPa
         help="run on any CPU of this architecture: one CPU library per instruction-set level, the best loaded at "
         "start; CUDA needs no driver here (what packages ship; several times longer to build)",
     )  # fmt: skip
+    engines.set_defaults(func=run_engines_command)
 
 
-def run_engines_command(args: argparse.Namespace, paths: AppPaths) -> int:
+def run_engines_command(args: argparse.Namespace, invocation: Invocation) -> int:
     if args.engines_action == "build":
-        return _build(args, paths)
-    return _list(paths)
+        return _build(args, invocation.paths)
+    return _list(invocation.paths)
 
 
 def _list(paths: AppPaths) -> int:

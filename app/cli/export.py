@@ -7,9 +7,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from app.cli.invocation import Invocation
 from app.cli.numbers import positive, whole_number
 from app.cli.sizes import size_argument
-from app.paths import AppPaths
 from app.planner.cluster import MAX_GPUS_PER_NODE, MAX_NODES
 from app.planner.recommend import USES
 
@@ -51,15 +51,17 @@ def add_export_command(commands: Any) -> None:
     export.add_argument("--users", type=positive, metavar="N", help="concurrent users to hold in the KV cache (8)")
     export.add_argument("--max-model-len", type=positive, metavar="N", help="context per request (the use's default)")
     export.add_argument("--served-model-name", metavar="NAME", help="the model name clients send")
+    export.set_defaults(func=run_export)
 
 
-def run_export(args: argparse.Namespace, paths: AppPaths) -> int:
+def run_export(args: argparse.Namespace, invocation: Invocation) -> int:
     from app.cli.hub_commands import endpoint
     from app.export import ExportError, ExportOptions, differing, load_deployment, render, write
     from app.hardware.profile import HardwareProfile
     from app.hub.errors import HubError
     from app.planner.cluster import ClusterPlanError, ClusterTarget, target_from_profile
 
+    paths = invocation.paths
     try:
         if args.hardware is not None:
             profile = HardwareProfile.from_file(args.hardware)

@@ -6,10 +6,9 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from app.cli.invocation import Invocation
 from app.cli.numbers import positive
-from app.paths import AppPaths
 
-HUB_COMMANDS = ("search", "show", "pull", "import", "hf-token")
 SORTS = ("downloads", "likes", "recent")
 FORMATS = ("gguf", "safetensors")
 MODELS_DIR_HELP = "a models folder of yours: GGUF files in it, safetensors models in subfolders (repeatable)"
@@ -43,9 +42,11 @@ def add_hub_commands(commands: argparse._SubParsersAction[argparse.ArgumentParse
     imp.add_argument("--link", action="store_true", help="hard-link instead of copying when on the same disk")
     token = commands.add_parser("hf-token", help="save or remove the Hugging Face token (kept in the OS keyring)")
     token.add_argument("action", choices=("set", "clear"), help="set reads the token from standard input")
+    for command in (search, show, pull_cmd, imp, token):
+        command.set_defaults(func=run_hub_command)
 
 
-def run_hub_command(args: argparse.Namespace, paths: AppPaths) -> int:
+def run_hub_command(args: argparse.Namespace, invocation: Invocation) -> int:
     from app.cli.hub_commands import run
 
-    return run(args, paths)
+    return run(args, invocation.paths)

@@ -14,9 +14,9 @@ from app.hub.errors import DEFAULT_ENDPOINT, HubError
 from app.hub.hub_api import model_details, search_models
 from app.hub.library import known_models
 from app.hub.pull import PullRequest, all_variants, pull
-from app.hub.task import TaskState
 from app.hub.token import TokenStoreError, clear_token, read_token, save_token
 from app.paths import AppPaths
+from app.task import TaskState
 
 
 def endpoint() -> str:

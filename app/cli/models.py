@@ -8,12 +8,12 @@ import sys
 from typing import Any
 
 from app.api_types import ModelRecord
+from app.cli.invocation import Invocation
 from app.cli.numbers import positive, whole_number
 from app.cli.service_link import running_service, service_on_demand
 from app.client import ControlClient, ControlError, ServiceUnavailable
 from app.paths import AppPaths
 
-COMMANDS = ("start", "stop", "logs", "rm")
 # Launch options of `start`, as the control API names them (POST /api/models/ID/start checks their bounds).
 OVERRIDES = ("context", "gpu_layers", "threads", "engine", "parallel")
 
@@ -40,9 +40,12 @@ def add_model_commands(commands: argparse._SubParsersAction[argparse.ArgumentPar
     rm = commands.add_parser("rm", help="delete a downloaded or imported model's files (asks first)")
     rm.add_argument("model", metavar="MODEL")
     rm.add_argument("-y", "--yes", action="store_true", help="do not ask")
+    for command in (start, stop, logs, rm):
+        command.set_defaults(func=run_model_command)
 
 
-def run_model_command(args: argparse.Namespace, paths: AppPaths) -> int:
+def run_model_command(args: argparse.Namespace, invocation: Invocation) -> int:
+    paths = invocation.paths
     if args.command == "start":
         return _start(args, paths)
     if args.command == "stop":

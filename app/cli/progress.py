@@ -7,7 +7,7 @@ import sys
 import time
 from typing import Literal, TextIO
 
-from app.hub.task import Progress
+from app.task import Progress
 
 Unit = Literal["bytes", "percent"]
 PIPE_INTERVAL_S = 5.0

@@ -15,10 +15,11 @@ from typing import Any, TypeVar
 
 from app.cli.cancellable import run_cancellable
 from app.cli.hub import MODELS_DIR_HELP
+from app.cli.invocation import Invocation
 from app.cli.numbers import positive, whole_number
-from app.hub.task import Stopped, TaskState
 from app.paths import AppPaths
 from app.quality.measure import MAX_TOKENS, MIN_TOKENS
+from app.task import Stopped, TaskState
 
 DEFAULT_TOKENS = 4096
 T = TypeVar("T")
@@ -52,9 +53,12 @@ def add_quality_commands(commands: argparse._SubParsersAction[argparse.ArgumentP
         help="your own text: an importance matrix computed from it keeps the weights that matter there",
     )  # fmt: skip
     quantize.add_argument("--threads", type=positive, metavar="N", help="CPU threads of the tools (default: all)")
+    quality.set_defaults(func=run_quality_command)
+    quantize.set_defaults(func=run_quality_command)
 
 
-def run_quality_command(args: argparse.Namespace, paths: AppPaths) -> int:
+def run_quality_command(args: argparse.Namespace, invocation: Invocation) -> int:
+    paths = invocation.paths
     return _quantize(args, paths) if args.command == "quantize" else _quality(args, paths)
 
 

@@ -6,8 +6,8 @@ import argparse
 import json
 from typing import Any
 
+from app.cli.invocation import Invocation
 from app.cli.service_link import running_service
-from app.paths import AppPaths
 
 
 def add_status_command(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -15,9 +15,11 @@ def add_status_command(commands: argparse._SubParsersAction[argparse.ArgumentPar
         "status", help="the service, its endpoint, the API key's source, TLS and the engines that are running"
     )
     status.add_argument("--json", action="store_true", help="print it as JSON")
+    status.set_defaults(func=run_status)
 
 
-def run_status(args: argparse.Namespace, paths: AppPaths) -> int:
+def run_status(args: argparse.Namespace, invocation: Invocation) -> int:
+    paths = invocation.paths
     client = running_service(paths)
     try:
         health = client.health()

@@ -9,9 +9,10 @@ from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
+from app.cli.invocation import Invocation
 from app.cli.progress import ProgressBar
-from app.hub.task import Progress, Stopped, TaskState
 from app.paths import AppPaths
+from app.task import Progress, Stopped, TaskState
 
 COMMAND = "vllm-env"
 
@@ -27,6 +28,7 @@ def add_vllm_commands(commands: argparse._SubParsersAction[argparse.ArgumentPars
     use = actions.add_parser("use", help="use an existing vLLM: its `vllm` executable or its virtual environment")
     use.add_argument("path", type=Path, metavar="PATH")
     actions.add_parser("status", help="say which vLLM ModelDeck launches, and whether this machine can run it")
+    parser.set_defaults(func=run_vllm_command)
 
 
 def _gpu_problem() -> str | None:
@@ -45,9 +47,10 @@ def _show_progress(bar: ProgressBar) -> Callable[[Progress], None]:
     return show
 
 
-def run_vllm_command(args: argparse.Namespace, paths: AppPaths) -> int:
+def run_vllm_command(args: argparse.Namespace, invocation: Invocation) -> int:
     from app.installs.vllm_env import InstallError, env_dir, install_vllm, registered, use_existing
 
+    paths = invocation.paths
     try:
         if args.vllm_action == "status":
             return _status(paths)

@@ -23,28 +23,12 @@ from huggingface_hub import get_hf_file_metadata, hf_hub_url
 
 from app.hub.cache import check_filename, check_repo_id
 from app.hub.errors import HUB_FAILURES, HubError, for_status, translate
+from app.hub.remote_file import RemoteFile
 from app.hub.stores import HubCacheStore, Store
-from app.hub.task import Stopped, TaskState
+from app.task import Stopped, TaskState
 
 CHUNK_BYTES = 1 << 20
 FreeBytes = Callable[[Path], int]
-
-
-@dataclass(frozen=True)
-class RemoteFile:
-    """A file on the Hub as its metadata describes it."""
-
-    repo_id: str
-    filename: str
-    revision: str
-    commit: str
-    etag: str  # the blob's name in the cache: the LFS sha256, or the git blob sha1 of a small file
-    size: int
-    url: str
-
-    @property
-    def sha256(self) -> str | None:
-        return self.etag if len(self.etag) == 64 else None
 
 
 @dataclass(frozen=True)

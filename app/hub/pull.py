@@ -11,7 +11,6 @@ from app.hub.cache import check_filename, check_repo_id
 from app.hub.download import (
     DEFAULT_RETRY,
     FreeBytes,
-    RemoteFile,
     RetryPolicy,
     disk_free,
     download_files,
@@ -21,11 +20,12 @@ from app.hub.errors import HubError
 from app.hub.hub_api import ModelDetails, model_details
 from app.hub.library import bundled_model, local_models, model_id_from_filename
 from app.hub.pulled import PulledModel, record_pull
+from app.hub.remote_file import RemoteFile
 from app.hub.safetensors_check import check_model_folder
 from app.hub.stores import FolderStore, Store, folder_for_repo
-from app.hub.task import TaskState
 from app.hub.variants import SAFETENSORS, Variant, pick_variant
 from app.paths import AppPaths
+from app.task import TaskState
 from engines.gguf import GGUFError, read_gguf_info
 
 _SPLIT_SUFFIX = re.compile(r"-\d{5}-of-\d{5}(?=\.gguf$)")

@@ -13,8 +13,9 @@ from collections import OrderedDict
 
 import httpx
 
-from app.hub.download import RemoteFile, resolve
+from app.hub.download import resolve
 from app.hub.errors import HubError, for_status
+from app.hub.remote_file import RemoteFile
 from engines.gguf import GGUFError, GGUFInfo, GGUFPrefixTooShort, read_gguf_prefix
 
 FIRST_BYTES = 2 * 1024 * 1024  # most headers fit; a large vocabulary needs one more request

@@ -11,12 +11,10 @@ import os
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
 from app.hub.cache import RepoCache, UnsafeName, check_filename, check_repo_id
-
-if TYPE_CHECKING:
-    from app.hub.download import RemoteFile
+from app.hub.remote_file import RemoteFile
 
 PARTIAL_DIR = ".modeldeck-partial"
 

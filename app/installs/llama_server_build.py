@@ -30,8 +30,8 @@ from typing import TextIO, TypeVar
 from filelock import FileLock, Timeout
 
 from app.bounded_json import load_json
-from app.hub.task import Stopped, TaskState
 from app.installs.child_output import output_lines, stop_group
+from app.task import Stopped, TaskState
 from engines.llama_server import BUILD_INFO, CPU_VARIANT, EXECUTABLE
 
 PINNED_VERSION = "0.3.36"

@@ -16,8 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from app.bounded_json import load_json
-from app.hub.task import TaskState
 from app.installs.llama_server_build import BuildError, CmakeTree, cmake_build, staged_folder
+from app.task import TaskState
 
 TOOLS = ("llama-perplexity", "llama-quantize", "llama-imatrix")
 TOOLS_PREFIX = "llama-tools"

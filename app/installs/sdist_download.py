@@ -12,9 +12,9 @@ import zlib
 from collections import deque
 from pathlib import Path
 
-from app.hub.task import Stopped, TaskState
 from app.installs.child_output import output_lines, stop_group
 from app.installs.llama_server_build import BuildError
+from app.task import Stopped, TaskState
 
 KILL_GRACE_S = 5.0
 ERROR_LINES = 8

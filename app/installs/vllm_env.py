@@ -22,10 +22,10 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from app.bounded_json import load_json
-from app.hub.task import TaskState
 from app.installs.child_output import output_lines, stop_group
 from app.installs.pip_progress import RAW_PROGRESS_PIP, parse_pip_line, pip_version
 from app.paths import AppPaths
+from app.task import TaskState
 from engines.atomic_files import write_atomically
 from engines.base import Engine
 from engines.vllm import VLLMEngine
@@ -152,7 +152,7 @@ def install_vllm(
     """Create `<data>/engines/vllm-<version>/`, pip-install vLLM into it and verify it; register it when verified.
 
     `pip_args` go to `pip install` (an index, `--no-index --find-links DIR`); `env` is added to pip's environment.
-    Raises InstallError, or app.hub.task.Stopped when `task` is cancelled; either way the new environment is gone.
+    Raises InstallError, or app.task.Stopped when `task` is cancelled; either way the new environment is gone.
     An environment of this version that was verified before is kept and registered again without reinstalling.
     """
     target = env_dir(paths, version)

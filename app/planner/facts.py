@@ -9,8 +9,6 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from gguf.constants import GGMLQuantizationType, LlamaFileType
-
 from engines.gguf import ARCH_COUNT_LIMITS, GGUFInfo, Scalar
 
 # safetensors dtype -> bytes per element
@@ -93,23 +91,6 @@ def _per_layer(info: GGUFInfo, key: str, layers: int | None) -> tuple[int, ...] 
     return (value,) * layers
 
 
-def gguf_quantization(info: GGUFInfo) -> str | None:
-    """The file type's name (Q4_K_M, Q8_0, F16, ...), else the name of the type holding most weights."""
-    file_type = _int(info.metadata.get("general.file_type"))
-    if file_type is not None:
-        try:
-            return LlamaFileType(file_type).name.removeprefix("MOSTLY_")
-        except ValueError:
-            pass  # a file type newer than the gguf package: fall back to the tensors
-    if not info.tensor_elements:
-        return None
-    dominant = max(info.tensor_elements, key=lambda t: info.tensor_elements[t])
-    try:
-        return GGMLQuantizationType(dominant).name
-    except ValueError:
-        return None
-
-
 def facts_from_gguf(info: GGUFInfo) -> ModelFacts:
     """Facts from a GGUF header read by engines.gguf.read_gguf_info (bounded, so hostile files never get here)."""
     arch = info.architecture
@@ -135,7 +116,7 @@ def facts_from_gguf(info: GGUFInfo) -> ModelFacts:
         feed_forward_length=max(ffn) if (ffn := _per_layer(info, f"{arch}.feed_forward_length", layers)) else None,
         vocab_size=vocab,
         trained_context=info.context_length,
-        quantization=gguf_quantization(info),
+        quantization=info.quantization,
         weight_bytes=info.tensor_bytes or None,
         chat_template=info.has_chat_template,
     )

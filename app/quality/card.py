@@ -42,7 +42,7 @@ class QualityCard:
     model: str  # the model id the run was asked for
     reference: str  # the id of the variant the others are compared with
     tool: dict[str, Any]  # name, version (llama-cpp-python's), backend, folder
-    hardware: dict[str, Any]  # app.bench.card.hardware_fingerprint()
+    hardware: dict[str, Any]  # app.hardware.fingerprint.hardware_fingerprint()
     # kind (user, default), description, path, chars, sha256, tokens, n_ctx, chunks
     text: Annotated[dict[str, Any], _TextKeys]
     results: list[VariantResult]

@@ -13,10 +13,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from app.hub.task import TaskState
 from app.installs.llama_tools_build import ToolsBuild
 from app.quality.family import Subject
 from app.quality.tools import ToolError, run_tool
+from app.task import TaskState
 
 MAX_CONTEXT = 512  # tokens per chunk: llama.cpp's own setting for its published perplexity figures
 MIN_CONTEXT = 64

@@ -11,10 +11,10 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-from app.hub.task import TaskState
 from app.installs.llama_tools_build import ToolsBuild
 from app.quality.family import Subject, family_key
 from app.quality.tools import ToolError, run_tool
+from app.task import TaskState
 
 # The types llama-quantize of the pinned sources takes by name (its own table), without the IQ types that need
 # an importance matrix.

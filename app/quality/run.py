@@ -6,15 +6,15 @@ import datetime
 from dataclasses import dataclass
 from pathlib import Path
 
-from app.bench.card import hardware_fingerprint
+from app.hardware.fingerprint import hardware_fingerprint
 from app.hub.library import ModelSpec, known_models
-from app.hub.task import TaskState
 from app.installs.llama_tools_build import ToolsBuild, find_tools
 from app.paths import AppPaths
 from app.quality.card import QualityCard, card_id
 from app.quality.family import Subject, checked, family, file_subject, most_precise, subject_of
 from app.quality.measure import Layout, Progress, measure
 from app.quality.text import TextSource, default_text, user_text
+from app.task import TaskState
 from app.version import provenance
 
 

@@ -12,8 +12,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from app.hub.task import Stopped, TaskState
 from app.installs.child_output import output_lines, stop_group
+from app.task import Stopped, TaskState
 
 STOP_GRACE_S = 3.0
 TAIL_LINES = 12

@@ -14,9 +14,10 @@ import json
 import logging
 import os
 import re
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 from urllib.parse import urlsplit
 
 import aiohttp
@@ -29,9 +30,6 @@ from app.hub.library import ModelSpec
 from app.keys import insecure_keyring_reason
 from app.paths import AppPaths
 from engines.atomic_files import write_atomically
-
-if TYPE_CHECKING:
-    from app.service.engines import EngineManager
 
 log = logging.getLogger("modeldeck.remotes")
 
@@ -233,10 +231,23 @@ async def list_models(session: aiohttp.ClientSession, url: str, key: str | None)
     return tuple(dict.fromkeys(ids))
 
 
+class RemoteHost(Protocol):
+    """What the registry needs of the service's engine manager: the models it serves, and a place to list a remote's."""
+
+    @property
+    def models(self) -> Mapping[str, ModelSpec]: ...
+
+    def remote_of(self, model_id: str) -> RemoteModel | None: ...
+
+    def add_remote(self, remote: RemoteEndpoint, specs: dict[str, ModelSpec]) -> None: ...
+
+    def remove_remote(self, name: str) -> None: ...
+
+
 class RemoteRegistry:
     """The remotes of the service: added from the command line or the control API, listed into the manager."""
 
-    def __init__(self, manager: EngineManager, paths: AppPaths, session: aiohttp.ClientSession) -> None:
+    def __init__(self, manager: RemoteHost, paths: AppPaths, session: aiohttp.ClientSession) -> None:
         self._manager = manager
         self._session = session
         self._file: Path = paths.config / "remotes.json"

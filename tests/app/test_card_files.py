@@ -18,8 +18,9 @@ from typing import Any
 
 import pytest
 
-from app.bench.card import BenchCard, hardware_fingerprint, to_markdown
+from app.bench.card import BenchCard, to_markdown
 from app.client import ControlError
+from app.hardware.fingerprint import hardware_fingerprint
 from app.hardware.profile import HardwareProfile
 from app.hub.library import BUNDLED_ID
 from app.paths import AppPaths
@@ -187,13 +188,13 @@ def test_recommend_reads_past_an_unreadable_quality_card(paths: AppPaths) -> Non
 # one that returns CARD: what is left is saving it.
 SAVE_UNDER_A_LIMIT = """
 import json, resource, signal, sys, types
-import app.bench.sweep, app.cli.entry, app.quality.run
+import app.bench.sweep, app.cli.bench, app.cli.entry, app.quality.run
 from app.bench.card import BenchCard
 from app.quality.card import QualityCard
 
 kind, card, limit = sys.argv[1], json.loads(sys.argv[2]), int(sys.argv[3])
 if kind == "bench":
-    app.cli.entry.connect = lambda paths: type("Client", (), {"close": lambda self: None})()
+    app.cli.bench.connect = lambda paths: type("Client", (), {"close": lambda self: None})()
     app.bench.sweep.run_sweep = lambda *args, **kwargs: BenchCard.from_dict(card)
 else:
     setup = types.SimpleNamespace(reference=types.SimpleNamespace(id="m.f16"), text=types.SimpleNamespace(

@@ -9,10 +9,10 @@ import sys
 from pathlib import Path
 
 from app.hub.library import BUNDLED_ID
-from app.hub.task import TaskState
 from app.installs.llama_server_build import PINNED_VERSION
 from app.installs.llama_tools_build import ToolsBuild, build_llama_tools, installed_tools
 from app.installs.sdist_download import download_sdist
+from app.task import TaskState
 from tests.support.service import REPO
 
 Q4_0 = f"{BUNDLED_ID}.q4_0"  # SmolLM2-135M-Instruct.Q4_0.gguf in the models folder

@@ -21,7 +21,6 @@ from app.hub.library import ModelSpec, pulled_spec
 from app.hub.pull import PullRequest, all_variants, choose_variant
 from app.hub.pulled import PulledModel
 from app.hub.remote_header import HeaderCache, read_remote_header
-from app.hub.task import Stopped, TaskState
 from app.hub.token import read_token
 from app.paths import AppPaths
 from app.planner.facts import facts_from_gguf
@@ -48,6 +47,7 @@ from app.service.http.api import MAX_BODY, ApiError, Query, query_text, query_wh
 from app.service.http.asgi import Receive, Send, send_error, send_json, wait_disconnect
 from app.service.http.routes import Route
 from app.service.jobs.downloads import DownloadConflict, Downloads, sentence
+from app.task import Stopped, TaskState
 from engines.gguf import GGUFError, GGUFInfo
 from engines.states import ACTIVE_STATES
 

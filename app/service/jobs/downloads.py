@@ -19,16 +19,16 @@ from typing import Literal
 
 from app.api_types import DownloadRecord
 from app.hub.cache import UnsafeName
-from app.hub.download import RemoteFile
 from app.hub.errors import HubError
 from app.hub.pull import PullRequest, pull
 from app.hub.pulled import PulledModel
+from app.hub.remote_file import RemoteFile
 from app.hub.stores import FolderStore, HubCacheStore, Store, folder_for_repo
-from app.hub.task import Progress, Stopped, TaskState
 from app.hub.variants import SAFETENSORS, Variant
 from app.paths import AppPaths
 from app.service.events import EventBus
 from app.service.jobs.download_store import from_record, load_records, save_records, to_record
+from app.task import Progress, Stopped, TaskState
 
 log = logging.getLogger("modeldeck.downloads")
 

@@ -18,7 +18,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from app.api_types import BuildState, EngineBuildRecord
-from app.hub.task import Progress, Stopped, TaskState
 from app.installs.llama_server_build import (
     PINNED_VERSION,
     BuildError,
@@ -29,6 +28,7 @@ from app.installs.llama_server_build import (
 )
 from app.installs.sdist_download import download_sdist, sdist_path
 from app.service.events import EventBus
+from app.task import Progress, Stopped, TaskState
 from engines.llama_server import EXECUTABLE
 
 log = logging.getLogger("modeldeck.builds")

@@ -13,7 +13,7 @@ from app.cli.chat import read_message
 from app.cli.progress import ProgressBar
 from app.cli.sizes import parse_size
 from app.cli.vllm import _show_progress
-from app.hub.task import Progress
+from app.task import Progress
 from tests.support.service import REPO
 
 

@@ -329,7 +329,7 @@ def test_the_progress_bar_says_when_it_is_verifying() -> None:
     import io
 
     from app.cli.progress import ProgressBar
-    from app.hub.task import Progress
+    from app.task import Progress
 
     out = io.StringIO()
     bar = ProgressBar(out)

@@ -18,9 +18,9 @@ from app.hub.hub_api import ModelDetails, model_details, search_models
 from app.hub.library import known_models
 from app.hub.pull import PullRequest, choose_variant, pull
 from app.hub.pulled import load_pulled
-from app.hub.task import Progress, Stopped, TaskState
 from app.hub.variants import RepoFile, gguf_variants, quant_of
 from app.paths import AppPaths
+from app.task import Progress, Stopped, TaskState
 from tests.support.hub_server import SLICE_BYTES, FakeHub, add_repo, sha256
 from tests.support.service import free_port
 

@@ -15,10 +15,10 @@ from app.hub.errors import HubError
 from app.hub.library import known_models
 from app.hub.pull import PullRequest, pull
 from app.hub.pulled import load_pulled
-from app.hub.task import Progress, TaskState
 from app.hub.variants import SAFETENSORS, RepoFile, safetensors_variant
 from app.paths import AppPaths
 from app.service.control.library_ops import delete_files, verify
+from app.task import Progress, TaskState
 from tests.support.hub_server import FakeHub, add_repo, git_blob_sha1, sha256
 
 REPO_ID = "org/tiny-llama"

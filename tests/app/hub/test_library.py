@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 
 from app.hub.library import BUNDLED_ID, known_models, model_id_from_filename
-from app.hub.task import Stopped, TaskState
 from app.paths import AppPaths
 from app.service.control.library_ops import COPY_BLOCK, _copy
+from app.task import Stopped, TaskState
 
 
 def test_bundled_model_is_listed(paths: AppPaths, bundled_gguf: Path) -> None:

@@ -12,9 +12,9 @@ from app.hub.cache import RepoCache
 from app.hub.library import known_models
 from app.hub.pull import PullRequest, pull
 from app.hub.pulled import PulledModel, load_pulled
-from app.hub.task import TaskState
 from app.paths import AppPaths
 from app.service.control.library_ops import LibraryError, delete_files
+from app.task import TaskState
 from tests.support.hub_server import FakeHub, add_repo, sha256
 
 

@@ -14,9 +14,9 @@ from app.hub.library import known_models, local_models
 from app.hub.pull import PullRequest, pull
 from app.hub.pulled import PulledModel, load_pulled
 from app.hub.stores import PARTIAL_DIR
-from app.hub.task import TaskState
 from app.paths import AppPaths
 from app.service.control.library_ops import verify
+from app.task import TaskState
 from tests.app.hub.test_hub_safetensors import WANTED, model_files, model_files_with_a_bad_shard
 from tests.support.hub_server import SLICE_BYTES, FakeHub, add_repo
 from tests.support.service import start_service_process, stop_service_process

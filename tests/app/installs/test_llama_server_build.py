@@ -19,7 +19,6 @@ import psutil
 import pytest
 from filelock import FileLock
 
-from app.hub.task import Progress, Stopped, TaskState
 from app.installs.llama_server_build import (
     NO_AMX,
     BuildError,
@@ -31,6 +30,7 @@ from app.installs.llama_server_build import (
     forget_cuda_toolkit,
     uses_amx,
 )
+from app.task import Progress, Stopped, TaskState
 from engines.llama_server import LlamaServerEngine, cpu_variant, installed_builds
 
 MAIN_C = r"""

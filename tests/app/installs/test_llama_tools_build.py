@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from app.hub.task import Progress, TaskState
 from app.installs.llama_server_build import BuildError
 from app.installs.llama_tools_build import TOOLS, TOOLS_ENV, build_llama_tools, find_tools, installed_tools
+from app.task import Progress, TaskState
 from tests.support.service import REPO
 
 MAIN_C = "int main(void) { return 0; }\n"

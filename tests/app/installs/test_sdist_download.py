@@ -13,9 +13,9 @@ from pathlib import Path
 import psutil
 import pytest
 
-from app.hub.task import Stopped, TaskState
 from app.installs.llama_server_build import BuildError
 from app.installs.sdist_download import download_sdist, sdist_path
+from app.task import Stopped, TaskState
 from tests.support.standin_http import StandInHandler, serving
 
 PIP_TIMEOUT_S = 120  # pip's wait for each answer: far longer than the test waits before it cancels

@@ -11,7 +11,6 @@ from pathlib import Path
 
 import pytest
 
-from app.hub.task import Progress, Stopped, TaskState
 from app.installs.vllm_env import (
     VERIFIED_MARKER,
     InstallError,
@@ -25,6 +24,7 @@ from app.installs.vllm_env import (
     use_existing,
 )
 from app.paths import AppPaths
+from app.task import Progress, Stopped, TaskState
 from engines.base import LaunchPlan
 from tests.support.fake_wheel import build_wheel
 

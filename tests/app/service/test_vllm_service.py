@@ -28,7 +28,6 @@ import pytest
 
 from app.hardware.profile import HardwareProfile
 from app.hub.library import ModelSpec
-from app.hub.task import TaskState
 from app.installs.vllm_env import VLLMInstall, install_vllm
 from app.paths import AppPaths
 from app.planner.calibration import CalibrationStore
@@ -37,6 +36,7 @@ from app.service.events import EventBus
 from app.service.launch.folder_models import plan_folder
 from app.service.launch.lifecycle import LifecyclePolicy
 from app.service.launch.overrides import BadOverrides, PlanOverrides
+from app.task import TaskState
 from engines.registry import ENGINES
 from engines.states import EngineState
 from engines.vllm import VLLMEngine
