@@ -3,6 +3,7 @@ internals), the service logs no traceback, and it keeps serving."""
 
 from __future__ import annotations
 
+import json
 import socket
 import subprocess
 import sys
@@ -138,6 +139,26 @@ def test_prometheus_labels_are_escaped(paths: AppPaths, tmp_path: Path) -> None:
         assert f"modeldeck_requests_total{{{escaped},status=" in text
     finally:
         stop_service_process(service)
+
+
+def test_a_lone_surrogate_in_a_control_body_is_a_400_naming_the_field(idle_service: RunningService) -> None:
+    """Each route's body is read in one place, which refuses half a surrogate pair (a `\\ud800` escape) before the
+    route sees it: no setting, remote name or path holds text that cannot be written as UTF-8."""
+    with control(idle_service) as api:
+        for method, path, body, param in [
+            ("PUT", "/api/settings", {"models_dir": "/tmp/\ud800"}, "models_dir"),
+            ("POST", "/api/remotes", {"name": "r", "url": "http://127.0.0.1:9/v1", "api_key": "\udfff"}, "api_key"),
+            ("POST", "/api/library/import", {"path": "/tmp/\ud800.gguf"}, "path"),
+            ("PUT", f"/api/models/{BUNDLED_ID}/settings", {"engine": "\udc00"}, "engine"),
+            ("POST", "/api/bench", {"model": BUNDLED_ID, "prompt_mode": ["ok", "\ud800"]}, "prompt_mode[1]"),
+            ("POST", "/api/quality", {"model": "\ud800"}, "model"),
+        ]:
+            answer = api.request(method, path, content=json.dumps(body).encode())
+            assert answer.status_code == 400, (path, answer.text)
+            error = answer.json()["error"]
+            assert (error["type"], error["param"]) == ("invalid_request_error", param), (path, answer.text)
+            assert "lone UTF-16 surrogate" in error["message"], answer.text
+    assert "Traceback" not in idle_service.output()
 
 
 def test_a_malformed_download_name_is_a_400(idle_service: RunningService) -> None:

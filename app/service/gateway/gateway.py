@@ -18,7 +18,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
-from app.bounded_json import load_json
+from app.bounded_json import LoneSurrogate, load_body
 from app.service.engines import EngineManager
 from app.service.gateway.features import CHAT, adapt, drop_nulls, has_features, template_messages
 from app.service.gateway.model_names import ModelRename
@@ -208,11 +208,11 @@ class Gateway:
             await send_error(send, 415, "Content-Type must be application/json.", "invalid_request_error")
             return
         try:
-            payload = load_json(body)
+            payload = load_body(body)
             checked = check_request(path, payload, self._manager.context_length)
         except (ValueError, UnicodeDecodeError) as exc:
-            param = exc.param if isinstance(exc, InvalidRequest) else None
-            message = str(exc) if isinstance(exc, InvalidRequest) else f"Request body is not valid JSON: {exc}"
+            named = exc if isinstance(exc, InvalidRequest | LoneSurrogate) else None  # a 400 naming the field
+            param, message = (named.param, str(named)) if named else (None, f"Request body is not valid JSON: {exc}")
             await send_error(send, 400, message, "invalid_request_error", param=param)
             return
         if drop_nulls(path, payload):  # null is OpenAI's "the default"; the engines answer some with a 500
