@@ -37,6 +37,7 @@ from app.service.http.api import (
 from app.service.http.asgi import (
     LOOPBACK_HOSTS,
     ClientGone,
+    Message,
     Receive,
     Scope,
     Send,
@@ -143,16 +144,22 @@ class ControlApi:
             else:
                 await send_error(send, 404, f"Unknown route {method} /{'/'.join(parts)}.", "invalid_request_error")
             return
+        answer = _Answer(head_only(send) if method == "HEAD" else send)
         if method == "HEAD":  # as GET, without the body (RFC 9110, 9.3.2)
-            method, send = "GET", head_only(send)
+            method = "GET"
         try:
-            await self._route(method, parts, parse_query(scope), receive, send)
+            await self._route(method, parts, parse_query(scope), receive, answer)
         except UnknownModel as exc:
-            await send_error(send, 404, f"Unknown model {exc.args[0]!r}.", "invalid_request_error", "model_not_found")
+            await send_error(answer, 404, f"Unknown model {exc.args[0]!r}.", "invalid_request_error", "model_not_found")
         except ApiError as exc:
-            await send_api_error(send, exc)
+            await send_api_error(answer, exc)
         except ClientGone:
             pass  # nobody is left to answer
+        except Exception:
+            if answer.started:
+                raise  # the server ends the connection: the client must not take a half answer as whole
+            log.exception("the control API failed on %s %s", method, "/" + "/".join(parts))
+            await send_error(answer, 500, "Internal error; the service's log says what failed.", "server_error")
 
     async def _route(self, method: str, parts: list[str], query: Query, receive: Receive, send: Send) -> None:
         match method, parts:
@@ -316,6 +323,19 @@ class ControlApi:
                 except TimeoutError:
                     body = b": keep-alive\n\n"
                 await send({"type": "http.response.body", "body": body, "more_body": True})
+
+
+class _Answer:
+    """`send`, noting whether the answer has begun: a failure before that is answered with a JSON 500, rather than
+    the server's bare-text one."""
+
+    def __init__(self, send: Send) -> None:
+        self._send = send
+        self.started = False
+
+    async def __call__(self, message: Message) -> None:
+        self.started = self.started or message["type"] == "http.response.start"
+        await self._send(message)
 
 
 def _sse(event: dict[str, Any]) -> bytes:
