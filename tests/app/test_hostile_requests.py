@@ -16,13 +16,7 @@ import pytest
 
 from app.hub.library import BUNDLED_ID
 from app.paths import AppPaths
-from app.service.control.child_job_routes import job_routes
-from app.service.control.control import ROUTES as CONTROL_ROUTES
-from app.service.control.engine_routes import EngineRoutes
-from app.service.control.hub_routes import HubRoutes
-from app.service.control.model_settings_routes import ModelSettingsRoutes
-from app.service.control.remote_routes import RemoteRoutes
-from app.service.control.settings_routes import SettingsRoutes
+from app.service.control.control import api_routes
 from tests.support.service import REPO, RunningService, free_port, start_service_process, stop_service_process
 
 DEEP = b"[" * 100_000 + b"]" * 100_000  # json.loads raises RecursionError on it
@@ -161,6 +155,23 @@ def test_a_lone_surrogate_in_a_control_body_is_a_400_naming_the_field(idle_servi
     assert "Traceback" not in idle_service.output()
 
 
+def test_a_path_too_long_to_look_at_is_a_400_naming_the_field(idle_service: RunningService) -> None:
+    """A quality run's `data` file named with 300 characters made `is_file` raise ENAMETOOLONG: a 500. As the
+    import's path and the models folder setting, it is a 400 that says what is wrong with the path."""
+    too_long = "/" + "a" * 300 + ".txt"
+    with control(idle_service) as api:
+        for method, path, body, param in [
+            ("POST", "/api/quality", {"model": BUNDLED_ID, "data": too_long}, "data"),
+            ("PUT", "/api/settings", {"models_dir": too_long}, "models_dir"),
+            ("PUT", "/api/settings", {"models_dir": "/" + "a" * 5000}, "models_dir"),
+        ]:
+            answer = api.request(method, path, json=body)
+            assert answer.status_code == 400, (path, answer.text)
+            error = answer.json()["error"]
+            assert error["param"] == param and len(error["message"]) < 600, answer.text
+    assert "Traceback" not in idle_service.output()
+
+
 def test_a_malformed_download_name_is_a_400(idle_service: RunningService) -> None:
     """The name is wrong before any Hub is asked: not a 502, which says the Hub failed."""
     with control(idle_service) as api:
@@ -203,10 +214,6 @@ def test_a_wrong_method_is_a_405_that_says_which_methods_the_route_takes(idle_se
     assert "Traceback" not in idle_service.output()
 
 
-ALL_ROUTES = [
-    *CONTROL_ROUTES, *HubRoutes.routes, *RemoteRoutes.routes, *SettingsRoutes.routes, *ModelSettingsRoutes.routes,
-    *EngineRoutes.routes, *job_routes("bench"), *job_routes("quality"),
-]  # fmt: skip
 NOT_TRIED = {
     ("POST", "/api/shutdown"),  # it would stop the service
     ("GET", "/api/hub/search"), ("GET", "/api/hub/models/{...}"),  # they ask the Hub
@@ -217,7 +224,7 @@ def test_every_route_the_table_lists_reaches_its_handler(idle_service: RunningSe
     """The route table is the gate before routing: a route it lists that no handler answers would be a 404 that
     says the route is unknown. Placeholder ids and a body that is no object keep every request harmless."""
     with control(idle_service) as api:
-        for method, pattern in ALL_ROUTES:
+        for method, pattern in api_routes():
             if (method, pattern) in NOT_TRIED:
                 continue
             path = pattern.replace("{...}", "x/y").replace("{}", "x")
