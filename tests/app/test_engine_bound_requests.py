@@ -174,3 +174,19 @@ def test_a_lone_surrogate_is_a_400_naming_the_field_before_llama_server(llama_se
     service = llama_server_service()
     service.start_on_llama_server(1)
     check_lone_surrogates(service)
+
+
+def test_a_tool_function_is_checked_as_openai_does(service: RunningService) -> None:
+    """A function's parameters that were no object, or a description that was no string, were llama-cpp-python's
+    validation 500, its traceback in the message."""
+    chat = {"model": BUNDLED_ID, "messages": HI, "max_tokens": 2}
+    for field, value, words in [
+        ("parameters", 5, "an object"), ("parameters", [], "an object"), ("description", 5, "a string"),
+        ("strict", "yes", "true or false"),
+    ]:  # fmt: skip
+        tools = [{"type": "function", "function": {"name": "f", field: value}}]
+        param = f"tools[0].function.{field}"
+        refused(post(service, "/chat/completions", {**chat, "tools": tools}), param, f"`{param}` must be {words}")
+    tools = [{"type": "function", "function": {"name": "f", "description": "d", "parameters": {"type": "object"}}}]
+    assert post(service, "/chat/completions", {**chat, "tools": tools}).status_code == 200
+    assert "Traceback" not in service.output()
