@@ -15,6 +15,7 @@ from app.planner.plans import NoVariants
 from app.planner.recommend import USES
 from app.service.control.advisor import Advisor
 from app.service.control.bench_routes import BenchRoutes
+from app.service.control.child_job_routes import job_routes
 from app.service.control.engine_routes import EngineRoutes
 from app.service.control.hub_routes import HubRoutes
 from app.service.control.model_settings_routes import ModelSettingsRoutes
@@ -67,6 +68,13 @@ ROUTES: tuple[Route, ...] = (
     ("GET", "/api/hardware"), ("GET", "/api/recommend"), ("GET", "/api/metrics"), ("GET", "/api/series"),
     ("GET", "/api/requests"), ("GET", "/metrics"), ("GET", "/api/events"), ("POST", "/api/shutdown"),
 )  # fmt: skip
+
+
+def api_routes() -> tuple[Route, ...]:
+    """Every route the control API of a service started by `serve` answers (with all its parts), as method and
+    path pattern: for clients and tests that walk the API, such as the fuzz test, so that a new route is in it."""
+    parts = (HubRoutes, RemoteRoutes, SettingsRoutes, ModelSettingsRoutes, EngineRoutes)
+    return (*ROUTES, *(route for part in parts for route in part.routes), *job_routes("bench"), *job_routes("quality"))
 
 
 class _Routed(Protocol):
@@ -124,7 +132,7 @@ class ControlApi:
         self._background: set[asyncio.Task[Any]] = set()
         parts: tuple[_Routed | None, ...] = (hub, remotes, settings, bench, model_settings, quality, engine_builds)
         # Every route answered, as method and path: the gate before routing, so that a wrong method on a known
-        # path is a 405 that says which it takes.
+        # path is a 405 that says which it takes. A new part's routes go into api_routes too.
         self._routes = RouteTable([*ROUTES, *(route for part in parts if part is not None for route in part.routes)])
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:

@@ -21,6 +21,7 @@ from typing import Any
 from app.bounded_json import LoneSurrogate, load_body
 from app.service.engines import EngineManager
 from app.service.gateway.features import CHAT, adapt, drop_nulls, has_features, template_messages
+from app.service.gateway.gateway_routes import PROXIED_PATHS
 from app.service.gateway.model_names import ModelRename
 from app.service.gateway.prompt_tokens import count_tokens, prompt_text
 from app.service.gateway.slot_router import SlotChoice, SlotRouter, prompt_parts
@@ -62,7 +63,6 @@ from app.service.metrics.request_log import RequestLog
 from app.service.metrics.request_text import PROMPT_FIELDS, RequestText
 from engines.states import EngineState
 
-PROXIED_PATHS = frozenset({"/v1/chat/completions", "/v1/completions", "/v1/embeddings"})
 _FORWARDED_RESPONSE_HEADERS = frozenset({b"content-type", b"cache-control"})
 _ID_PREFIX, _ids = uuid.uuid4().hex[:12], itertools.count(1)  # request ids: unique per run, cheap per request
 CLIENT_CLOSED = 499  # nginx's convention for a client that left before the answer
