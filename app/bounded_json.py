@@ -53,9 +53,14 @@ def load_body(raw: bytes, max_depth: int = MAX_DEPTH) -> Any:
     """A request body parsed as `load_json` does, or BadJson; LoneSurrogate when a string in it (a value or a key)
     holds an unpaired surrogate."""
     value = load_json(raw, max_depth)
-    if _SURROGATE_ESCAPE.search(raw):
+    if may_hold_surrogate(raw):
         _refuse_lone_surrogate(value)
     return value
+
+
+def may_hold_surrogate(raw: bytes) -> bool:
+    """Whether the JSON text `raw` has a surrogate's escape; without one, no string parsed from it holds one."""
+    return _SURROGATE_ESCAPE.search(raw) is not None
 
 
 def _refuse_lone_surrogate(value: Any) -> None:

@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 from urllib.parse import parse_qs, unquote
 
-from app.bounded_json import BadJson, LoneSurrogate, load_body, load_json
+from app.bounded_json import BadJson, LoneSurrogate, load_body, load_json, may_hold_surrogate
 from app.service.http.asgi import BodyTooLarge, Receive, Scope, Send, openai_error, read_body, send_json
 
 MAX_BODY = 16_384  # a control-API body: settings, a download, an import, a remote
@@ -75,12 +75,13 @@ async def read_limited(receive: Receive, limit: int, too_large_status: int = 413
         raw = await read_body(receive, limit)
     except BodyTooLarge:
         raise ApiError(too_large_status, f"The body is over {limit} bytes.") from None
-    try:
-        load_body(raw)
-    except LoneSurrogate as exc:
-        raise ApiError(400, str(exc), param=exc.param) from None
-    except BadJson:
-        pass  # not JSON: the route refuses it in its own words
+    if may_hold_surrogate(raw):  # rare: only then is the body parsed here as well as by its route
+        try:
+            load_body(raw)
+        except LoneSurrogate as exc:
+            raise ApiError(400, str(exc), param=exc.param) from None
+        except BadJson:
+            pass  # not JSON: the route refuses it in its own words
     return raw
 
 
