@@ -62,6 +62,8 @@ def run(count: int, chosen_seed: int, home: Path) -> int:
                 answer = send(clients, request)
                 if answer is not None:
                     judge(request, answer, tally)
+                else:
+                    tally.counts["not sent (refused by httpx)"] += 1
                 if tally.counts["requests"] % 1000 == 0 and answer is not None:
                     print(f"{tally.counts['requests']} requests, {time.monotonic() - started:.0f} s", flush=True)
 
