@@ -15,6 +15,7 @@ from app.planner.plans import NoVariants
 from app.planner.recommend import USES
 from app.service.control.advisor import Advisor
 from app.service.control.bench_routes import BenchRoutes
+from app.service.control.child_job_routes import job_routes
 from app.service.control.engine_routes import EngineRoutes
 from app.service.control.hub_routes import HubRoutes
 from app.service.control.model_settings_routes import ModelSettingsRoutes
@@ -37,6 +38,7 @@ from app.service.http.api import (
 from app.service.http.asgi import (
     LOOPBACK_HOSTS,
     ClientGone,
+    Message,
     Receive,
     Scope,
     Send,
@@ -66,6 +68,13 @@ ROUTES: tuple[Route, ...] = (
     ("GET", "/api/hardware"), ("GET", "/api/recommend"), ("GET", "/api/metrics"), ("GET", "/api/series"),
     ("GET", "/api/requests"), ("GET", "/metrics"), ("GET", "/api/events"), ("POST", "/api/shutdown"),
 )  # fmt: skip
+
+
+def api_routes() -> tuple[Route, ...]:
+    """Every route the control API of a service started by `serve` answers (with all its parts), as method and
+    path pattern: for clients and tests that walk the API, such as the fuzz test, so that a new route is in it."""
+    parts = (HubRoutes, RemoteRoutes, SettingsRoutes, ModelSettingsRoutes, EngineRoutes)
+    return (*ROUTES, *(route for part in parts for route in part.routes), *job_routes("bench"), *job_routes("quality"))
 
 
 class _Routed(Protocol):
@@ -123,7 +132,7 @@ class ControlApi:
         self._background: set[asyncio.Task[Any]] = set()
         parts: tuple[_Routed | None, ...] = (hub, remotes, settings, bench, model_settings, quality, engine_builds)
         # Every route answered, as method and path: the gate before routing, so that a wrong method on a known
-        # path is a 405 that says which it takes.
+        # path is a 405 that says which it takes. A new part's routes go into api_routes too.
         self._routes = RouteTable([*ROUTES, *(route for part in parts if part is not None for route in part.routes)])
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -143,16 +152,22 @@ class ControlApi:
             else:
                 await send_error(send, 404, f"Unknown route {method} /{'/'.join(parts)}.", "invalid_request_error")
             return
+        answer = _Answer(head_only(send) if method == "HEAD" else send)
         if method == "HEAD":  # as GET, without the body (RFC 9110, 9.3.2)
-            method, send = "GET", head_only(send)
+            method = "GET"
         try:
-            await self._route(method, parts, parse_query(scope), receive, send)
+            await self._route(method, parts, parse_query(scope), receive, answer)
         except UnknownModel as exc:
-            await send_error(send, 404, f"Unknown model {exc.args[0]!r}.", "invalid_request_error", "model_not_found")
+            await send_error(answer, 404, f"Unknown model {exc.args[0]!r}.", "invalid_request_error", "model_not_found")
         except ApiError as exc:
-            await send_api_error(send, exc)
+            await send_api_error(answer, exc)
         except ClientGone:
             pass  # nobody is left to answer
+        except Exception:
+            if answer.started:
+                raise  # the server ends the connection: the client must not take a half answer as whole
+            log.exception("the control API failed on %s %s", method, "/" + "/".join(parts))
+            await send_error(answer, 500, "Internal error; the service's log says what failed.", "server_error")
 
     async def _route(self, method: str, parts: list[str], query: Query, receive: Receive, send: Send) -> None:
         match method, parts:
@@ -316,6 +331,19 @@ class ControlApi:
                 except TimeoutError:
                     body = b": keep-alive\n\n"
                 await send({"type": "http.response.body", "body": body, "more_body": True})
+
+
+class _Answer:
+    """`send`, noting whether the answer has begun: a failure before that is answered with a JSON 500, rather than
+    the server's bare-text one."""
+
+    def __init__(self, send: Send) -> None:
+        self._send = send
+        self.started = False
+
+    async def __call__(self, message: Message) -> None:
+        self.started = self.started or message["type"] == "http.response.start"
+        await self._send(message)
 
 
 def _sse(event: dict[str, Any]) -> bytes:

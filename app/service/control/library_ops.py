@@ -19,8 +19,8 @@ from app.hub.download import disk_free
 from app.hub.library import ModelSpec, model_id_from_filename
 from app.hub.pulled import PulledModel, forget_pull, load_pulled
 from app.hub.safetensors_check import check_model_folder
-from app.hub.task import TaskState
 from app.paths import AppPaths
+from app.task import TaskState
 from engines.gguf import GGUFError, read_gguf_info
 
 HASH_BLOCK = 1 << 20
@@ -260,16 +260,19 @@ def import_gguf(
     `link`, hard-link it where the disk allows, else copy). Cancelling `state` stops the copy (raising Stopped)
     and removes what it wrote."""
     if not source.is_absolute():
-        raise _not_imported(400, f"give the file's full path, not {source}.")
-    if not source.is_file():
-        raise _not_imported(404, f"{source} is not a file.")
-    model_id = model_id_from_filename(source.name)
-    if model_id is None or not source.name.lower().endswith(".gguf"):
-        raise _not_imported(400, f"{source.name} is not named MODEL.gguf; only GGUF files can be imported.")
+        raise _not_imported(400, f"give the file's full path, not {_shown(source)}.")
     try:
+        if not source.is_file():
+            raise _not_imported(404, f"{_shown(source)} is not a file.")
+        model_id = model_id_from_filename(source.name)
+        if model_id is None or not source.name.lower().endswith(".gguf"):
+            raise _not_imported(400, f"{_shown(source.name)} is not named MODEL.gguf; only GGUF files can be imported.")
         read_gguf_info(source)
     except GGUFError as exc:
         raise _not_imported(422, str(exc)) from exc
+    except OSError as exc:  # the path the user gave cannot be looked at: too long, a loop of links, no permission
+        status = 403 if isinstance(exc, PermissionError) else 400
+        raise _not_imported(status, f"{_shown(source)} cannot be read: {exc.strerror or exc}.") from exc
     target = paths.models_dir / source.name
     if target.exists() or model_id in taken:
         raise _not_imported(409, f"a model with the id {model_id} is already in the library; rename the file first.")
@@ -309,6 +312,12 @@ def _copy(source: Path, target: Path, state: TaskState | None, in_kernel: bool =
         while size := read.readinto(block):
             write.write(memoryview(block)[:size])
             check()
+
+
+def _shown(path: Path | str, most: int = 200) -> str:
+    """`path` for a message: a path of thousands of characters is cut, with its length said."""
+    text = str(path)
+    return text if len(text) <= most else f"{text[:most]}... ({len(text)} characters)"
 
 
 def _not_imported(status: int, why: str) -> LibraryError:

@@ -21,8 +21,8 @@ from app.planner.facts import facts_from_gguf
 from app.planner.memory import MissingFacts, plan_memory
 from app.service.control.advisor import Advisor
 from app.service.engines import EngineManager, UnknownModel
-from app.service.http.api import MAX_SMALL_BODY
-from app.service.http.asgi import BodyTooLarge, ClientGone, Receive, Send, read_body, send_error, send_json
+from app.service.http.api import MAX_SMALL_BODY, read_limited
+from app.service.http.asgi import ClientGone, Receive, Send, send_error, send_json
 from app.service.http.routes import Route
 from app.service.launch.folder_models import overrides_refusal
 from app.service.launch.model_settings import ModelSettingsStore, settings_dict
@@ -85,11 +85,8 @@ class ModelSettingsRoutes:
         """Whether the body could be read (a refusal has been sent when not), and its settings: None for an empty
         body or object."""
         try:
-            overrides = PlanOverrides.from_json(await read_body(receive, MAX_SMALL_BODY))
+            overrides = PlanOverrides.from_json(await read_limited(receive, MAX_SMALL_BODY))
         except ClientGone:
-            return False, None
-        except BodyTooLarge:
-            await send_error(send, 413, f"The body is over {MAX_SMALL_BODY} bytes.", "invalid_request_error")
             return False, None
         except BadOverrides as exc:
             await send_error(send, 400, str(exc), "invalid_request_error", param=exc.param)

@@ -35,10 +35,15 @@ class RemoteRoutes:
         return True
 
     async def _add(self, receive: Receive, send: Send) -> None:
+        expected = 'Expected a JSON object {"name", "url", "api_key"}.'
         try:
             body = load_json(await read_limited(receive, MAX_BODY))
-        except (ApiError, ValueError):  # over the limit, or not JSON (UnicodeDecodeError is a ValueError)
-            raise ApiError(400, 'Expected a JSON object {"name", "url", "api_key"}.') from None
+        except ApiError as exc:
+            if exc.status != 413:
+                raise  # a lone surrogate in a field: the 400 names it
+            raise ApiError(400, expected) from None
+        except ValueError:  # not JSON (UnicodeDecodeError is a ValueError)
+            raise ApiError(400, expected) from None
         if not isinstance(body, dict) or set(body) - {"name", "url", "api_key"}:
             await send_error(send, 400, "Expected a JSON object with `name`, `url` and optionally `api_key`.",
                              "invalid_request_error")  # fmt: skip

@@ -18,9 +18,10 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
-from app.bounded_json import load_json
+from app.bounded_json import LoneSurrogate, load_body
 from app.service.engines import EngineManager
 from app.service.gateway.features import CHAT, adapt, drop_nulls, has_features, template_messages
+from app.service.gateway.gateway_routes import PROXIED_PATHS
 from app.service.gateway.model_names import ModelRename
 from app.service.gateway.prompt_limits import PromptLimits
 from app.service.gateway.prompt_tokens import count_tokens, prompt_text
@@ -63,7 +64,6 @@ from app.service.metrics.request_log import RequestLog
 from app.service.metrics.request_text import PROMPT_FIELDS, RequestText
 from engines.states import EngineState
 
-PROXIED_PATHS = frozenset({"/v1/chat/completions", "/v1/completions", "/v1/embeddings"})
 _FORWARDED_RESPONSE_HEADERS = frozenset({b"content-type", b"cache-control"})
 _ID_PREFIX, _ids = uuid.uuid4().hex[:12], itertools.count(1)  # request ids: unique per run, cheap per request
 CLIENT_CLOSED = 499  # nginx's convention for a client that left before the answer
@@ -210,11 +210,11 @@ class Gateway:
             await send_error(send, 415, "Content-Type must be application/json.", "invalid_request_error")
             return
         try:
-            payload = load_json(body)
+            payload = load_body(body)
             checked = check_request(path, payload, self._manager.context_length)
         except (ValueError, UnicodeDecodeError) as exc:
-            param = exc.param if isinstance(exc, InvalidRequest) else None
-            message = str(exc) if isinstance(exc, InvalidRequest) else f"Request body is not valid JSON: {exc}"
+            named = exc if isinstance(exc, InvalidRequest | LoneSurrogate) else None  # a 400 naming the field
+            param, message = (named.param, str(named)) if named else (None, f"Request body is not valid JSON: {exc}")
             await send_error(send, 400, message, "invalid_request_error", param=param)
             return
         if drop_nulls(path, payload):  # null is OpenAI's "the default"; the engines answer some with a 500

@@ -79,7 +79,15 @@ def tools(value: Any) -> str | None:
     for index, tool in enumerate(value):
         if not isinstance(tool, dict) or tool.get("type") != "function" or not _named(tool.get("function")):
             return f'[{index}] must be an object {{"type": "function", "function": {{"name": ...}}}}'
+        for name, kind, what in _FUNCTION_FIELDS:
+            field = tool["function"].get(name)
+            if field is not None and not isinstance(field, kind):
+                return f"[{index}].function.{name} must be {what}"
     return None
+
+
+_FUNCTION_FIELDS = (("description", str, "a string"), ("parameters", dict, "an object (a JSON Schema)"),
+                    ("strict", bool, "true or false"))  # fmt: skip
 
 
 def tool_choice(value: Any) -> str | None:

@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 from urllib.parse import parse_qs, unquote
 
-from app.bounded_json import load_json
+from app.bounded_json import BadJson, LoneSurrogate, load_body, load_json, may_hold_surrogate
 from app.service.http.asgi import BodyTooLarge, Receive, Scope, Send, openai_error, read_body, send_json
 
 MAX_BODY = 16_384  # a control-API body: settings, a download, an import, a remote
@@ -68,12 +68,21 @@ def query_whole(query: Query, name: str, default: int, low: int, high: int | Non
 
 
 async def read_limited(receive: Receive, limit: int, too_large_status: int = 413) -> bytes:
-    """The body's bytes, or a refusal when they are more than `limit`. ClientGone passes through: nobody is left
-    to answer."""
+    """The body's bytes, or a refusal when they are more than `limit`, or when they are JSON with a lone UTF-16
+    surrogate in a string (a 400 naming the field; every route's body is read here). ClientGone passes through:
+    nobody is left to answer."""
     try:
-        return await read_body(receive, limit)
+        raw = await read_body(receive, limit)
     except BodyTooLarge:
         raise ApiError(too_large_status, f"The body is over {limit} bytes.") from None
+    if may_hold_surrogate(raw):  # rare: only then is the body parsed here as well as by its route
+        try:
+            load_body(raw)
+        except LoneSurrogate as exc:
+            raise ApiError(400, str(exc), param=exc.param) from None
+        except BadJson:
+            pass  # not JSON: the route refuses it in its own words
+    return raw
 
 
 async def read_json_object(receive: Receive, limit: int = MAX_BODY, too_large_status: int = 413) -> dict[str, Any]:

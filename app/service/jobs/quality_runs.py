@@ -57,6 +57,14 @@ def _text(value: Any, name: str) -> str:
     return value
 
 
+def _is_file(path: str, name: str) -> bool:
+    """Whether `path` names a file; a 400 naming `name` when the system cannot look at it (a name over 255 bytes)."""
+    try:
+        return Path(path).is_file()
+    except OSError as exc:
+        raise BadQualityRequest(f"`{name}`: {path} cannot be read: {exc.strerror or exc}.", name) from exc
+
+
 @dataclass(frozen=True)
 class QualityRequest:
     """What to measure: a model's variants (all of them by default) against a reference, on a text."""
@@ -88,7 +96,7 @@ class QualityRequest:
             raise BadQualityRequest("`reference` must be a model id or the absolute path of a GGUF file on the "
                                     "service's machine.", "reference")  # fmt: skip
         data = None if body.get("data") is None else _text(body["data"], "data")
-        if data is not None and not Path(data).is_file():
+        if data is not None and not _is_file(data, "data"):
             raise BadQualityRequest(f"`data`: {data} is not a file on the service's machine.", "data")
         return cls(model, tuple(variants), reference, data, tokens)
 

@@ -3,6 +3,7 @@ internals), the service logs no traceback, and it keeps serving."""
 
 from __future__ import annotations
 
+import json
 import socket
 import subprocess
 import sys
@@ -15,13 +16,7 @@ import pytest
 
 from app.hub.library import BUNDLED_ID
 from app.paths import AppPaths
-from app.service.control.child_job_routes import job_routes
-from app.service.control.control import ROUTES as CONTROL_ROUTES
-from app.service.control.engine_routes import EngineRoutes
-from app.service.control.hub_routes import HubRoutes
-from app.service.control.model_settings_routes import ModelSettingsRoutes
-from app.service.control.remote_routes import RemoteRoutes
-from app.service.control.settings_routes import SettingsRoutes
+from app.service.control.control import api_routes
 from tests.support.service import REPO, RunningService, free_port, start_service_process, stop_service_process
 
 DEEP = b"[" * 100_000 + b"]" * 100_000  # json.loads raises RecursionError on it
@@ -140,6 +135,43 @@ def test_prometheus_labels_are_escaped(paths: AppPaths, tmp_path: Path) -> None:
         stop_service_process(service)
 
 
+def test_a_lone_surrogate_in_a_control_body_is_a_400_naming_the_field(idle_service: RunningService) -> None:
+    """Each route's body is read in one place, which refuses half a surrogate pair (a `\\ud800` escape) before the
+    route sees it: no setting, remote name or path holds text that cannot be written as UTF-8."""
+    with control(idle_service) as api:
+        for method, path, body, param in [
+            ("PUT", "/api/settings", {"models_dir": "/tmp/\ud800"}, "models_dir"),
+            ("POST", "/api/remotes", {"name": "r", "url": "http://127.0.0.1:9/v1", "api_key": "\udfff"}, "api_key"),
+            ("POST", "/api/library/import", {"path": "/tmp/\ud800.gguf"}, "path"),
+            ("PUT", f"/api/models/{BUNDLED_ID}/settings", {"engine": "\udc00"}, "engine"),
+            ("POST", "/api/bench", {"model": BUNDLED_ID, "prompt_mode": ["ok", "\ud800"]}, "prompt_mode[1]"),
+            ("POST", "/api/quality", {"model": "\ud800"}, "model"),
+        ]:
+            answer = api.request(method, path, content=json.dumps(body).encode())
+            assert answer.status_code == 400, (path, answer.text)
+            error = answer.json()["error"]
+            assert (error["type"], error["param"]) == ("invalid_request_error", param), (path, answer.text)
+            assert "lone UTF-16 surrogate" in error["message"], answer.text
+    assert "Traceback" not in idle_service.output()
+
+
+def test_a_path_too_long_to_look_at_is_a_400_naming_the_field(idle_service: RunningService) -> None:
+    """A quality run's `data` file named with 300 characters made `is_file` raise ENAMETOOLONG: a 500. As the
+    import's path and the models folder setting, it is a 400 that says what is wrong with the path."""
+    too_long = "/" + "a" * 300 + ".txt"
+    with control(idle_service) as api:
+        for method, path, body, param in [
+            ("POST", "/api/quality", {"model": BUNDLED_ID, "data": too_long}, "data"),
+            ("PUT", "/api/settings", {"models_dir": too_long}, "models_dir"),
+            ("PUT", "/api/settings", {"models_dir": "/" + "a" * 5000}, "models_dir"),
+        ]:
+            answer = api.request(method, path, json=body)
+            assert answer.status_code == 400, (path, answer.text)
+            error = answer.json()["error"]
+            assert error["param"] == param and len(error["message"]) < 600, answer.text
+    assert "Traceback" not in idle_service.output()
+
+
 def test_a_malformed_download_name_is_a_400(idle_service: RunningService) -> None:
     """The name is wrong before any Hub is asked: not a 502, which says the Hub failed."""
     with control(idle_service) as api:
@@ -182,10 +214,6 @@ def test_a_wrong_method_is_a_405_that_says_which_methods_the_route_takes(idle_se
     assert "Traceback" not in idle_service.output()
 
 
-ALL_ROUTES = [
-    *CONTROL_ROUTES, *HubRoutes.routes, *RemoteRoutes.routes, *SettingsRoutes.routes, *ModelSettingsRoutes.routes,
-    *EngineRoutes.routes, *job_routes("bench"), *job_routes("quality"),
-]  # fmt: skip
 NOT_TRIED = {
     ("POST", "/api/shutdown"),  # it would stop the service
     ("GET", "/api/hub/search"), ("GET", "/api/hub/models/{...}"),  # they ask the Hub
@@ -196,7 +224,7 @@ def test_every_route_the_table_lists_reaches_its_handler(idle_service: RunningSe
     """The route table is the gate before routing: a route it lists that no handler answers would be a 404 that
     says the route is unknown. Placeholder ids and a body that is no object keep every request harmless."""
     with control(idle_service) as api:
-        for method, pattern in ALL_ROUTES:
+        for method, pattern in api_routes():
             if (method, pattern) in NOT_TRIED:
                 continue
             path = pattern.replace("{...}", "x/y").replace("{}", "x")

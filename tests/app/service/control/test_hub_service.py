@@ -548,3 +548,17 @@ def test_a_full_disk_fails_the_download_plainly_and_harms_nothing_else(
     done = wait_state(client, job["id"], "completed", "failed")
     assert done["state"] == "completed", done["error"]
     assert hub.downloads(FILE)[-1].range == f"bytes={limit}-"
+
+
+def test_an_import_of_a_path_too_long_to_look_at_is_a_400_saying_so(hub_service: RunningService) -> None:
+    """A name of 5,000 characters made `is_file` raise ENAMETOOLONG: a bare-text 500. An OSError of the path the user
+    gave is a refusal in the API's JSON shape, with the path cut short in the message."""
+    address = hub_service.client.address
+    with httpx.Client(base_url=address.control_url, headers={"Authorization": f"Bearer {address.token}"},
+                      timeout=30, trust_env=False) as api:  # fmt: skip
+        answer = api.post("/api/library/import", json={"path": "/" + "a" * 5000 + ".gguf"})
+    assert answer.status_code == 400, answer.text
+    message = answer.json()["error"]["message"]
+    assert message.startswith("Not imported: /aaa") and "File name too long" in message, message
+    assert "(5006 characters)" in message and len(message) < 400, message
+    assert "Traceback" not in hub_service.output()

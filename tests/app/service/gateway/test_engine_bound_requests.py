@@ -4,6 +4,7 @@ answer or a clear 400, never the engine's 500 with its traceback."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import httpx
@@ -131,4 +132,61 @@ def test_an_empty_prompt_or_input_is_refused(service: RunningService) -> None:
         refused(post(service, "/embeddings", {"model": BUNDLED_ID, "input": text}), "input",
                 "`input` must be a non-empty string or a list of 1 to 2048 non-empty strings")  # fmt: skip
     assert post(service, "/embeddings", {"model": BUNDLED_ID, "input": ["a", "b"]}).status_code == 200
+    assert "Traceback" not in service.output()
+
+
+LONE_SURROGATES = [  # a JSON escape of half a surrogate pair, which neither engine can encode: both answered 500
+    ("/chat/completions", {"messages": [{"role": "user", "content": "hi \ud800"}]}, "messages[0].content"),
+    ("/chat/completions", {"messages": [{"role": "user", "content": [{"type": "text", "text": "\udfff"}]}]},
+     "messages[0].content[0].text"),
+    ("/chat/completions", {"messages": HI, "stop": ["x", "\udc00"]}, "stop[1]"),
+    ("/completions", {"prompt": "\ud800 there"}, "prompt"),
+    ("/completions", {"prompt": "hi", "stop": "\udbff"}, "stop"),
+    ("/embeddings", {"input": ["ok", "\ud800"]}, "input[1]"),
+]  # fmt: skip
+
+
+def post_escaped(service: RunningService, path: str, body: dict[str, Any]) -> httpx.Response:
+    """`body` sent as json.dumps writes it: a lone surrogate as its `\\ud800` escape (httpx's json= cannot)."""
+    with httpx.Client(base_url=service.url, timeout=60, trust_env=False) as v1:
+        headers = {"Authorization": f"Bearer {service.api_key}", "Content-Type": "application/json"}
+        return v1.post(path, content=json.dumps(body).encode(), headers=headers)
+
+
+def check_lone_surrogates(service: RunningService) -> None:
+    for path, fields, param in LONE_SURROGATES:
+        for stream in (False, True) if path != "/embeddings" else (False,):
+            body = {"model": BUNDLED_ID, "max_tokens": 2, **fields, **({"stream": True} if stream else {})}
+            if path == "/embeddings":
+                del body["max_tokens"]
+            answer = post_escaped(service, path, body)
+            refused(answer, param, f"`{param}` holds a lone UTF-16 surrogate")
+    paired = {"model": BUNDLED_ID, "max_tokens": 2, "messages": [{"role": "user", "content": "\U0001f600"}]}
+    assert post_escaped(service, "/chat/completions", paired).status_code == 200  # an emoji: two escapes, one char
+    assert "Traceback" not in service.output()
+
+
+def test_a_lone_surrogate_is_a_400_naming_the_field(service: RunningService) -> None:
+    check_lone_surrogates(service)
+
+
+def test_a_lone_surrogate_is_a_400_naming_the_field_before_llama_server(llama_server_service: StartService) -> None:
+    service = llama_server_service()
+    service.start_on_llama_server(1)
+    check_lone_surrogates(service)
+
+
+def test_a_tool_function_is_checked_as_openai_does(service: RunningService) -> None:
+    """A function's parameters that were no object, or a description that was no string, were llama-cpp-python's
+    validation 500, its traceback in the message."""
+    chat = {"model": BUNDLED_ID, "messages": HI, "max_tokens": 2}
+    for field, value, words in [
+        ("parameters", 5, "an object"), ("parameters", [], "an object"), ("description", 5, "a string"),
+        ("strict", "yes", "true or false"),
+    ]:  # fmt: skip
+        tools = [{"type": "function", "function": {"name": "f", field: value}}]
+        param = f"tools[0].function.{field}"
+        refused(post(service, "/chat/completions", {**chat, "tools": tools}), param, f"`{param}` must be {words}")
+    tools = [{"type": "function", "function": {"name": "f", "description": "d", "parameters": {"type": "object"}}}]
+    assert post(service, "/chat/completions", {**chat, "tools": tools}).status_code == 200
     assert "Traceback" not in service.output()
