@@ -7,35 +7,40 @@ measurement needs (app.service.metrics.metering).
 from __future__ import annotations
 
 import asyncio
-import base64
-import itertools
 import json
-import math
-import struct
 import time
-import uuid
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
-from typing import Any
 
 from app.bounded_json import LoneSurrogate, load_body
 from app.service.engines import EngineManager
-from app.service.gateway.features import CHAT, adapt, drop_nulls, has_features, template_messages
-from app.service.gateway.gateway_routes import PROXIED_PATHS
+from app.service.gateway.cors import adding_cors_headers, preflight
+from app.service.gateway.embeddings import shape_embeddings
+from app.service.gateway.features import CHAT, adapt, drop_nulls, has_features
+from app.service.gateway.gateway_routes import PROXIED_PATHS, model_list
 from app.service.gateway.model_names import ModelRename
+from app.service.gateway.outcome import (
+    CLIENT_CLOSED,
+    GatewayRequest,
+    Outcome,
+    StreamPlan,
+    cancel_when_gone,
+    read_usage,
+    record_of,
+    relay_chunks,
+)
 from app.service.gateway.prompt_limits import PromptLimits
 from app.service.gateway.prompt_tokens import count_tokens, prompt_text
 from app.service.gateway.slot_router import SlotChoice, SlotRouter, prompt_parts
+from app.service.gateway.template_failure import template_failure
 from app.service.gateway.templates import TemplateRenderer
 from app.service.gateway.upstream import REMOTE_LIMITS, Endpoint, Response, Unreachable, UpstreamError, UpstreamPool
-from app.service.gateway.validation import CheckedRequest, InvalidRequest, check_request
+from app.service.gateway.validation import InvalidRequest, check_request
 from app.service.http.asgi import (
     DIRECT_BODY,
     LOOPBACK_HOSTS,
     BodyTooLarge,
     ClientGone,
     DirectBody,
-    Message,
     Receive,
     Scope,
     Send,
@@ -46,17 +51,13 @@ from app.service.http.asgi import (
     read_body,
     send_error,
     send_json,
-    wait_disconnect,
 )
 from app.service.http.routes import send_not_allowed
 from app.service.launch.admission import QueueFull
 from app.service.launch.route import Route
 from app.service.metrics.metering import (
-    RequestRecord,
     StreamMeter,
     ends_with_done,
-    percentile,
-    prompt_cache,
     split_done,
     usage_event,
 )
@@ -65,8 +66,6 @@ from app.service.metrics.request_text import PROMPT_FIELDS, RequestText
 from engines.states import EngineState
 
 _FORWARDED_RESPONSE_HEADERS = frozenset({b"content-type", b"cache-control"})
-_ID_PREFIX, _ids = uuid.uuid4().hex[:12], itertools.count(1)  # request ids: unique per run, cheap per request
-CLIENT_CLOSED = 499  # nginx's convention for a client that left before the answer
 
 
 @dataclass(frozen=True)
@@ -78,46 +77,6 @@ class GatewayConfig:
     start_timeout_s: float = 300.0
     log_request_text: bool = False  # the user's choice: prompts and completions in the request log
     slot_routing: bool = True  # send each conversation to the engine slot holding its prefix (gateway.slot_router)
-
-
-@dataclass
-class _Outcome:
-    """What happened to one request, filled in as it goes, recorded at the end."""
-
-    status: int = 0
-    queued_s: float = 0.0
-    meter: StreamMeter | None = None
-    prompt_tokens: int | None = None
-    completion_tokens: int | None = None
-    prompt_cached_tokens: int | None = None
-    slot: int | None = None
-    error: str | None = None
-    complete: bool = False  # the engine's answer was passed on in full
-    serving: bool = True  # until the handler is done with the request
-    gone: bool = False  # the client disconnected while it was served
-    text: RequestText | None = None  # only when the user keeps request text
-
-
-@dataclass
-class _Request:
-    """One request to the gateway as it is served: what the client sent, where the answer goes, what happened."""
-
-    path: str
-    body: bytes  # as it goes upstream (rewritten for a slot, a remote's model id or an encoding)
-    payload: dict[str, Any]
-    checked: CheckedRequest
-    send: Send
-    direct: DirectBody | None  # the server's direct path to the client, when it has one
-    outcome: _Outcome
-
-
-@dataclass(frozen=True)
-class _StreamPlan:
-    """What a stream needs besides passing bytes on."""
-
-    headers: list[tuple[bytes, bytes]]  # the engine's, as far as they are passed on
-    add_usage: bool  # the client asked for usage and the upstream will not send it
-    rename: ModelRename | None  # the upstream names the model otherwise
 
 
 class Gateway:
@@ -151,10 +110,10 @@ class Gateway:
         if origin is not None:
             allowed = origin.decode("latin-1") in self._config.cors_origins
             if scope["method"] == "OPTIONS":
-                await self._preflight(send, origin if allowed else None)
+                await preflight(send, origin if allowed else None)
                 return
             if allowed:
-                send = _adding_headers(send, [(b"access-control-allow-origin", origin), (b"vary", b"Origin")])
+                send = adding_cors_headers(send, [(b"access-control-allow-origin", origin), (b"vary", b"Origin")])
         if self._config.api_key is not None and not bearer_ok(scope, self._config.api_key):
             await send_error(
                 send, 401, "Missing or invalid API key (Authorization: Bearer ...).", "authentication_error",
@@ -163,37 +122,13 @@ class Gateway:
             return
         path, method = scope["path"], scope["method"]
         if path == "/v1/models" and method in ("GET", "HEAD"):  # HEAD: the server leaves the body out
-            await send_json(send, 200, self._model_list())
+            await send_json(send, 200, model_list(self._manager))
         elif path in PROXIED_PATHS and method == "POST":
             await self._proxy(scope, receive, send)
         elif path in PROXIED_PATHS or path == "/v1/models":
             await send_not_allowed(send, method, path, ["POST"] if path in PROXIED_PATHS else ["GET", "HEAD"])
         else:
             await send_error(send, 404, f"Unknown route {path}.", "invalid_request_error", "unknown_url")
-
-    async def _preflight(self, send: Send, origin: bytes | None) -> None:
-        if origin is None:  # no CORS grant unless the user listed this origin
-            await send_error(send, 403, "Cross-origin requests are not allowed.", "permission_error")
-            return
-        headers = [
-            (b"access-control-allow-origin", origin),
-            (b"access-control-allow-methods", b"GET, POST, OPTIONS"),
-            (b"access-control-allow-headers", b"authorization, content-type"),
-            (b"access-control-max-age", b"600"),
-            (b"vary", b"Origin"),
-        ]
-        await send({"type": "http.response.start", "status": 204, "headers": headers})
-        await send({"type": "http.response.body", "body": b""})
-
-    def _model_list(self) -> dict[str, Any]:
-        data = []
-        for model_id in self._manager.models:
-            described = self._manager.describe(model_id)
-            remote = self._manager.remote_of(model_id)
-            owner = remote.endpoint.name if remote else "modeldeck"
-            data.append({"id": model_id, "object": "model", "created": 0, "owned_by": owner,
-                         "state": described["state"]})  # fmt: skip
-        return {"object": "list", "data": data}
 
     async def _proxy(self, scope: Scope, receive: Receive, send: Send) -> None:
         path = scope["path"]
@@ -234,17 +169,17 @@ class Gateway:
             except InvalidRequest as exc:
                 await send_error(send, 400, str(exc), "invalid_request_error", param=exc.param)
                 return
-        outcome = _Outcome()
+        outcome = Outcome()
         if self._config.log_request_text:
             outcome.text = RequestText(path, payload.get(PROMPT_FIELDS[path]), checked.stream)
         direct: DirectBody | None = scope.get("extensions", {}).get(DIRECT_BODY)
-        request = _Request(path, body, payload, checked, send, direct, outcome)
+        request = GatewayRequest(path, body, payload, checked, send, direct, outcome)
         started_at, started = time.time(), time.monotonic()
         # Serve in this task while one more watches for the client to go away and then cancels this one, so
         # that a queued or running request is cancelled upstream.
         handler = asyncio.current_task()
         assert handler is not None
-        watcher = asyncio.create_task(_cancel_when_gone(receive, handler, outcome))
+        watcher = asyncio.create_task(cancel_when_gone(receive, handler, outcome))
         try:
             await self._serve(request, route)
         except asyncio.CancelledError:
@@ -256,10 +191,10 @@ class Gateway:
             watcher.cancel()
         if not outcome.complete and (outcome.gone or outcome.status == 0):
             outcome.status, outcome.error = CLIENT_CLOSED, outcome.error or "client disconnected"
-        self._log.add(_record(path, checked, outcome, started_at, time.monotonic() - started), outcome.text)
+        self._log.add(record_of(path, checked, outcome, started_at, time.monotonic() - started), outcome.text)
         self._manager.request_finished(checked.model)
 
-    async def _serve(self, request: _Request, route: Route) -> None:
+    async def _serve(self, request: GatewayRequest, route: Route) -> None:
         outcome = request.outcome
         try:
             outcome.queued_s = await route.queue.acquire()
@@ -291,7 +226,7 @@ class Gateway:
         finally:
             route.queue.release(acquired)
 
-    async def _embedding_route(self, request: _Request, route: Route) -> Route | None:
+    async def _embedding_route(self, request: GatewayRequest, route: Route) -> Route | None:
         assert route.url is not None
         target = await self._manager.embedding_target(route.model, route.url)
         if target.url is None:
@@ -300,7 +235,7 @@ class Gateway:
             return None
         return replace(route, url=target.url, embedding_limit=target.limit)
 
-    async def _within_limits(self, request: _Request, route: Route) -> bool:
+    async def _within_limits(self, request: GatewayRequest, route: Route) -> bool:
         """Whether the prompt is within the limits of the engine at `route`; when not, the 400 is answered here,
         before a stream would start (app.service.gateway.prompt_limits)."""
         checked = await self._limits.check(request.path, request.body, request.payload, route)
@@ -311,14 +246,14 @@ class Gateway:
         await send_error(request.send, 400, str(refusal), "invalid_request_error", refusal.code, refusal.param)
         return False
 
-    def _choose_slot(self, request: _Request, route: Route) -> SlotChoice | None:
+    def _choose_slot(self, request: GatewayRequest, route: Route) -> SlotChoice | None:
         """The slot of the model's engine for this request, for an engine that serves several and takes `id_slot`."""
         if not self._config.slot_routing or route.slot_count < 2 or route.url is None:
             return None
         prompt = prompt_parts(request.path, request.payload)
         return None if prompt is None else self._slots.choose(route.model, route.url, route.slot_count, prompt)
 
-    async def _ready_route(self, request: _Request) -> Route | None:
+    async def _ready_route(self, request: GatewayRequest) -> Route | None:
         """The model's route once its engine is ready, starting it on demand (or waiting for its restart); answers
         the client itself when that fails."""
         model = request.checked.model
@@ -359,7 +294,7 @@ class Gateway:
             endpoint = self._endpoints[(url, route.bearer)] = Endpoint.post(url, route.bearer, limits)
         return endpoint
 
-    async def _forward(self, request: _Request, route: Route) -> None:
+    async def _forward(self, request: GatewayRequest, route: Route) -> None:
         path, payload, outcome, send = request.path, request.payload, request.outcome, request.send
         encoding = payload.pop("encoding_format", None) if path == "/v1/embeddings" else None
         if route.renamed:  # `NAME/model` here is `model` there
@@ -381,10 +316,10 @@ class Gateway:
                     return
                 if path == "/v1/embeddings" and upstream.status == 200:
                     pool = not route.capabilities.embeddings_pooled
-                    answer = _shape_embeddings(answer, pool, encoding == "base64")
+                    answer = shape_embeddings(answer, pool, encoding == "base64")
                 if rename is not None:
                     answer = rename.whole(answer)
-                _read_usage(answer, outcome)
+                read_usage(answer, outcome)
                 if outcome.text is not None:
                     outcome.text.answer.append(answer)
                 await send({"type": "http.response.start", "status": upstream.status, "headers": headers})
@@ -395,7 +330,7 @@ class Gateway:
             add_usage = request.checked.include_usage and (
                 not route.capabilities.stream_usage or route.remote is not None
             )
-            await self._stream(request, route, upstream, _StreamPlan(headers, add_usage, rename))
+            await self._stream(request, route, upstream, StreamPlan(headers, add_usage, rename))
         except UpstreamError as exc:
             message = f"The engine stopped answering: {exc}."
             outcome.status, outcome.error = 502, message
@@ -407,28 +342,19 @@ class Gateway:
         finally:
             upstream.release(answered=outcome.complete)
 
-    async def _template_refused(self, request: _Request, route: Route) -> bool:
+    async def _template_refused(self, request: GatewayRequest, route: Route) -> bool:
         """After an engine's 500 or empty stream to a chat request: when the model's chat template is what failed,
-        answer what it refused instead of the engine's bare error (True). Rendered in ModelDeck's own sandbox, off
-        the loop."""
+        answer what it refused instead of the engine's bare error (True)."""
         if route.chat_template is None:
             return False
-        messages = template_messages(request.payload["messages"])  # as the engine gave them to the template
-        rendered = await self._templates.render(route.chat_template, messages)
-        if rendered.text is not None:
+        failure = await template_failure(self._templates, route.chat_template, request.payload["messages"])
+        if failure is None:
             return False  # the template renders: the engine failed for another reason, passed on as it is
-        if rendered.kind == "refused":  # the template's own check of the conversation (roles, order, ...)
-            status, kind, message = 400, "invalid_request_error", "The model's chat template refused these messages"
-        else:
-            status, kind, message = 500, "server_error", "The model's chat template cannot be used"
-        problem = f"{message}: {rendered.problem}."
-        advice = " Send a prompt to /v1/completions instead, or use a model file with another chat template."
-        request.outcome.status, request.outcome.error = status, problem
-        await send_error(request.send, status, problem + advice if status == 500 else problem, kind,
-                         "chat_template_error")  # fmt: skip
+        request.outcome.status, request.outcome.error = failure.status, failure.problem
+        await send_error(request.send, failure.status, failure.message, failure.kind, "chat_template_error")
         return True
 
-    async def _post(self, request: _Request, route: Route) -> Response | None:
+    async def _post(self, request: GatewayRequest, route: Route) -> Response | None:
         """Send the request; None when it could not be sent, the client then answered."""
         outcome = request.outcome
         try:
@@ -455,7 +381,7 @@ class Gateway:
         await send_error(request.send, 502, outcome.error, "server_error", "engine_unavailable")
         return None
 
-    async def _stream(self, request: _Request, route: Route, upstream: Response, plan: _StreamPlan) -> None:
+    async def _stream(self, request: GatewayRequest, route: Route, upstream: Response, plan: StreamPlan) -> None:
         """Pass the engine's events on as they arrive, measuring them on the way. With a server that can write
         to the client directly, they are passed on in the engine connection's callback (`_relay`), and this
         loop only sees the end of the stream, its errors, and a last event that needs a usage event added.
@@ -471,7 +397,7 @@ class Gateway:
         meter = outcome.meter = StreamMeter(started, request.path, self._log.stream_counter(request.checked.model))
         keep = outcome.text.answer.append if outcome.text is not None else None
         if direct is not None and rename is None:
-            upstream.divert(_relay(direct, meter, keep, outcome, plan.add_usage))
+            upstream.divert(relay_chunks(direct, meter, keep, outcome, plan.add_usage))
             direct.watch_pressure(upstream.pause, upstream.resume)
         read, feed = upstream.read_chunk, meter.feed
         while chunk := await read():
@@ -495,7 +421,7 @@ class Gateway:
         outcome.complete = True
         await send({"type": "http.response.body", "body": rest})
 
-    async def _ended_empty(self, request: _Request, route: Route) -> None:
+    async def _ended_empty(self, request: GatewayRequest, route: Route) -> None:
         """Answer a stream that the engine ended before its first event with an error status: what the chat template
         refused when that is what failed, as for an answer that is not streamed."""
         outcome = request.outcome
@@ -507,7 +433,7 @@ class Gateway:
             await send_error(request.send, 502, message, "server_error", "engine_failed")
         outcome.complete = True
 
-    async def _with_usage(self, request: _Request, route: Route, chunk: bytes) -> bytes:
+    async def _with_usage(self, request: GatewayRequest, route: Route, chunk: bytes) -> bytes:
         """`chunk`, which ends in [DONE], with the usage event OpenAI sends before it, for engines that leave
         it out: completion tokens counted from the stream, prompt tokens counted by the engine's tokenizer."""
         meter, outcome = request.outcome.meter, request.outcome
@@ -519,112 +445,3 @@ class Gateway:
             if text is not None:
                 outcome.prompt_tokens = await count_tokens(self._pool, self._endpoint(route, count_path), text)
         return before + usage_event(meter.first_event, outcome.prompt_tokens, meter.completion_tokens) + done
-
-
-def _relay(
-    client: DirectBody,
-    meter: StreamMeter,
-    keep: Callable[[bytes], None] | None,
-    outcome: _Outcome,
-    add_usage: bool,
-) -> Callable[[bytes], bool]:
-    """What `_stream`'s loop does with a chunk, done in the engine connection's callback; declines the chunk that
-    ends the stream when a usage event is to be added before it (that needs a request to the engine)."""
-    feed, write = meter.feed, client.write
-
-    def relay(chunk: bytes) -> bool:
-        finished = ends_with_done(chunk)
-        if finished and add_usage:
-            return False
-        feed(chunk)
-        if keep is not None:
-            keep(chunk)
-        # A client may leave as soon as it has read [DONE], before the engine closes the stream.
-        outcome.complete = outcome.complete or finished
-        write(chunk)
-        return True
-
-    return relay
-
-
-async def _cancel_when_gone(receive: Receive, handler: asyncio.Task[Any], outcome: _Outcome) -> None:
-    """Cancel `handler` if the client disconnects while its request is being served."""
-    await wait_disconnect(receive)
-    if outcome.serving:  # once the answer is sent, the server reports a disconnect too
-        outcome.gone = True
-        handler.cancel()
-
-
-def _adding_headers(send: Send, extra: list[tuple[bytes, bytes]]) -> Callable[[Message], Awaitable[None]]:
-    async def wrapped(message: Message) -> None:
-        if message["type"] == "http.response.start":
-            message = {**message, "headers": [*message.get("headers", []), *extra]}
-        await send(message)
-
-    return wrapped
-
-
-def _read_usage(answer: bytes, outcome: _Outcome) -> None:
-    try:
-        decoded = json.loads(answer)
-        usage = decoded.get("usage") or {}
-    except (ValueError, AttributeError, RecursionError):
-        return
-    if isinstance(usage, dict):
-        outcome.prompt_tokens = usage.get("prompt_tokens")
-        outcome.completion_tokens = usage.get("completion_tokens")
-    cache = prompt_cache(usage, decoded.get("timings"))
-    if outcome.prompt_tokens is None:  # llama-server's timings count the prompt too
-        outcome.prompt_tokens = cache.prompt_tokens
-    outcome.prompt_cached_tokens = cache.cached_tokens
-
-
-def _shape_embeddings(answer: bytes, pool: bool, as_base64: bool) -> bytes:
-    """One vector per input, as OpenAI returns it: per-token vectors mean-pooled and L2-normalized when the
-    engine does not pool; little-endian float32 in base64 when the client asked for that."""
-    try:
-        result = json.loads(answer)
-        for item in result["data"]:
-            vector = item["embedding"]
-            if pool and vector and isinstance(vector[0], list):
-                pooled = [sum(column) / len(vector) for column in zip(*vector, strict=True)]
-                norm = math.sqrt(sum(value * value for value in pooled)) or 1.0
-                vector = [value / norm for value in pooled]
-            item["embedding"] = base64.b64encode(struct.pack(f"<{len(vector)}f", *vector)).decode() if (
-                as_base64) else vector  # fmt: skip
-    except (ValueError, KeyError, TypeError, struct.error, RecursionError):
-        return answer
-    return json.dumps(result).encode()
-
-
-def _record(path: str, checked: CheckedRequest, outcome: _Outcome, started_at: float, duration: float
-            ) -> RequestRecord:  # fmt: skip
-    meter = outcome.meter
-    itls = meter.inter_token_latencies() if meter else []
-    completion = meter.completion_tokens if meter else outcome.completion_tokens
-    prompt, cached = outcome.prompt_tokens, outcome.prompt_cached_tokens
-    if meter is not None:
-        cache = prompt_cache(meter.usage, meter.timings)
-        prompt, cached = (meter.usage or {}).get("prompt_tokens", prompt), cache.cached_tokens
-        if prompt is None:  # a stream without usage: llama-server's timings count the prompt too
-            prompt = cache.prompt_tokens
-    return RequestRecord(
-        id=f"{_ID_PREFIX}-{next(_ids)}",
-        time=started_at,
-        model=checked.model,
-        route=path,
-        stream=checked.stream,
-        status=outcome.status,
-        queued_s=outcome.queued_s,
-        ttft_s=meter.ttft_s if meter else None,
-        duration_s=duration,
-        prompt_tokens=prompt,
-        completion_tokens=completion,
-        itl_p50_s=percentile(itls, 0.5),
-        itl_max_s=max(itls) if itls else None,
-        decode_tps=meter.decode_tps() if meter else None,
-        error=outcome.error,
-        prompt_cached_tokens=cached,
-        slot=outcome.slot,
-        streamed_tokens=meter.streamed_tokens if meter else 0,
-    )
