@@ -20,11 +20,10 @@ from app.planner.facts import facts_from_gguf
 from app.service.events import EventBus
 from app.service.launch.admission import EngineQueue
 from app.service.launch.companions import EmbeddingCompanions, EmbeddingRoute, companion_plan, own_limit
-from app.service.launch.folder_models import record_startup
 from app.service.launch.lifecycle import IDLE_CHECK_MIN_S, LifecyclePolicy, supervisor_policy
 from app.service.launch.memory_cap import LoadedEngine, room_for
-from app.service.launch.overrides import PlanOverrides, plan_summary
-from app.service.launch.planning import LaunchPlanner, LaunchRefused
+from app.service.launch.overrides import PlanOverrides
+from app.service.launch.planning import LaunchPlanner, LaunchRefused, running_plan_conflict
 from app.service.launch.route import Route
 from app.service.launch.served_model import ServedModel, describe_served
 from app.service.remotes import RemoteEndpoint, RemoteModel, RemoteTable
@@ -248,14 +247,10 @@ class EngineManager:
 
     def _check_running_plan(self, model_id: str, overrides: PlanOverrides) -> None:
         record = self._record(model_id)
-        plan, info = record.plan, record.info
-        if not record.active or plan is None:
-            return
-        other_engine = overrides.engine is not None and overrides.engine != self.engine_name(model_id)
-        if other_engine or overrides.apply(plan, info.context_length if info else None) != plan:
-            running = ", ".join(f"{name} {value}" for name, value in plan_summary(plan).items())
-            running += f" on {self.engine_name(model_id)}"
-            raise PlanConflict(f"{model_id} is running with {running}; stop it to launch it with others.")
+        if record.active and record.plan is not None:
+            conflict = running_plan_conflict(model_id, record.plan, record.info, self.engine_name(model_id), overrides)
+            if conflict is not None:
+                raise PlanConflict(conflict)
 
     async def start(self, model_id: str, overrides: PlanOverrides | None = None) -> EngineState:
         """Start the model's engine and wait until it is ready or failed. A bad model file fails at once.
@@ -364,10 +359,6 @@ class EngineManager:
         engine = record.footprint if record and record.footprint is not None else self.models[model_id].size_bytes
         return engine + self.companions.footprint(model_id)
 
-    def _last_used_at(self, model_id: str) -> float:
-        record = self._records.get(model_id)
-        return record.last_used if record else 0.0
-
     async def _stop_for(self, model_id: str, reason: str) -> None:
         supervisor = self._records[model_id].supervisor
         assert supervisor is not None, "only loaded engines are stopped for a reason"
@@ -382,7 +373,7 @@ class EngineManager:
             await asyncio.sleep(min(1.0, max(IDLE_CHECK_MIN_S, shortest / 4)))
             now = time.monotonic()
             for model_id in self._loaded(excluding=""):
-                ttl, idle_for = self.lifecycle.ttl_for(model_id), now - self._last_used_at(model_id)
+                ttl, idle_for = self.lifecycle.ttl_for(model_id), now - self._records[model_id].last_used
                 record = self._records[model_id]
                 idle = record.supervisor is not None and record.supervisor.state == EngineState.READY and record.idle
                 if ttl is not None and idle and idle_for > ttl:
@@ -432,7 +423,7 @@ class EngineManager:
             engine = self.engine_name(event.model_id)
             self.planner.memory_check.engine_ready(event.model_id, engine, facts_from_gguf(info), plan, event.pid)
         if event.state == EngineState.READY:
-            self._record_folder_startup(event.model_id)
+            self._record(event.model_id).calibrate(self.planner.calibration, event.model_id)
         if event.state == EngineState.FAILED and self.companions.describe(event.model_id) is not None:
             stopping = asyncio.create_task(self.companions.stop(event.model_id))  # the model is down: it goes too
             self._companion_stops.add(stopping)
@@ -450,18 +441,8 @@ class EngineManager:
                 self._bus.publish({"type": "startup", "model_id": model_id, **after.to_dict()})
                 if record.queue is not None and record.folder is not None:
                     record.queue.set_capacity(self._capacity(model_id))
-                self._record_folder_startup(model_id)
+                record.calibrate(self.planner.calibration, model_id)
         self._bus.publish({"type": "log", "model_id": model_id, "line": line})
-
-    def _record_folder_startup(self, model_id: str) -> None:
-        """Once per launch of a folder model, when it is ready and its log has said its KV cache memory (in either
-        order: the log is read while readiness is probed), its start-up goes to calibration."""
-        record = self._record(model_id)
-        folder, startup, supervisor = record.folder, record.startup, record.supervisor
-        if folder is None or startup is None or supervisor is None or supervisor.state != EngineState.READY:
-            return
-        if not record.calibrated and record_startup(self.planner.calibration, model_id, folder, startup):
-            record.calibrated = True
 
 
 __all__ = ["EngineManager", "PlanConflict", "UnknownModel"]

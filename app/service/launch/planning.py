@@ -25,7 +25,7 @@ from app.planner.recommend import gpu_layers_that_fit
 from app.service.launch.folder_models import FolderLaunch, FolderRefused, overrides_refusal, plan_folder
 from app.service.launch.memory_check import MemoryCheck
 from app.service.launch.model_settings import ModelSettingsStore
-from app.service.launch.overrides import GGUF_ENGINES, BadOverrides, PlanOverrides
+from app.service.launch.overrides import GGUF_ENGINES, BadOverrides, PlanOverrides, plan_summary
 from engines.base import Engine, LaunchPlan, OffloadingEngine
 from engines.gguf import GGUFError, GGUFInfo, read_gguf_info
 
@@ -210,3 +210,15 @@ class LaunchPlanner:
             return spec.size_bytes
         corrected = self.memory_check.correction(engine_name, facts.architecture).apply(predicted)
         return corrected.ram + corrected.vram + plan.prompt_cache_bytes
+
+
+def running_plan_conflict(
+    model_id: str, plan: LaunchPlan, info: GGUFInfo | None, engine_name: str, overrides: PlanOverrides
+) -> str | None:
+    """Why `overrides` cannot apply to the model running with `plan` on `engine_name` (it must stop first); None
+    when they change nothing."""
+    other_engine = overrides.engine is not None and overrides.engine != engine_name
+    if not other_engine and overrides.apply(plan, info.context_length if info else None) == plan:
+        return None
+    running = ", ".join(f"{name} {value}" for name, value in plan_summary(plan).items())
+    return f"{model_id} is running with {running} on {engine_name}; stop it to launch it with others."

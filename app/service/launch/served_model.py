@@ -9,8 +9,9 @@ import psutil
 
 from app import api_types as api
 from app.hub.library import ModelSpec
+from app.planner.calibration import CalibrationStore
 from app.service.launch.admission import EngineQueue
-from app.service.launch.folder_models import FolderLaunch
+from app.service.launch.folder_models import FolderLaunch, record_startup
 from app.service.launch.overrides import plan_summary
 from engines.base import LaunchPlan
 from engines.diagnosis import Diagnosis
@@ -45,6 +46,15 @@ class ServedModel:
     @property
     def idle(self) -> bool:
         return self.queue is None or (self.queue.running == 0 and self.queue.waiting == 0)
+
+    def calibrate(self, calibration: CalibrationStore, model_id: str) -> None:
+        """Once per launch of a folder model, when it is ready and its log has said its KV cache memory (in either
+        order: the log is read while readiness is probed), its start-up goes to calibration."""
+        folder, startup, supervisor = self.folder, self.startup, self.supervisor
+        if folder is None or startup is None or supervisor is None or supervisor.state != EngineState.READY:
+            return
+        if not self.calibrated and record_startup(calibration, model_id, folder, startup):
+            self.calibrated = True
 
 
 def describe_served(
