@@ -15,14 +15,12 @@ import sys
 import threading
 import time
 import urllib.parse
-from collections.abc import Callable, Generator
 from dataclasses import astuple, dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 import aiohttp
 import psutil
-import uvicorn
 from filelock import FileLock, Timeout
 
 from app.bounded_json import load_json
@@ -47,18 +45,16 @@ from app.service.events import EventBus
 from app.service.gateway.gateway import Gateway, GatewayConfig
 from app.service.gateway.upstream import UpstreamPool
 from app.service.heap import settle_heap
-from app.service.http.asgi import LOOPBACK_HOSTS, openai_error
+from app.service.http.asgi import LOOPBACK_HOSTS
 from app.service.http.connection_cap import connection_caps, raise_open_file_limit
-from app.service.http.http_server import HttpServer
 from app.service.http.lan import allowed_hosts
-from app.service.http.limits import HttpLimits
 from app.service.http.tls import TlsError, TlsIdentity, endpoint_identity
-from app.service.http.uvicorn_cap import capped_protocol
 from app.service.jobs.bench_runs import BenchRuns
 from app.service.jobs.engine_builds import EngineBuilds
 from app.service.jobs.quality_runs import QualityRuns
 from app.service.launch.lifecycle import LifecyclePolicy
 from app.service.launch.memory_budget import configured_budget, default_budget
+from app.service.listeners import Listener, gateway_listener, log_tls, uvicorn_listener
 from app.service.metrics.metrics_pipeline import MetricsPipeline
 from app.service.metrics.request_log import RequestLog
 from app.service.metrics.series_history import SeriesHistory
@@ -107,28 +103,6 @@ class ServeOptions:
     slot_routing: bool = True  # conversations to the llama-server slot holding their prefix (gateway.slot_router)
 
 
-class _Server(uvicorn.Server):
-    """uvicorn without its own signal handling: the service stops both listeners and the engines together."""
-
-    @contextlib.contextmanager
-    def capture_signals(self) -> Generator[None, None, None]:
-        yield
-
-    async def serve_socket(self, sock: socket.socket) -> None:
-        await self.serve(sockets=[sock])
-
-    def stop(self) -> None:
-        self.should_exit = True
-
-
-class _Listener(Protocol):
-    started: bool
-
-    async def serve_socket(self, sock: socket.socket) -> None: ...
-
-    def stop(self) -> None: ...
-
-
 def bind_socket(
     host: str, port: int, what: str, choose: str = "modeldeck serve --port N, or MODELDECK_PORT=N"
 ) -> socket.socket:
@@ -150,30 +124,6 @@ def bind_socket(
     sock.listen(2048)
     sock.setblocking(False)
     return sock
-
-
-def _uvicorn_server(app: Callable[..., object], max_connections: int, tls: TlsIdentity | None = None) -> _Server:
-    # No proxy-headers middleware: clients' X-Forwarded-* are not to be believed, and it costs every request.
-    config = uvicorn.Config(
-        app, http=capped_protocol(max_connections), loop="none", lifespan="off", access_log=False, log_level="warning",
-        proxy_headers=False, timeout_graceful_shutdown=2, timeout_keep_alive=30,
-        ssl_certfile=tls.cert_path if tls else None, ssl_keyfile=tls.key_path if tls else None,
-    )  # fmt: skip
-    return _Server(config)
-
-
-def _gateway_server(
-    gateway: Gateway, which: str, max_body_bytes: int, max_connections: int, tls: TlsIdentity | None
-) -> _Listener:
-    if which == "uvicorn":
-        return _uvicorn_server(gateway, max_connections, tls)
-    limits = HttpLimits(max_body_bytes=max_body_bytes, max_connections=max_connections)
-    return HttpServer(gateway, _error_body, limits, tls.server_context() if tls else None)
-
-
-def _error_body(status: int, message: str) -> bytes:
-    """An error the gateway's HTTP server answers by itself, shaped as OpenAI's."""
-    return json.dumps(openai_error(message, "server_error" if status >= 500 else "invalid_request_error")).encode()
 
 
 class Service:
@@ -374,10 +324,10 @@ class Service:
         )
         caps = connection_caps(raise_open_file_limit(), options.max_connections)
         log.info("connections kept open at most: %s on the OpenAI endpoint, %s on the control API", *astuple(caps))
-        servers: list[tuple[_Listener, socket.socket]] = [
-            (_gateway_server(gateway, options.gateway_server, gateway_config.max_body_bytes, caps.gateway, tls),
+        servers: list[tuple[Listener, socket.socket]] = [
+            (gateway_listener(gateway, options.gateway_server, gateway_config.max_body_bytes, caps.gateway, tls),
              gateway_sock),
-            (_uvicorn_server(control, caps.control), control_sock),
+            (uvicorn_listener(control, caps.control), control_sock),
         ]  # fmt: skip
         loop = asyncio.get_running_loop()
         for sig in _STOP_SIGNALS:
@@ -399,7 +349,7 @@ class Service:
             }))  # fmt: skip
             log.info("OpenAI endpoint on %s (API key: %s)", url, endpoint.key_source)
             if tls:
-                _log_tls(tls)
+                log_tls(tls)
             if options.settings_problem:
                 log.warning("settings: %s", options.settings_problem)
             if endpoint.key_note:
@@ -491,14 +441,3 @@ def _withdraw_discovery(paths: AppPaths) -> None:
         for path in (paths.service_file, paths.control_token_file):
             with contextlib.suppress(OSError):
                 path.unlink()
-
-
-def _log_tls(tls: TlsIdentity) -> None:
-    """The serve banner's TLS lines: what a client checks, and how it trusts the certificate."""
-    kind = "self-signed certificate made by ModelDeck" if tls.own else "certificate"
-    log.info("TLS: %s %s, SHA-256 fingerprint %s", kind, tls.cert_path, tls.fingerprint)
-    if tls.own:
-        log.info("clients trust it with: curl --cacert %s, or in Python ssl.create_default_context(cafile=...)",
-                 tls.cert_path)  # fmt: skip
-    if tls.note:
-        log.warning("TLS: %s", tls.note)
