@@ -6,7 +6,8 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable
 
-from app.service.gateway.upstream import AnswerLimits, Endpoint, UpstreamPool
+from app.service.gateway.upstream import UpstreamPool
+from app.service.gateway.upstream_endpoint import AnswerLimits, Endpoint
 
 Behaviour = Callable[[asyncio.StreamWriter], Awaitable[None]]  # writes the answer to a request it has read
 

@@ -33,7 +33,8 @@ from app.service.gateway.prompt_tokens import count_tokens, prompt_text
 from app.service.gateway.slot_router import SlotChoice, SlotRouter, prompt_parts
 from app.service.gateway.template_failure import template_failure
 from app.service.gateway.templates import TemplateRenderer
-from app.service.gateway.upstream import REMOTE_LIMITS, Endpoint, Response, Unreachable, UpstreamError, UpstreamPool
+from app.service.gateway.upstream import Response, UpstreamPool
+from app.service.gateway.upstream_endpoint import REMOTE_LIMITS, Endpoint, Unreachable, UpstreamError
 from app.service.gateway.validation import InvalidRequest, check_request
 from app.service.http.asgi import (
     DIRECT_BODY,

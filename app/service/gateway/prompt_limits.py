@@ -18,7 +18,8 @@ from typing import Any
 from app.service.gateway.features import CHAT
 from app.service.gateway.prompt_tokens import count_tokens, prompt_text
 from app.service.gateway.templates import TemplateRenderer
-from app.service.gateway.upstream import Endpoint, UpstreamPool
+from app.service.gateway.upstream import UpstreamPool
+from app.service.gateway.upstream_endpoint import Endpoint
 from app.service.gateway.validation import InvalidRequest
 from app.service.launch.route import Route
 from engines.base import InputLimit

@@ -9,7 +9,8 @@ import logging
 from typing import Any
 
 from app.service.gateway.templates import TemplateRenderer
-from app.service.gateway.upstream import Endpoint, UpstreamError, UpstreamPool
+from app.service.gateway.upstream import UpstreamPool
+from app.service.gateway.upstream_endpoint import Endpoint, UpstreamError
 
 log = logging.getLogger("modeldeck.gateway")
 

@@ -15,68 +15,15 @@ import socket
 import ssl
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import cast
-from urllib.parse import urlsplit
 
 import httptools
+
+from app.service.gateway.upstream_endpoint import AnswerLimits, Endpoint, Unreachable, UpstreamError
 
 CONNECT_TIMEOUT_S = 10.0
 _DRAIN_S = 2.0  # how long the end of an answer nobody reads is awaited, to keep its connection
 _PAUSE_AFTER = 64  # body pieces buffered for a reader that does not keep up before the engine is paused
-
-
-@dataclass(frozen=True, slots=True)
-class AnswerLimits:
-    """Bounds on an answer from a server ModelDeck did not start (`--remote`, `--upstream`): its size, and how
-    long it may go silent or take in all. Engines ModelDeck runs on loopback are trusted to end their answers."""
-
-    max_head_bytes: int = 64 * 1024
-    max_bytes: int = 256 * 1024 * 1024  # head and body: a long completion, or 2048 embeddings of 4096 floats
-    idle_s: float = 300.0  # no byte at all: a non-streamed answer's head comes when it is done
-    total_s: float = 3600.0
-
-
-REMOTE_LIMITS = AnswerLimits()
-
-
-class UpstreamError(Exception):
-    """The engine could not be reached, closed the connection early, or answered something that is not HTTP."""
-
-
-class Unreachable(UpstreamError):
-    """The engine did not take the request: no connection could be opened, or it was closed before any answer
-    (as happens for a moment while a killed engine's sockets are torn down)."""
-
-
-@dataclass(frozen=True, slots=True)
-class Endpoint:
-    """One route of one server, with the head of a POST to it prepared once."""
-
-    host: str
-    port: int
-    head: bytes  # request line and headers up to `Content-Length: `
-    tls: bool = False  # https: a remote endpoint (engines on loopback are plain http)
-    limits: AnswerLimits | None = None  # None: an engine ModelDeck started
-
-    @classmethod
-    def post(cls, url: str, bearer: str, limits: AnswerLimits | None = None) -> Endpoint:
-        """`bearer` "" sends no Authorization header (a remote that needs no key)."""
-        parts = urlsplit(url)
-        if parts.scheme not in ("http", "https") or parts.hostname is None:
-            raise ValueError(f"not an http(s):// URL with a host: {url!r}")
-        tls = parts.scheme == "https"
-        port = parts.port or (443 if tls else 80)
-        host_header = f"[{parts.hostname}]" if ":" in parts.hostname else parts.hostname
-        authorization = f"Authorization: Bearer {bearer}\r\n" if bearer else ""
-        head = (
-            f"POST {parts.path or '/'} HTTP/1.1\r\nHost: {host_header}:{port}\r\n{authorization}"
-            "Content-Type: application/json\r\nAccept-Encoding: identity\r\nContent-Length: "
-        )
-        return cls(parts.hostname, port, head.encode("latin-1"), tls, limits)
-
-    def request(self, body: bytes) -> bytes:
-        return b"".join((self.head, b"%d\r\n\r\n" % len(body), body))
 
 
 class Response:

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from app.paths import AppPaths
-from app.service.gateway.upstream import UpstreamError
+from app.service.gateway.upstream_endpoint import UpstreamError
 from tests.support.raw_upstream import fetch
 from tests.support.service import REPO, RunningService, start_service_process, stop_service_process
 from tests.support.standin_http import StandInHandler, serving

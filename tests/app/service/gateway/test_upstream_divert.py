@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import asyncio
 
-from app.service.gateway.upstream import Endpoint, UpstreamPool
+from app.service.gateway.upstream import UpstreamPool
+from app.service.gateway.upstream_endpoint import Endpoint
 from tests.support.waiting import wait_until
 
 PIECES = 200

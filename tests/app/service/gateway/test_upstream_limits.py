@@ -10,7 +10,7 @@ import json
 import aiohttp
 import pytest
 
-from app.service.gateway.upstream import AnswerLimits, UpstreamError
+from app.service.gateway.upstream_endpoint import AnswerLimits, UpstreamError
 from app.service.remotes import MAX_LIST_BYTES, RemoteUnavailable, list_models
 from tests.support.raw_upstream import Behaviour, fetch
 
