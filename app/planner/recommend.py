@@ -13,14 +13,12 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from app.hardware.profile import GPUInfo, HardwareProfile
+from app.planner.budgets import Budgets, decode_speed
 from app.planner.calibration import Correction
 from app.planner.defaults import DEFAULT_BATCH, DEFAULT_SLOTS, prompt_cache_bytes, prompt_cache_state_bytes
 from app.planner.engine_choice import EngineFit
 from app.planner.facts import ModelFacts
 from app.planner.memory import (
-    CUDA_CONTEXT,
-    GIB,
-    MIB,
     MemoryEstimate,
     MemoryPart,
     MissingFacts,
@@ -33,8 +31,6 @@ from app.quality.expected import over_threshold
 USES = ("chat", "serve", "long-context")
 SERVE_USERS = 8
 CONTEXT_STEP = 256
-DECODE_EFFICIENCY = 0.6  # share of peak memory bandwidth decode reaches in practice
-APPLE_GPU_SHARE = 0.75  # macOS lets Metal wire about this much of unified memory (recommendedMaxWorkingSetSize)
 LOW_QUALITY_BITS = 4.0  # below this many bits per weight, answers degrade noticeably
 MAX_PARALLEL = 64  # llama-server slots: beyond this, per-slot bookkeeping outweighs what batching gains
 VLLM_BATCHED_TOKENS = 8192  # vLLM's tokens per scheduler step: what its profiling run (and the memory model) sizes
@@ -121,62 +117,6 @@ def need_for(use: str, trained_context: int | None, users: int | None = None) ->
     if use == "long-context":
         return Need(use, min(trained, 131072), min(trained, 16384), 1)
     raise ValueError(f"unknown use {use!r}; choose one of {', '.join(USES)}")
-
-
-def _margin(total: int, share: float, floor: int) -> int:
-    return max(int(total * share), floor)
-
-
-@dataclass(frozen=True)
-class Budgets:
-    """Bytes a plan may use: system RAM, and VRAM on each GPU (for Apple, one pool shared with the CPU)."""
-
-    ram: int
-    gpus: tuple[GPUInfo, ...]
-    vram: tuple[int, ...]
-    unified: bool
-
-    @classmethod
-    def of(cls, hw: HardwareProfile) -> Budgets:
-        ram = hw.ram_available - _margin(hw.ram_total, 0.05, 1 * GIB)
-        if hw.unified_memory and hw.gpus:
-            pool = min(hw.ram_available, int(hw.gpus[0].memory_total * APPLE_GPU_SHARE))
-            return cls(pool - _margin(hw.ram_total, 0.05, 1 * GIB), hw.gpus[:1], (0,), True)
-        gpus = tuple(gpu for gpu in hw.nvidia_gpus if not gpu.mig_enabled)
-        vram = tuple(
-            (gpu.memory_free if gpu.memory_free is not None else gpu.memory_total)
-            - _margin(gpu.memory_total, 0.05, 512 * MIB)
-            for gpu in gpus
-        )
-        return cls(max(ram, 0), gpus, vram, False)
-
-    def llama_fits(self, estimate: MemoryEstimate) -> bool:
-        if self.unified:
-            return estimate.ram + estimate.vram <= self.ram
-        if estimate.ram > self.ram:
-            return False
-        if not estimate.vram:
-            return True
-        # llama.cpp splits layers across GPUs in proportion to their memory; the CUDA context is paid on each.
-        spread = estimate.vram - CUDA_CONTEXT
-        return spread <= sum(v - CUDA_CONTEXT for v in self.vram) and all(v > CUDA_CONTEXT for v in self.vram)
-
-
-def _decode_speed(hw: HardwareProfile, gpu_bytes: float, cpu_bytes: float) -> float | None:
-    """Tokens/s of one stream when decode is bound by reading `gpu_bytes` from one GPU's memory and `cpu_bytes` from
-    system memory for every token (tensor-parallel shards are read at once, so pass one GPU's share)."""
-    seconds = 0.0
-    if gpu_bytes:
-        bandwidth = hw.gpus[0].memory_bandwidth if hw.gpus else None
-        if not bandwidth:
-            return None
-        seconds += gpu_bytes / bandwidth
-    if cpu_bytes:
-        bandwidth = hw.gpus[0].memory_bandwidth if hw.unified_memory and hw.gpus else hw.cpu.memory_bandwidth
-        if not bandwidth:
-            return None
-        seconds += cpu_bytes / bandwidth
-    return round(DECODE_EFFICIENCY / seconds, 1) if seconds else None
 
 
 def _largest_context(fits: Callable[[int], bool], low: int, high: int) -> int:
@@ -304,7 +244,7 @@ def _llama_option(
         parameters=parameters,
         reasons=reasons,
         # a single stream reads every weight and, on average, half of a full context's KV cache per token
-        decode_tokens_per_s=_decode_speed(
+        decode_tokens_per_s=decode_speed(
             hw,
             memory.part("weights").vram + memory.part("kv_cache").vram / 2,
             memory.part("weights").ram + memory.part("kv_cache").ram / 2,
@@ -386,7 +326,7 @@ def _vllm_option(hw: HardwareProfile, budgets: Budgets, variant: Variant, need: 
             "quantization": variant.name.lower() if variant.name in ("AWQ", "GPTQ", "FP8") else None,
         },
         reasons=reasons,
-        decode_tokens_per_s=_decode_speed(
+        decode_tokens_per_s=decode_speed(
             hw, memory.part("weights").vram + (facts.kv_bytes_per_token() or 0) * max_len / 2 / tp, 0
         ),
         bits_per_weight=facts.bits_per_weight,

@@ -12,9 +12,10 @@ from app.hardware.detector import GPUDetection
 from app.hardware.profile import HardwareProfile
 from app.hub.library import ModelSpec
 from app.installs.vllm_gpu import vllm_gpu_problem
+from app.planner.budgets import Budgets
 from app.planner.calibration import CalibrationStore
 from app.planner.plans import NoVariants, launch_plan, plan_model, variants_of
-from app.planner.recommend import Budgets, Option
+from app.planner.recommend import Option
 from app.planner.vllm_check import StartupCheck, check_startup, startup_measurement
 from engines.base import Engine, Installation, LaunchPlan
 from engines.vllm_log import VLLMStartup
