@@ -309,6 +309,7 @@ async def _json_body(receive: Receive) -> dict[str, Any]:
     return await read_json_object(receive, MAX_BODY, too_large_status=400)
 
 
+OFFLINE_RETRY_S = b"30"  # Retry-After of the Hub unreachable
 # HubError.kind -> HTTP status and error type of the control API's answer
 _HUB_ERROR_STATUS = {
     "gated": (403, "hub_error"),
@@ -321,8 +322,8 @@ _HUB_ERROR_STATUS = {
 
 async def _send_hub_error(send: Send, exc: Exception) -> None:
     message = sentence(str(exc)) or "The Hub request failed."
-    if isinstance(exc, OfflineError):
-        await send_error(send, 503, message, "hub_error", "offline")
+    if isinstance(exc, OfflineError):  # for a while, as a rule: worth trying again
+        await send_error(send, 503, message, "hub_error", "offline", headers=[(b"retry-after", OFFLINE_RETRY_S)])
     elif isinstance(exc, UnsafeName):
         await send_error(send, 400, message, "invalid_request_error", "bad_name")
     elif isinstance(exc, HubError) and exc.kind in _HUB_ERROR_STATUS:

@@ -1,8 +1,8 @@
 """Property-based fuzzing of a real service process: requests drawn by hypothesis from the route tables of both
 listeners (tests/support/fuzz_strategies.py, shared with the long run by hand, tests/bench/fuzz_long.py), so that
-a route added later is fuzzed without anyone listing it. No answer is a 5xx but an honest 503 with Retry-After or
-the documented Hub errors (HF_ENDPOINT is closed: 502/503 with a hub_error), every error is an OpenAI-shaped
-JSON body, the service logs no traceback and answers afterwards.
+a route added later is fuzzed without anyone listing it. No answer is a 5xx but an honest 503 with Retry-After (the
+Hub offline is one: HF_ENDPOINT is closed), every error is an OpenAI-shaped JSON body, the service logs no traceback
+and answers afterwards.
 
 The service serves the bundled model on llama-cpp-python (valid generation requests to it get a small
 max_tokens) and `fuzz`, an --upstream served by a tiny OpenAI-shaped server in this process that answers at once,
