@@ -22,7 +22,8 @@ from PySide6.QtGui import QColor, QHideEvent, QPalette, QShowEvent
 from PySide6.QtWidgets import QComboBox, QFileDialog, QHBoxLayout, QLabel, QPushButton, QVBoxLayout, QWidget
 
 from app.api_types import SampleEvent, SeriesAnswer
-from app.gui.connection.service_connection import LatestCall, ServiceConnection
+from app.gui.connection.latest_call import LatestCall
+from app.gui.connection.service_connection import ServiceConnection
 from app.gui.dashboard.dashboard_charts import (
     CHART_OF_NAME,
     CHARTS,
