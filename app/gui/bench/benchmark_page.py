@@ -41,7 +41,8 @@ from app.gui.bench.bench_format import (
     run_status,
 )
 from app.gui.bench.quality_panel import QualityPanel
-from app.gui.connection.service_connection import LatestCall, ServiceConnection
+from app.gui.connection.latest_call import LatestCall
+from app.gui.connection.service_connection import ServiceConnection
 
 PROGRESS_STEPS = 1000
 MAX_PROMPT_TOKENS = 32_768

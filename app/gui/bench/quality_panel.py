@@ -26,7 +26,8 @@ from PySide6.QtWidgets import (
 from app.api_types import ModelRecord, QualityListing, QualityRunRecord
 from app.client import ControlClient
 from app.gui.common.quality_format import CARD_COLUMNS, card_cells, run_results_text, run_status
-from app.gui.connection.service_connection import LatestCall, ServiceConnection
+from app.gui.connection.latest_call import LatestCall
+from app.gui.connection.service_connection import ServiceConnection
 
 PROGRESS_STEPS = 1000
 MIN_TOKENS = 128

@@ -25,7 +25,8 @@ from PySide6.QtWidgets import (
 from app.api_types import ACTIVE, ModelSettingsRecord
 from app.byte_size import format_bytes
 from app.client import ControlClient
-from app.gui.connection.service_connection import LatestCall, ServiceConnection
+from app.gui.connection.latest_call import LatestCall
+from app.gui.connection.service_connection import ServiceConnection
 
 ELLIPSIS_TEXT = "\N{HORIZONTAL ELLIPSIS}"
 ESTIMATE_DELAY_MS = 300  # ask the planner once typing pauses, not on every keystroke

@@ -6,9 +6,7 @@ from __future__ import annotations
 
 import enum
 import functools
-import socket
 import subprocess
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -16,8 +14,9 @@ from typing import Any, TypeVar
 from PySide6.QtCore import QObject, QThreadPool, QTimer, Signal, Slot
 
 from app.api_types import EndpointRecord, ModelRecord, SettingsAnswer
-from app.client import ControlClient, ControlError, ServiceUnavailable, connect, find_service, start_service
+from app.client import ControlClient, ControlError, ServiceUnavailable, connect, start_service
 from app.gui.connection.event_stream import EventStreamThread
+from app.gui.connection.service_shutdown import check_new_ports, shut_down_other_service, shut_down_service
 from app.paths import AppPaths
 
 T = TypeVar("T")
@@ -25,8 +24,6 @@ T = TypeVar("T")
 NOT_CONNECTED = "Not connected to the ModelDeck service."
 
 POLL_INTERVAL_MS = 1000
-SHUTDOWN_WAIT_S = 30.0
-KILL_WAIT_S = 10.0
 POOL_DRAIN_MS = 5000
 
 
@@ -334,7 +331,7 @@ class ServiceConnection(QObject):
 
         New ports are tried first: one that is taken is reported and the service keeps running as it is.
         Otherwise the connection goes CONNECTING, then CONNECTED with `sig_service_restarted`, or LOST."""
-        self.call(_check_new_ports, lambda _none: self._restart_now(), self._on_call_failed("restart the service"))
+        self.call(check_new_ports, lambda _none: self._restart_now(), self._on_call_failed("restart the service"))
 
     def _restart_now(self) -> None:
         client = self._client
@@ -352,9 +349,9 @@ class ServiceConnection(QObject):
 
     def _restart_service(self, client: ControlClient, process: subprocess.Popen[bytes] | None) -> _Opened:
         if process is not None:
-            _shut_down_service(client, process)
+            shut_down_service(client, process)
         else:
-            _shut_down_other_service(client, self._paths)
+            shut_down_other_service(client, self._paths)
         client.close()
         started = start_service(self._paths, self._port)
         return _Opened(started.client, started.process)
@@ -408,9 +405,9 @@ class ServiceConnection(QObject):
             return
         self.sig_status_changed.emit("Stopping the service and its engines\N{HORIZONTAL ELLIPSIS}")
         if process is not None:
-            job = functools.partial(_shut_down_service, client, process)
+            job = functools.partial(shut_down_service, client, process)
         else:
-            job = functools.partial(_shut_down_other_service, client, self._paths)
+            job = functools.partial(shut_down_other_service, client, self._paths)
         self._submit(job, lambda _none: self._finish_close(), self._on_shutdown_failed)
 
     def _on_shutdown_failed(self, message: str) -> None:
@@ -427,92 +424,3 @@ class ServiceConnection(QObject):
     def _set_phase(self, phase: Phase, status: str) -> None:
         self._phase = phase
         self.sig_status_changed.emit(status)
-
-
-class LatestCall:
-    """Control calls made for one view, of which only the latest one's answer is delivered: a page asked again
-    (the user went back and chose another model) must not show the answer to its previous question, and a view
-    deleted meanwhile (a dialog replaced by another) gets none."""
-
-    def __init__(self, connection: ServiceConnection, view: QObject) -> None:
-        self._connection = connection
-        self._serial = 0
-        view.destroyed.connect(self.cancel)
-
-    def run(
-        self, job: Callable[[ControlClient], T], on_done: Callable[[T], None], on_failed: Callable[[str], None]
-    ) -> None:
-        self._serial += 1
-        serial = self._serial
-
-        def done(result: T) -> None:
-            if serial == self._serial:
-                on_done(result)
-
-        def failed(message: str) -> None:
-            if serial == self._serial:
-                on_failed(message)
-
-        self._connection.call(job, done, failed)
-
-    def cancel(self) -> None:
-        """Drop the answer of the call in flight, if any."""
-        self._serial += 1
-
-
-def _shut_down_service(client: ControlClient, process: subprocess.Popen[bytes]) -> None:
-    """Ask the service to stop (it stops its engines first), wait for it; signal it if it does not answer."""
-    if process.poll() is None:
-        try:
-            client.shutdown()
-        except (ServiceUnavailable, ControlError):
-            process.terminate()  # the control API is gone, the process is not: SIGTERM stops it the same way
-    try:
-        process.wait(timeout=SHUTDOWN_WAIT_S)
-    except subprocess.TimeoutExpired:
-        process.terminate()
-        try:
-            process.wait(timeout=KILL_WAIT_S)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
-
-
-def _shut_down_other_service(client: ControlClient, paths: AppPaths) -> None:
-    """Ask a service this window did not start to stop, and wait until it has withdrawn its discovery file
-    (it does that last, once its engines are stopped and its ports closed)."""
-    pid = client.address.pid
-    try:
-        client.shutdown()
-    except (ServiceUnavailable, ControlError):
-        return  # already gone
-    deadline = time.monotonic() + SHUTDOWN_WAIT_S
-    while time.monotonic() < deadline:
-        address = find_service(paths)
-        if address is None or address.pid != pid:
-            return
-        time.sleep(0.1)
-    raise ServiceUnavailable(f"The service (pid {pid}) did not stop within {SHUTDOWN_WAIT_S:.0f} s.")
-
-
-def _check_new_ports(client: ControlClient) -> None:
-    """Raise ControlError when a port the restart would listen on is taken by another program."""
-    answer = client.settings()
-    settings, pending = answer["settings"], set(answer["restart_required"])
-    wanted = []
-    if pending & {"gateway_port", "bind_address"}:
-        wanted.append(("endpoint", str(settings["bind_address"]), int(settings["gateway_port"])))
-    if "control_port" in pending and settings["control_port"]:
-        wanted.append(("control API", "127.0.0.1", int(settings["control_port"])))
-    for what, host, port in wanted:
-        if port == answer["running"]["gateway_port"] or port == answer["running"]["control_port"]:
-            continue  # the service's own port: free once it stops
-        family = socket.AF_INET6 if ":" in host else socket.AF_INET
-        with socket.socket(family, socket.SOCK_STREAM) as probe:
-            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            try:
-                probe.bind((host, port))
-            except OSError as exc:
-                raise ControlError(
-                    f"port {port} for the {what} is not free ({exc.strerror or exc}); choose another and save"
-                ) from exc

@@ -13,7 +13,6 @@ clip-to-view and automatic downsampling.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +22,17 @@ from PySide6.QtGui import QColor, QHideEvent, QPalette, QShowEvent
 from PySide6.QtWidgets import QComboBox, QFileDialog, QHBoxLayout, QLabel, QPushButton, QVBoxLayout, QWidget
 
 from app.api_types import SampleEvent, SeriesAnswer
-from app.gui.connection.service_connection import LatestCall, ServiceConnection
+from app.gui.connection.latest_call import LatestCall
+from app.gui.connection.service_connection import ServiceConnection
+from app.gui.dashboard.dashboard_charts import (
+    CHART_OF_NAME,
+    CHARTS,
+    DASHED,
+    DOTTED,
+    MODEL_COLOURS,
+    SERVICE_COLOUR,
+    ChartSpec,
+)
 from app.gui.dashboard.dashboard_data import DashboardData, SeriesKey, series_model, series_title
 from app.gui.dashboard.dashboard_tiles import DashboardTiles, tile_values
 
@@ -32,41 +41,7 @@ WINDOWS = (("1 min", 60), ("10 min", 600), ("1 h", 3600), ("24 h", 86400))
 RAW_WINDOW_S = 3600  # beyond this the service answers with minute averages, so the history is fetched again
 REFETCH_LONG_WINDOW_S = 60.0
 ALL_MODELS = "All models"
-GIB = 2.0**30
 EMPTY_TEXT = "No data in this window"
-# Colour-blind-safe (Okabe and Ito), one per model in the order models appear; machine-wide series take the
-# palette's text colour, the service a grey.
-MODEL_COLOURS = ("#0072b2", "#e69f00", "#009e73", "#cc79a7", "#56b4e9", "#d55e00", "#f0e442")
-SERVICE_COLOUR = "#8c8c8c"
-# The second series of a pair in one chart (prompt beside generation, p95 beside p50, capacity beside use).
-_DASHED = {"prompt_tokens_per_s", "ttft_p95_s", "system_cpu_percent", "system_memory_used_bytes"}
-_DOTTED = {"gpu_memory_total_bytes", "gpu_memory_used_bytes"}
-
-
-@dataclass(frozen=True)
-class ChartSpec:
-    """One chart: which series it draws and in which unit. Optional charts appear with their first series."""
-
-    key: str
-    title: str
-    unit: str
-    names: tuple[str, ...]
-    scale: float = 1.0
-    optional: bool = False
-
-
-CHARTS = (
-    ChartSpec("throughput", "Throughput", "tokens/s", ("generation_tokens_per_s", "prompt_tokens_per_s")),
-    ChartSpec("ttft", "Time to first token", "ms", ("ttft_p50_s", "ttft_p95_s"), 1000.0),
-    ChartSpec("cpu", "CPU", "%", ("process_cpu_percent", "system_cpu_percent")),
-    ChartSpec("ram", "RAM", "GiB", ("process_rss_bytes", "system_memory_used_bytes"), 1 / GIB),
-    ChartSpec("gpu", "GPU memory by process", "GiB",
-              ("gpu_process_memory_bytes", "gpu_memory_used_bytes", "gpu_memory_total_bytes"), 1 / GIB, True),
-    ChartSpec("kv", "KV cache", "%", ("engine_kv_cache_usage",), 100.0, True),
-    # Prompt tokens served from the engine's cache over all prompt tokens: the multi-turn reuse slot routing is for.
-    ChartSpec("cache", "Prompt cache reuse", "%", ("prompt_cache_reuse",), 100.0, True),
-)  # fmt: skip
-_CHART_OF_NAME = {name: chart for chart in CHARTS for name in chart.names}
 
 
 class DashboardPanel(QWidget):
@@ -228,9 +203,9 @@ class DashboardPanel(QWidget):
         else:
             colour = self.palette().color(QPalette.ColorRole.Text)
         pen = pg.mkPen(colour, width=1.5)
-        if key[0] in _DASHED:
+        if key[0] in DASHED:
             pen.setStyle(Qt.PenStyle.DashLine)
-        elif key[0] in _DOTTED:
+        elif key[0] in DOTTED:
             pen.setStyle(Qt.PenStyle.DotLine)
         return pen
 
@@ -305,7 +280,7 @@ class DashboardPanel(QWidget):
         self._last_draw = time.monotonic()
         self.refresh_count += 1
         for key, buffer in self.data.changed():
-            chart = _CHART_OF_NAME.get(key[0])
+            chart = CHART_OF_NAME.get(key[0])
             if chart is None:
                 buffer.changed = False
                 continue
@@ -335,7 +310,7 @@ class DashboardPanel(QWidget):
             if curve.isVisible():
                 times, _ = self.data.buffers[key].view()
                 if len(times) and times[-1] >= since:
-                    has_data.add(_CHART_OF_NAME[key[0]].key)
+                    has_data.add(CHART_OF_NAME[key[0]].key)
         for chart_key, label in self._empty_labels.items():
             label.setVisible(chart_key not in has_data)
 
@@ -419,7 +394,7 @@ class DashboardPanel(QWidget):
         chart = next(c for c in CHARTS if c.key == chart_key)
         parts = [time.strftime("%H:%M:%S", time.localtime(x))]
         for key in self.visible_keys():
-            if _CHART_OF_NAME.get(key[0]) is chart:
+            if CHART_OF_NAME.get(key[0]) is chart:
                 value = self.data.buffers[key].value_at(x)
                 if value is not None:
                     parts.append(f"{series_title(key)}: {value * chart.scale:.4g} {chart.unit}")
@@ -470,4 +445,4 @@ class DashboardPanel(QWidget):
         self.refresh_timer.stop()
 
 
-__all__ = ["CHARTS", "DashboardPanel"]
+__all__ = ["DashboardPanel"]

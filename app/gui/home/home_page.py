@@ -26,7 +26,8 @@ from app.gui.common.model_item_model import SIZE_COLUMN, ModelItemModel
 from app.gui.common.model_list_panel import ModelListPanel
 from app.gui.common.plan_text import hardware_rows, problems_html, rows_html
 from app.gui.common.state_words import STATE_WORDS
-from app.gui.connection.service_connection import LatestCall, ServiceConnection
+from app.gui.connection.latest_call import LatestCall
+from app.gui.connection.service_connection import ServiceConnection
 from app.gui.home.first_run_panel import FirstRunPanel, bundled_record
 from app.gui.home.gui_state import GuiState
 from app.gui.home.next_step_panel import NextStepPanel

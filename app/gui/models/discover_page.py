@@ -10,7 +10,8 @@ from PySide6.QtWidgets import QComboBox, QHBoxLayout, QLabel, QLineEdit, QPushBu
 from app.api_types import DownloadRecord, HubSearchResult
 from app.client import ControlClient
 from app.gui.common.hub_format import cell, count_text, error_label, selected_key, show_error, table
-from app.gui.connection.service_connection import LatestCall, ServiceConnection
+from app.gui.connection.latest_call import LatestCall
+from app.gui.connection.service_connection import ServiceConnection
 from app.gui.models.downloads_panel import DownloadsPanel
 from app.gui.models.hub_model_panel import HubModelPanel
 

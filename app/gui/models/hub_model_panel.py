@@ -14,7 +14,8 @@ from app.api_types import DownloadRecord, HubModelPage
 from app.client import ControlClient
 from app.gui.common.hub_format import cell, error_label, selected_key, show_error, size_text, table
 from app.gui.common.quality_format import loss_text
-from app.gui.connection.service_connection import LatestCall, ServiceConnection
+from app.gui.connection.latest_call import LatestCall
+from app.gui.connection.service_connection import ServiceConnection
 
 COLUMNS = ("Variant", "Size", "Files", "On this machine", "Expected quality loss")
 FIT_COLUMN = 3

@@ -26,7 +26,8 @@ from app.client import ControlClient
 from app.gui.common.hub_format import cell, error_label, row_key, selected_key, show_error, size_text, table
 from app.gui.common.load_dialog import LoadDialog
 from app.gui.common.state_words import state_word
-from app.gui.connection.service_connection import LatestCall, ServiceConnection
+from app.gui.connection.latest_call import LatestCall
+from app.gui.connection.service_connection import ServiceConnection
 
 COLUMNS = ("Model", "Source", "Size on disk", "State", "File")
 SOURCE_WORDS = {"bundled": "Bundled", "hub": "Hugging Face Hub", "local": "Imported"}

@@ -12,7 +12,8 @@ from app.api_types import EngineBuildListing, EngineBuildRecord, RecommendationR
 from app.client import ControlClient
 from app.gui.common.hub_format import error_label, show_error
 from app.gui.common.plan_text import ENGINE_WORDS
-from app.gui.connection.service_connection import LatestCall, ServiceConnection
+from app.gui.connection.latest_call import LatestCall
+from app.gui.connection.service_connection import ServiceConnection
 
 # Engines the service builds (POST /api/engines/ENGINE/build).
 BUILDABLE = ("llama-server",)

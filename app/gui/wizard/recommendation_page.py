@@ -46,7 +46,8 @@ from app.gui.common.plan_text import (
     rows_html,
 )
 from app.gui.common.quality_format import loss_text
-from app.gui.connection.service_connection import LatestCall, ServiceConnection
+from app.gui.connection.latest_call import LatestCall
+from app.gui.connection.service_connection import ServiceConnection
 from app.gui.wizard.engine_build_panel import EngineBuildPanel, engine_to_build
 from app.gui.wizard.measured_speed import MeasuredSpeed, measured_speed, speed_words
 from app.gui.wizard.memory_bar import MemoryBarPanel, memory_bars

@@ -25,7 +25,8 @@ from app.byte_size import format_bytes
 from app.client import ControlClient
 from app.gui.common.hub_format import error_label, show_error
 from app.gui.common.plan_text import hardware_rows, problems_html, rows_html
-from app.gui.connection.service_connection import LatestCall, ServiceConnection
+from app.gui.connection.latest_call import LatestCall
+from app.gui.connection.service_connection import ServiceConnection
 
 DEFAULT_USERS = 8
 MAX_USERS = 1024
