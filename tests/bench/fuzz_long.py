@@ -1,8 +1,9 @@
-"""The long fuzz run: 10,000 requests (by default) drawn as tests/app/test_fuzz_service.py draws them (the strategies
-of tests/support/fuzz_strategies.py, from the route tables of both listeners) to a real service on the bundled
-model (llama-cpp-python) and a stand-in --upstream, with the Hub offline. Unlike the test it does not stop at the
-first problem: it prints the count of answers by class, the 5xx count first, and then each problem seen (an
-undocumented 5xx, an error that is no OpenAI-shaped JSON body), and whether the service logged a traceback.
+"""The long fuzz run: 10,000 requests (by default) drawn as tests/app/service/test_fuzz_service.py draws them (the
+strategies of tests/support/fuzz_strategies.py, from the route tables of both listeners) to a real service on the
+bundled model (llama-cpp-python) and a stand-in --upstream, with the Hub offline. Unlike the test it does not stop at
+the first problem: it prints the count of answers by class, the 5xx count first, and then each problem seen (a 5xx
+other than a 503 with Retry-After, an error that is no OpenAI-shaped JSON body), and whether the service logged a
+traceback.
 
 Run by hand from the repository root (pytest does not collect tests/bench):
 

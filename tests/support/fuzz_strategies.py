@@ -1,7 +1,7 @@
-"""What the fuzz test (tests/app/test_fuzz_service.py) and the long fuzz run (tests/bench/fuzz_long.py) send to a
-real service and how they judge its answers: requests drawn by hypothesis from the route tables of both listeners
-(app.service.gateway.gateway_routes.ROUTES, app.service.control.control.api_routes), so that a route added later
-is fuzzed without anyone listing it here.
+"""What the fuzz test (tests/app/service/test_fuzz_service.py) and the long fuzz run (tests/bench/fuzz_long.py) send to
+a real service and how they judge its answers: requests drawn by hypothesis from the route tables of both listeners
+(app.service.gateway.gateway_routes.ROUTES, app.service.control.control.api_routes), so that a route added later is
+fuzzed without anyone listing it here.
 
 Path parameters are filled with generated segments and with real ids of the running service; bodies, headers and
 query strings hold wrong types, huge and nested values, lone surrogates, NULs and numbers at the edges (2**63,
@@ -40,9 +40,9 @@ NOT_FUZZED: dict[Route, str] = {
     ("POST", "/api/key/regenerate"): "it replaces the endpoint's key under the fuzz (tests/app/test_settings.py)",
     ("GET", "/api/events"): "an event stream that never ends (its HEAD is fuzzed)",
 }
-# Routes fuzzed only with requests that can start nothing long: no real model id in the body of a start of a
-# benchmark or quality run (minutes of generation: tests/app/test_bench_service.py, test_quality_service.py), and
-# no engine build (pip download, cmake: test_engine_build_service.py) asked for an engine that exists.
+# Routes fuzzed only with requests that can start nothing long: no real model id in the body of a start of a benchmark
+# or quality run (minutes of generation: tests/app/service/jobs/test_bench_service.py, test_quality_service.py), and no
+# engine build (pip download, cmake: test_engine_build_service.py) asked for an engine that exists.
 JOB_STARTS = frozenset({"/api/bench", "/api/quality"})  # POSTed
 NO_REAL_ENGINE: frozenset[Route] = frozenset({("POST", "/api/engines/{}/build")})
 ENGINE_NAMES = ("llama-server", "llama-cpp-python", "vllm", "sglang")
@@ -355,7 +355,7 @@ class Tally:
     def summary(self) -> str:
         five = self.counts["5xx"]
         classes = ", ".join(f"{name} {self.counts[name]}" for name in sorted(self.counts) if name != "5xx")
-        return f"5xx {five} (undocumented {len(self.problems)}), {classes}"
+        return f"5xx {five} (problems {len(self.problems)}), {classes}"
 
 
 class FuzzUpstream(StandInHandler):
