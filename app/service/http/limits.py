@@ -14,6 +14,6 @@ class HttpLimits:
     header_timeout_s: float = 10.0  # from a request's first byte (or the connection) to the end of its headers
     body_timeout_s: float = 30.0  # from the end of the headers to the end of the body
     keep_alive_s: float = 30.0  # an idle connection between requests
-    max_pipelined: int = 16  # requests read ahead of the one being answered; more close the connection
+    max_pipelined: int = 16  # requests read ahead of the one being answered; the next gets a 503, then the close
     max_connections: int = 1024  # open at once; at the cap the longest idle one makes room (connection_cap.py)
     shutdown_grace_s: float = 2.0
