@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import functools
 import time
 from collections.abc import Callable
@@ -36,6 +35,7 @@ from app.bench.prompts import (
     calibration_prompt,
     digest,
 )
+from app.bench.run_load import run_load
 from app.client import ControlClient, ControlError
 from app.hardware.fingerprint import hardware_fingerprint
 from engines.gguf import GGUFError, read_gguf_info
@@ -139,7 +139,7 @@ def run_sweep(
     # One request before the levels, so the first level does not pay for loading: in `identical` mode the prompt
     # every request sends, in `shared-prefix` the shared prefix, else a prompt no level sends.
     warmup = functools.partial(prompts.prompt, "warmup")
-    asyncio.run(run_level(LoadSpec(target.base_url, target.api_key, model_id, 1, 1, 4, warmup, target.cert_path)))
+    run_load(run_level(LoadSpec(target.base_url, target.api_key, model_id, 1, 1, 4, warmup, target.cert_path)))
     requests = [options.requests_for(c) for c in options.concurrency]
     report(SweepStarted(list(options.concurrency), requests))
     levels, sent = _run_levels(target, options, prompts, requests, report)
@@ -201,13 +201,13 @@ def _run_levels(
             )  # fmt: skip
             sent += [talk.first(c) for c in range(talk.conversations)]
             sent += [talk.follow_up(c, t) for c in range(talk.conversations) for t in range(2, talk.turns + 1)]
-            results, duration = asyncio.run(run_conversations(talk, count))
+            results, duration = run_load(run_conversations(talk, count))
         else:
             prompt = functools.partial(prompts.prompt, stream)
             load = LoadSpec(target.base_url, target.api_key, target.model, concurrency, requests[index],
                             options.output_tokens, prompt, target.cert_path)  # fmt: skip
             sent += [load.prompt(i) for i in range(load.requests)]
-            results, duration = asyncio.run(run_level(load, count))
+            results, duration = run_load(run_level(load, count))
         level = LevelResult.summarize(concurrency, results, duration)
         levels.append(level)
         report(LevelDone(index, level))
@@ -242,7 +242,7 @@ def _calibrate(target: _Target, options: SweepOptions) -> tuple[int | None, Prom
     """What the chat template and the instruction add to a prompt, as the engine counts it (None when it does not
     say), and the prompts whose whole length is then `options.prompt_tokens`."""
     try:
-        counted = asyncio.run(
+        counted = run_load(
             count_prompt_tokens(
                 target.base_url,
                 target.api_key,

@@ -22,12 +22,14 @@ import tempfile
 import time
 from pathlib import Path
 
+import httpx
 from hypothesis import HealthCheck, Phase, given, seed, settings
 from hypothesis.configuration import set_hypothesis_home_dir
 
 from app.hub.library import BUNDLED_ID
 from app.paths import app_paths
 from tests.support.fuzz_strategies import (
+    FUZZ_TIMEOUT_S,
     STAND_IN,
     FuzzRequest,
     FuzzUpstream,
@@ -60,7 +62,12 @@ def run(count: int, chosen_seed: int, home: Path) -> int:
                       suppress_health_check=list(HealthCheck))  # fmt: skip
             @given(request=requests(model_ids, other_ids, {BUNDLED_ID}))
             def fuzz(request: FuzzRequest) -> None:
-                answer = send(clients, request)
+                try:
+                    answer = send(clients, request)
+                except httpx.TimeoutException:  # silence is a problem too: said, and the run goes on
+                    tally.counts["no answer in time"] += 1
+                    tally.problems.append(f"no answer in {FUZZ_TIMEOUT_S:g} s: {request!r}")
+                    return
                 if answer is not None:
                     judge(request, answer, tally)
                 else:

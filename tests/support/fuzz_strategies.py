@@ -43,6 +43,7 @@ NOT_FUZZED: dict[Route, str] = {
 # Routes fuzzed only with requests that can start nothing long: no real model id in the body of a start of a benchmark
 # or quality run (minutes of generation: tests/app/service/jobs/test_bench_service.py, test_quality_service.py), and no
 # engine build (pip download, cmake: test_engine_build_service.py) asked for an engine that exists.
+FUZZ_TIMEOUT_S = 120.0  # an answer slower than this is silence
 JOB_STARTS = frozenset({"/api/bench", "/api/quality"})  # POSTed
 NO_REAL_ENGINE: frozenset[Route] = frozenset({("POST", "/api/engines/{}/build")})
 ENGINE_NAMES = ("llama-server", "llama-cpp-python", "vllm", "sglang")
@@ -383,9 +384,9 @@ def fuzz_clients(service: RunningService) -> dict[Listener, httpx.Client]:
     """A client for each listener, with its key and a JSON content type unless a request's own headers differ."""
     address = service.client.address
     return {
-        "v1": httpx.Client(base_url=service.url.removesuffix("/v1"), timeout=120, trust_env=False, headers={
+        "v1": httpx.Client(base_url=service.url.removesuffix("/v1"), timeout=FUZZ_TIMEOUT_S, trust_env=False, headers={
             "authorization": f"Bearer {service.api_key}", "content-type": "application/json"}),
-        "api": httpx.Client(base_url=address.control_url, timeout=120, trust_env=False, headers={
+        "api": httpx.Client(base_url=address.control_url, timeout=FUZZ_TIMEOUT_S, trust_env=False, headers={
             "authorization": f"Bearer {address.token}", "content-type": "application/json"}),
     }  # fmt: skip
 
