@@ -2,8 +2,7 @@
 task of aiohttp's. asyncio.run then raised it, and also logged that task's exception as "never retrieved", with a
 traceback on the command's stderr after its one-line message (seen under load in
 tests/app/bench/test_bench.py::test_ctrl_c_prints_the_levels_measured_and_saves_no_card; plain asyncio.run logs it
-here too). The child here raises it
-inside such a task, as the signal handler would."""
+here too). The child here raises it inside such a task, as the signal handler would."""
 
 from __future__ import annotations
 
