@@ -90,6 +90,8 @@ def run(count: int, chosen_seed: int, home: Path) -> int:
         print(output[output.index("Traceback") :][:3000])
     for problem in tally.problems[:50]:
         print("problem:", problem[:1000])
+    if tally.counts["no answer in time"]:  # what the service said meanwhile, to see what it waited on
+        print("the service's log, last lines:\n" + "\n".join(output.splitlines()[-60:]))
     return 0 if alive and not tracebacks and not tally.problems else 1
 
 
