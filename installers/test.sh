@@ -13,23 +13,26 @@ echo "==> mypy"
 "$bin/mypy"
 echo "==> import layers"
 "$bin/lint-imports"
-echo "==> llama-server for the engine tests"
-# Built once (about 6 minutes on 2 cores) from the pinned llama-cpp-python sdist; the tests fail without it.
+echo "==> llama-server for the engine tests, llama.cpp's quality tools (llama-perplexity, llama-quantize, llama-imatrix)"
+# Built from the pinned llama-cpp-python sdist into one folder that later runs reuse; the tests fail without them.
+# Both missing (a new machine): one build of both, ggml compiled once (about 10 minutes on 2 cores, where the two
+# builds one after the other took 21). A build that may run AMX code (made before AMX was left out:
+# app/installs/llama_server_build.py) is made again.
 export MODELDECK_TEST_ENGINES="${MODELDECK_TEST_ENGINES:-$HOME/.cache/modeldeck/test-engines}"
-# A build that may run AMX code (made before AMX was left out: app/installs/llama_server_build.py) is made again.
-if ! "$bin/python" -c 'import sys; from pathlib import Path; from engines.llama_server import installed_builds
+missing="$("$bin/python" -c 'import sys; from pathlib import Path
 from app.installs.llama_server_build import uses_amx
-sys.exit(0 if [b for b in installed_builds(Path(sys.argv[1])) if not uses_amx(b.executable.parent)] else 1)' \
-        "$MODELDECK_TEST_ENGINES"; then
-    "$bin/python" -m app engines build llama-server --dest "$MODELDECK_TEST_ENGINES" --backend cpu
-fi
-echo "==> llama.cpp's quality tools (llama-perplexity, llama-quantize, llama-imatrix) for the quality tests"
-if ! "$bin/python" -c 'import sys; from pathlib import Path; from app.installs.llama_tools_build import installed_tools
-from app.installs.llama_server_build import uses_amx
-sys.exit(0 if [t for t in installed_tools(Path(sys.argv[1])) if not uses_amx(t.folder)] else 1)' \
-        "$MODELDECK_TEST_ENGINES"; then
-    "$bin/python" -m app engines build llama-tools --dest "$MODELDECK_TEST_ENGINES" --backend cpu
-fi
+from app.installs.llama_tools_build import installed_tools
+from engines.llama_server import installed_builds
+root = Path(sys.argv[1])
+server = [b for b in installed_builds(root) if not uses_amx(b.executable.parent)]
+tools = [t for t in installed_tools(root) if not uses_amx(t.folder)]
+print(" ".join(name for name, found in (("llama-server", server), ("llama-tools", tools)) if not found))' \
+    "$MODELDECK_TEST_ENGINES")"
+case "$missing" in
+    "llama-server llama-tools") "$bin/python" -m app engines build llama-server --with-tools --dest "$MODELDECK_TEST_ENGINES" --backend cpu ;;
+    "") ;;
+    *) "$bin/python" -m app engines build "$missing" --dest "$MODELDECK_TEST_ENGINES" --backend cpu ;;
+esac
 echo "==> packages for the packaging tests"
 # installers/build.sh once per change of what goes into a package (the first build compiles the portable llama.cpp:
 # about 25 minutes on 2 cores, cached in ~/.cache/modeldeck/build; then a minute or two of PyInstaller).

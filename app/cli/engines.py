@@ -32,6 +32,10 @@ def add_engine_commands(commands: argparse._SubParsersAction[argparse.ArgumentPa
         help="run on any CPU of this architecture: one CPU library per instruction-set level, the best loaded at "
         "start; CUDA needs no driver here (what packages ship; several times longer to build)",
     )  # fmt: skip
+    build.add_argument(
+        "--with-tools", action="store_true",
+        help="llama-server: build llama-tools from the same tree too (ggml compiled once; not with --portable)",
+    )  # fmt: skip
     engines.set_defaults(func=run_engines_command)
 
 
@@ -70,13 +74,17 @@ def _build(args: argparse.Namespace, paths: AppPaths) -> int:
         build_llama_server,
         detect_backend,
     )
-    from app.installs.llama_tools_build import build_llama_tools
+    from app.installs.llama_tools_build import build_llama_server_and_tools, build_llama_tools
     from app.installs.sdist_download import download_sdist
 
     backend = args.backend
     if backend is None:
         backend, why = detect_backend(for_package=args.portable)
         print(f"backend: {why}")
+    if args.with_tools and (args.engine != "llama-server" or args.portable):
+        print("modeldeck: --with-tools goes with llama-server, built for this machine (not --portable)",
+              file=sys.stderr)  # fmt: skip
+        return 2
     dest = args.dest or paths.engine_builds
     source: Path | None = args.source
     if source is not None and not source.exists():
@@ -90,6 +98,10 @@ def _build(args: argparse.Namespace, paths: AppPaths) -> int:
         if sdist is None:
             print(f"downloading llama_cpp_python=={PINNED_VERSION} (source distribution) with pip ...")
             sdist = download_sdist(paths.cache / "sdists", PINNED_VERSION, state)
+        if args.with_tools:
+            server, tools = build_llama_server_and_tools(sdist, dest, state, backend=backend, jobs=args.jobs)
+            print(f"built {tools.folder}")
+            return server.executable
         if args.engine == "llama-server":
             return build_llama_server(
                 sdist, dest, state, backend=backend, jobs=args.jobs, portable=args.portable

@@ -261,7 +261,7 @@ def build_llama_server(
     (with the compiler's last lines) or Stopped (pause or cancel)."""
 
     def install(tree: CmakeTree) -> BuildResult:
-        return _install(tree.build, dest, tree.version, tree.backend, tree.flags, source, portable=portable)
+        return install_server(tree, dest, source, portable=portable)
 
     return cmake_build(source, dest, state, (EXECUTABLE,), install, work_prefix=".build", log_prefix=EXECUTABLE,
                        backend=backend, version=version, jobs=jobs, portable=portable)  # fmt: skip
@@ -401,9 +401,9 @@ def _run(argv: Sequence[str], log: TextIO, steps: _Percent, log_path: Path, *, p
                          f"\nFull log: {log_path}")  # fmt: skip
 
 
-def _install(
-    build: Path, dest: Path, version: str, backend: str, flags: list[str], source: Path, *, portable: bool
-) -> BuildResult:
+def install_server(tree: CmakeTree, dest: Path, source: Path, *, portable: bool = False) -> BuildResult:
+    """Copy the llama-server of a compiled `tree` (with a shared build's libraries) into its folder under `dest`."""
+    build, version, backend, flags = tree.build, tree.version, tree.backend, tree.flags
     built = next((p for p in (build / "bin" / EXECUTABLE, build / EXECUTABLE) if p.is_file()), None)
     if built is None:
         raise BuildError(f"the build finished but no {EXECUTABLE} is in {build}")

@@ -16,8 +16,16 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from app.bounded_json import load_json
-from app.installs.llama_server_build import BuildError, CmakeTree, cmake_build, staged_folder
+from app.installs.llama_server_build import (
+    BuildError,
+    BuildResult,
+    CmakeTree,
+    cmake_build,
+    install_server,
+    staged_folder,
+)
 from app.task import TaskState
+from engines.llama_server import EXECUTABLE
 
 TOOLS = ("llama-perplexity", "llama-quantize", "llama-imatrix")
 TOOLS_PREFIX = "llama-tools"
@@ -86,6 +94,25 @@ def build_llama_tools(
 
     return cmake_build(source, dest, state, TOOLS, install, work_prefix=".build-tools", log_prefix=TOOLS_PREFIX,
                        backend=backend, jobs=jobs)  # fmt: skip
+
+
+def build_llama_server_and_tools(
+    source: Path,
+    dest: Path,
+    state: TaskState,
+    *,
+    backend: str | None = None,
+    jobs: int | None = None,
+) -> tuple[BuildResult, ToolsBuild]:
+    """llama-server and the three tools from one cmake tree, installed as the two builds would install them: ggml
+    and llama are compiled once, where two builds compile them twice (on 2 cores the tools alone took 13 minutes
+    after the server's 8). The tree is the server build's own, so a paused server build is continued."""
+
+    def install(tree: CmakeTree) -> tuple[BuildResult, ToolsBuild]:
+        return install_server(tree, dest, source), _install(tree, dest, source)
+
+    return cmake_build(source, dest, state, (EXECUTABLE, *TOOLS), install, work_prefix=".build",
+                       log_prefix=EXECUTABLE, backend=backend, jobs=jobs)  # fmt: skip
 
 
 def _install(tree: CmakeTree, dest: Path, source: Path) -> ToolsBuild:

@@ -13,8 +13,16 @@ from pathlib import Path
 import pytest
 
 from app.installs.llama_server_build import BuildError
-from app.installs.llama_tools_build import TOOLS, TOOLS_ENV, build_llama_tools, find_tools, installed_tools
+from app.installs.llama_tools_build import (
+    TOOLS,
+    TOOLS_ENV,
+    build_llama_server_and_tools,
+    build_llama_tools,
+    find_tools,
+    installed_tools,
+)
 from app.task import Progress, TaskState
+from engines.llama_server import EXECUTABLE, installed_builds
 from tests.support.service import REPO
 
 MAIN_C = "int main(void) { return 0; }\n"
@@ -106,3 +114,20 @@ def test_engines_build_llama_perplexity_builds_the_tools_with_a_progress_bar(tmp
     assert "[" + "#" * 30 + "] 100.0% done" in built.stderr
     folder = installed_tools(dest)[0].folder
     assert f"built {folder}" in built.stdout
+
+
+def test_the_server_and_the_tools_come_from_one_tree(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """What installers/test.sh builds on a new machine: one configure, one compile, both installed where each is
+    found, and the one tree removed."""
+    monkeypatch.delenv(TOOLS_ENV, raising=False)
+    dest = tmp_path / "builds"
+    server, tools = build_llama_server_and_tools(
+        tiny_tools(tmp_path / "src", (*TOOLS, EXECUTABLE)), dest, TaskState(), backend="cpu", jobs=2
+    )
+
+    assert [b.executable for b in installed_builds(dest)] == [server.executable]
+    assert find_tools(dest) == tools and all((tools.folder / name).is_file() for name in TOOLS)
+    assert not (tools.folder / EXECUTABLE).exists() and not (server.executable.parent / TOOLS[0]).exists()
+    log = next(dest.glob(f"{EXECUTABLE}-*.log")).read_text()
+    assert log.count("Configuring done") == 1, "one configure for both"
+    assert not list(dest.glob(".build-*")), "the one build directory is removed after a success"
