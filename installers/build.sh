@@ -72,9 +72,11 @@ fi
 
 echo "==> freezing (PyInstaller)"
 commit="$(git rev-parse HEAD 2>/dev/null || echo unknown)"
-printf '{"commit": "%s", "built": "%s"}\n' "$commit" "$(date -u +%Y-%m-%dT%H:%M:%SZ)" > app/build_info.json
-trap 'rm -f app/build_info.json' EXIT
-MODELDECK_LLAMA_SERVER_BUILD="$server_build" "$venv/bin/pyinstaller" --noconfirm --log-level WARN --distpath build/pyinstaller/dist \
+# Written outside app/, so that a checkout the tests run from meanwhile (installers/test.sh) stays a checkout.
+mkdir -p build/pyinstaller
+build_info="$PWD/build/pyinstaller/build_info.json"
+printf '{"commit": "%s", "built": "%s"}\n' "$commit" "$(date -u +%Y-%m-%dT%H:%M:%SZ)" > "$build_info"
+MODELDECK_BUILD_INFO="$build_info" MODELDECK_LLAMA_SERVER_BUILD="$server_build" "$venv/bin/pyinstaller" --noconfirm --log-level WARN --distpath build/pyinstaller/dist \
     --workpath build/pyinstaller/work installers/pyinstaller/modeldeck.spec
 
 echo "==> packages"

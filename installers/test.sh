@@ -35,15 +35,37 @@ case "$missing" in
 esac
 echo "==> packages for the packaging tests"
 # installers/build.sh once per change of what goes into a package (the first build compiles the portable llama.cpp:
-# about 25 minutes on 2 cores, cached in ~/.cache/modeldeck/build; then a minute or two of PyInstaller).
+# about 25 minutes on 2 cores, cached in ~/.cache/modeldeck/build; then a minute or two of PyInstaller). The whole
+# suite's run builds them beside the other tests (the compiler waits less on them than they wait on engines), and
+# runs the packaging tests when they are built.
 inputs="$(git ls-files -z pyproject.toml app engines installers resources | xargs -0 sha256sum | sha256sum | cut -c1-16)"
 export MODELDECK_TEST_PACKAGES="${MODELDECK_TEST_PACKAGES_ROOT:-$HOME/.cache/modeldeck/test-packages}/$inputs"
-if [ ! -f "$MODELDECK_TEST_PACKAGES/done" ]; then
-    bash installers/build.sh
-    rm -rf "$MODELDECK_TEST_PACKAGES" && mkdir -p "$MODELDECK_TEST_PACKAGES"
-    version="$(sed -n 's/^version = "\(.*\)"$/\1/p' pyproject.toml | head -n 1)"
-    cp "dist/ModelDeck-$version-linux-x86_64.tar.gz" "dist/modeldeck_${version}_amd64.deb" "$MODELDECK_TEST_PACKAGES/"
-    touch "$MODELDECK_TEST_PACKAGES/done"
+if [ -f "$MODELDECK_TEST_PACKAGES/done" ]; then
+    echo "    built already: $MODELDECK_TEST_PACKAGES"
+elif [ "$#" -gt 0 ]; then
+    bash installers/test-packages.sh
+else
+    mkdir -p build
+    echo "    building beside the tests (log: build/packages.log)"
+    # A process group of its own, so that leaving early stops the compilers too.
+    setsid bash installers/test-packages.sh > build/packages.log 2>&1 &
+    builder=$!
+    trap 'kill -- "-$builder" 2>/dev/null || true' EXIT
 fi
 echo "==> pytest"
-"$bin/python" -m pytest "$@"
+if [ -z "${builder:-}" ]; then
+    "$bin/python" -m pytest "$@"
+    exit
+fi
+status=0
+"$bin/python" -m pytest --ignore=tests/packaging || status=$?
+echo "==> packaging tests, once the packages are built"
+if ! wait "$builder"; then
+    trap - EXIT
+    echo "the package build failed; the end of build/packages.log:" >&2
+    tail -n 40 build/packages.log >&2
+    exit 1
+fi
+trap - EXIT
+"$bin/python" -m pytest tests/packaging || status=$?
+exit "$status"
