@@ -45,8 +45,9 @@ def check_transition(previous: EngineState, state: EngineState) -> None:
 
 
 @dataclass(frozen=True)
-class EngineEvent:
-    """One state transition of one engine, as published to the GUI and CLI."""
+class StateChange:
+    """One state transition of one engine, as its supervisor reports it (the service publishes it to the GUI and
+    CLI as an api_types.EngineEvent)."""
 
     model_id: str
     state: EngineState

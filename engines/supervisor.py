@@ -28,12 +28,12 @@ from engines.processes import (
     wait_for_exit,
     write_record,
 )
-from engines.states import ACTIVE_STATES, EngineEvent, EngineState, check_transition
+from engines.states import ACTIVE_STATES, EngineState, StateChange, check_transition
 
 DIAGNOSIS_LINES = 200  # the end of a load log: llama.cpp prints the failing allocation a few lines from the end
 
 CommandFactory = Callable[[int], EngineCommand]
-EventSink = Callable[[EngineEvent], None]
+EventSink = Callable[[StateChange], None]
 LogSink = Callable[[str, str], None]
 
 
@@ -314,7 +314,7 @@ class EngineSupervisor:
         check_transition(self._state, state)
         previous, self._state, self._message = self._state, state, message
         if self._on_event is not None:
-            self._on_event(EngineEvent(self.model_id, state, previous, message, self.pid, self.port))
+            self._on_event(StateChange(self.model_id, state, previous, message, self.pid, self.port))
 
 
 __all__ = ["EngineSupervisor", "LaunchRecord", "StartFailed", "SupervisorPolicy"]

@@ -29,7 +29,7 @@ from app.service.launch.served_model import ServedModel, describe_served
 from app.service.remotes import RemoteEndpoint, RemoteModel, RemoteTable
 from engines.base import EmbeddingModeEngine, Engine, StartupLogEngine
 from engines.registry import ENGINES
-from engines.states import EngineEvent, EngineState
+from engines.states import EngineState, StateChange
 from engines.supervisor import CommandFactory, EngineSupervisor, EventSink, LogSink, SupervisorPolicy
 from engines.vllm_log import VLLMStartup
 
@@ -330,7 +330,7 @@ class EngineManager:
     def _refuse(self, model_id: str, message: str) -> None:
         previous = self.state(model_id)
         self._record(model_id).preflight_error = message
-        self._on_engine_event(EngineEvent(model_id, EngineState.FAILED, previous, message))
+        self._on_engine_event(StateChange(model_id, EngineState.FAILED, previous, message))
 
     def _loaded(self, excluding: str) -> list[str]:
         return [m for m, record in self._records.items() if m != excluding and record.active]
@@ -416,7 +416,7 @@ class EngineManager:
         self.touch(model_id)
         self.planner.memory_check.request_finished(model_id)
 
-    def _on_engine_event(self, event: EngineEvent) -> None:
+    def _on_engine_event(self, event: StateChange) -> None:
         record = self._records.get(event.model_id)
         info, plan = (record.info, record.plan) if record else (None, None)
         if event.state == EngineState.READY and event.pid and info and plan:

@@ -19,7 +19,7 @@ from app.planner.defaults import default_plan
 from engines.base import EngineCommand
 from engines.gguf import read_gguf_info
 from engines.llama_cpp import LlamaCppPythonEngine
-from engines.states import EngineEvent, EngineState
+from engines.states import EngineState, StateChange
 from engines.supervisor import EngineSupervisor, SupervisorPolicy
 from tests.support.waiting import wait_until
 
@@ -36,9 +36,9 @@ def fault_command(*flags: str) -> Callable[[int], EngineCommand]:
 
 class Recorder:
     def __init__(self) -> None:
-        self.events: list[EngineEvent] = []
+        self.events: list[StateChange] = []
 
-    def __call__(self, event: EngineEvent) -> None:
+    def __call__(self, event: StateChange) -> None:
         self.events.append(event)
 
     def states(self) -> list[EngineState]:

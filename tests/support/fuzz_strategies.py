@@ -24,7 +24,7 @@ from hypothesis import strategies as st
 
 from app.service.control.control import api_routes
 from app.service.gateway.gateway_routes import ROUTES as GATEWAY_ROUTES
-from app.service.http.routes import Route
+from app.service.http.routes import RoutePattern
 from tests.support.service import RunningService
 from tests.support.standin_http import StandInHandler
 
@@ -35,7 +35,7 @@ LONG_BODY = 2048  # bytes: a longer body naming the real model goes to the stand
 SMALL_MAX_TOKENS = (1, 2, 4)  # a valid request on the real model generates for a moment, not for its context
 
 # Routes never fuzzed, and why; every other route of both tables is.
-NOT_FUZZED: dict[Route, str] = {
+NOT_FUZZED: dict[RoutePattern, str] = {
     ("POST", "/api/shutdown"): "it stops the service under the fuzz",
     ("POST", "/api/key/regenerate"): "it replaces the endpoint's key under the fuzz (tests/app/test_settings.py)",
     ("GET", "/api/events"): "an event stream that never ends (its HEAD is fuzzed)",
@@ -45,11 +45,11 @@ NOT_FUZZED: dict[Route, str] = {
 # engine build (pip download, cmake: test_engine_build_service.py) asked for an engine that exists.
 FUZZ_TIMEOUT_S = 120.0  # an answer slower than this is silence
 JOB_STARTS = frozenset({"/api/bench", "/api/quality"})  # POSTed
-NO_REAL_ENGINE: frozenset[Route] = frozenset({("POST", "/api/engines/{}/build")})
+NO_REAL_ENGINE: frozenset[RoutePattern] = frozenset({("POST", "/api/engines/{}/build")})
 ENGINE_NAMES = ("llama-server", "llama-cpp-python", "vllm", "sglang")
 # Starting or stopping the real model's engine costs seconds of a 2-core machine each time: only generated ids and
 # the stand-in upstream's model in these paths.
-NO_REAL_MODEL: frozenset[Route] = frozenset({("POST", "/api/models/{}/start"), ("POST", "/api/models/{}/stop")})
+NO_REAL_MODEL: frozenset[RoutePattern] = frozenset({("POST", "/api/models/{}/start"), ("POST", "/api/models/{}/stop")})
 OTHER_METHODS = ("GET", "HEAD", "POST", "PUT", "DELETE", "PATCH", "OPTIONS")
 
 LONE_SURROGATES = ("\ud800", "\udbff", "\udc00", "\udfff")
@@ -186,7 +186,7 @@ class FuzzRequest:
     """One request drawn for a listener: `route` is the table's pattern it was drawn from (None: a made-up path)."""
 
     listener: Listener
-    route: Route | None
+    route: RoutePattern | None
     method: str
     path: str
     body: bytes
@@ -197,7 +197,7 @@ class FuzzRequest:
         return f"{self.method} {self.path[:300]} query={self.query} headers={self.headers} body={self.body[:600]!r}"
 
 
-def fuzzed_routes() -> dict[Listener, list[Route]]:
+def fuzzed_routes() -> dict[Listener, list[RoutePattern]]:
     """The routes of both listeners' tables that are fuzzed (all but NOT_FUZZED)."""
     return {
         "v1": [route for route in GATEWAY_ROUTES if route not in NOT_FUZZED],
@@ -223,7 +223,7 @@ def _segment(real: Sequence[str]) -> st.SearchStrategy[str]:
     return (st.sampled_from(real) if real else made) | made
 
 
-def _request(listener: Listener, routes: list[Route], ids: Sequence[str], model_ids: Sequence[str],
+def _request(listener: Listener, routes: list[RoutePattern], ids: Sequence[str], model_ids: Sequence[str],
              real_models: Collection[str]) -> st.SearchStrategy[FuzzRequest]:  # fmt: skip
     made_up = st.lists(_segment(ids), min_size=1, max_size=4).map(
         lambda parts: (None, f"/{listener}/" + "/".join(quote(p, safe="%", errors="surrogatepass") for p in parts))
@@ -238,7 +238,9 @@ def _request(listener: Listener, routes: list[Route], ids: Sequence[str], model_
     ))  # fmt: skip
 
 
-def _fill(route: Route, ids: Sequence[str], real_models: Collection[str]) -> st.SearchStrategy[tuple[Route, str]]:
+def _fill(
+    route: RoutePattern, ids: Sequence[str], real_models: Collection[str]
+) -> st.SearchStrategy[tuple[RoutePattern, str]]:
     pattern = route[1]
     real = [i for i in ids if not (route in NO_REAL_ENGINE and i in ENGINE_NAMES)]
     real = [i for i in real if not (route in NO_REAL_MODEL and i in real_models)]
@@ -315,7 +317,7 @@ def _headers() -> st.SearchStrategy[dict[str, bytes]]:
     )
 
 
-def _build(listener: Listener, drawn: tuple[Route | None, str], other_method: str | None, body: bytes,
+def _build(listener: Listener, drawn: tuple[RoutePattern | None, str], other_method: str | None, body: bytes,
            headers: dict[str, bytes], query: dict[str, str], real_models: frozenset[str]
            ) -> FuzzRequest:  # fmt: skip
     route, path = drawn

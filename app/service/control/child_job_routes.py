@@ -13,14 +13,14 @@ from typing import Any, Generic, Protocol, TypeVar
 
 from app.service.http.api import Query, query_text, read_limited
 from app.service.http.asgi import Receive, Send, send_error, send_json
-from app.service.http.routes import Route
+from app.service.http.routes import RoutePattern
 from app.service.jobs.child_jobs import BadJobRequest, ChildRun, JobCardNotFound, JobConflict
 
 RequestT = TypeVar("RequestT")
 RequestC = TypeVar("RequestC", contravariant=True)
 
 
-def job_routes(kind: str) -> tuple[Route, ...]:
+def job_routes(kind: str) -> tuple[RoutePattern, ...]:
     """The routes of a kind of job, as ChildJobRoutes answers them."""
     base = f"/api/{kind}"
     return (("GET", base), ("POST", base), ("POST", f"{base}/cancel"), ("GET", f"{base}/cards/{{}}"),
@@ -67,7 +67,7 @@ class ChildJobRoutes(Generic[RequestT]):
         self._max_body = max_body
 
     @property
-    def routes(self) -> tuple[Route, ...]:
+    def routes(self) -> tuple[RoutePattern, ...]:
         """What `handle` answers, for the control API's route table."""
         return job_routes(self._kind)
 

@@ -49,7 +49,7 @@ from app.service.http.asgi import (
     send_json,
     wait_disconnect,
 )
-from app.service.http.routes import Route, RouteTable, head_only, send_not_allowed
+from app.service.http.routes import RoutePattern, RouteTable, head_only, send_not_allowed
 from app.service.launch.overrides import BadOverrides, PlanOverrides
 from app.service.metrics.metrics_pipeline import DEFAULT_MAX_POINTS, MetricsPipeline
 from app.service.metrics.request_log import RequestLog
@@ -62,7 +62,7 @@ SSE_HEADERS = [(b"content-type", b"text/event-stream"), (b"cache-control", b"no-
 KEEPALIVE_S = 15.0
 MAX_USERS = 4096
 # The routes `_route` answers itself; each route module lists its own (`routes`), next to its handler.
-ROUTES: tuple[Route, ...] = (
+ROUTES: tuple[RoutePattern, ...] = (
     ("GET", "/api/health"), ("GET", "/api/about"), ("GET", "/api/models"), ("GET", "/api/endpoint"),
     ("GET", "/api/models/{}/logs"), ("POST", "/api/models/{}/start"), ("POST", "/api/models/{}/stop"),
     ("GET", "/api/hardware"), ("GET", "/api/recommend"), ("GET", "/api/metrics"), ("GET", "/api/series"),
@@ -70,7 +70,7 @@ ROUTES: tuple[Route, ...] = (
 )  # fmt: skip
 
 
-def api_routes() -> tuple[Route, ...]:
+def api_routes() -> tuple[RoutePattern, ...]:
     """Every route the control API of a service started by `serve` answers (with all its parts), as method and
     path pattern: for clients and tests that walk the API, such as the fuzz test, so that a new route is in it."""
     parts = (HubRoutes, RemoteRoutes, SettingsRoutes, ModelSettingsRoutes, EngineRoutes)
@@ -79,7 +79,7 @@ def api_routes() -> tuple[Route, ...]:
 
 class _Routed(Protocol):
     @property
-    def routes(self) -> tuple[Route, ...]: ...
+    def routes(self) -> tuple[RoutePattern, ...]: ...
 
 
 @dataclass(frozen=True)

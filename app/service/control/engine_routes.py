@@ -11,14 +11,14 @@ from __future__ import annotations
 from app.api_types import EngineBuildListing
 from app.service.http.api import Query
 from app.service.http.asgi import Receive, Send, send_error, send_json
-from app.service.http.routes import Route
+from app.service.http.routes import RoutePattern
 from app.service.jobs.engine_builds import BuildConflict, EngineBuilds, UnknownBuildTarget
 
 
 class EngineRoutes:
     """Answers /api/engines/*; `handle` returns False for any other route."""
 
-    routes: tuple[Route, ...] = (
+    routes: tuple[RoutePattern, ...] = (
         ("GET", "/api/engines/builds"), ("POST", "/api/engines/{}/build"), ("POST", "/api/engines/{}/build/cancel"),
     )  # fmt: skip
 

@@ -45,7 +45,7 @@ from app.service.engines import EngineManager
 from app.service.events import EventBus
 from app.service.http.api import MAX_BODY, ApiError, Query, query_text, query_whole, read_json_object
 from app.service.http.asgi import Receive, Send, send_error, send_json, wait_disconnect
-from app.service.http.routes import Route
+from app.service.http.routes import RoutePattern
 from app.service.jobs.downloads import DownloadConflict, Downloads, sentence
 from app.task import Stopped, TaskState
 from engines.gguf import GGUFError, GGUFInfo
@@ -69,7 +69,7 @@ def _hub_token() -> str | None:
 class HubRoutes:
     """Answers /api/hub/*, /api/downloads* and /api/library*; `handle` returns False for any other route."""
 
-    routes: tuple[Route, ...] = (
+    routes: tuple[RoutePattern, ...] = (
         ("GET", "/api/hub/search"), ("GET", "/api/hub/models/{...}"),
         ("GET", "/api/downloads"), ("POST", "/api/downloads"),
         *(("POST", f"/api/downloads/{{}}/{action}") for action in ("pause", "resume", "cancel")),

@@ -23,7 +23,7 @@ from app.service.control.advisor import Advisor
 from app.service.engines import EngineManager, UnknownModel
 from app.service.http.api import MAX_SMALL_BODY, read_limited
 from app.service.http.asgi import ClientGone, Receive, Send, send_error, send_json
-from app.service.http.routes import Route
+from app.service.http.routes import RoutePattern
 from app.service.launch.folder_models import overrides_refusal
 from app.service.launch.model_settings import ModelSettingsStore, settings_dict
 from app.service.launch.overrides import (
@@ -50,7 +50,7 @@ class _NotPlannable(Exception):
 class ModelSettingsRoutes:
     """Answers /api/models/ID/settings[/estimate]; `handle` returns False for other routes."""
 
-    routes: tuple[Route, ...] = (
+    routes: tuple[RoutePattern, ...] = (
         ("GET", "/api/models/{}/settings"), ("PUT", "/api/models/{}/settings"),
         ("POST", "/api/models/{}/settings/estimate"),
     )  # fmt: skip

@@ -6,12 +6,16 @@ from __future__ import annotations
 from app.bounded_json import load_json
 from app.service.http.api import MAX_BODY, ApiError, read_limited
 from app.service.http.asgi import Receive, Send, send_error, send_json
-from app.service.http.routes import Route
+from app.service.http.routes import RoutePattern
 from app.service.remotes import RemoteError, RemoteRegistry, RemoteUnavailable
 
 
 class RemoteRoutes:
-    routes: tuple[Route, ...] = (("GET", "/api/remotes"), ("POST", "/api/remotes"), ("DELETE", "/api/remotes/{}"))
+    routes: tuple[RoutePattern, ...] = (
+        ("GET", "/api/remotes"),
+        ("POST", "/api/remotes"),
+        ("DELETE", "/api/remotes/{}"),
+    )
 
     def __init__(self, registry: RemoteRegistry) -> None:
         self._registry = registry

@@ -18,7 +18,7 @@ from app.paths import AppPaths
 from app.service.http.api import ApiError, read_json_object
 from app.service.http.asgi import Receive, Send, send_json
 from app.service.http.lan import is_unspecified, lan_addresses, local_addresses
-from app.service.http.routes import Route
+from app.service.http.routes import RoutePattern
 from app.settings import (
     RESTART_FIELDS,
     Settings,
@@ -56,7 +56,7 @@ class SettingsRoutes:
     `current_key` is the key the endpoint checks (None: started with --no-api-key); `on_key_replaced` makes the
     gateway and the control API use a new one at once."""
 
-    routes: tuple[Route, ...] = (
+    routes: tuple[RoutePattern, ...] = (
         ("GET", "/api/settings"), ("PUT", "/api/settings"), ("POST", "/api/key/regenerate"), ("PUT", "/api/hf-token"),
         ("DELETE", "/api/hf-token"),
     )  # fmt: skip

@@ -7,10 +7,10 @@ from __future__ import annotations
 from typing import Any
 
 from app.service.engines import EngineManager
-from app.service.http.routes import Route
+from app.service.http.routes import RoutePattern
 
 PROXIED_PATHS = frozenset({"/v1/chat/completions", "/v1/completions", "/v1/embeddings"})
-ROUTES: tuple[Route, ...] = (("GET", "/v1/models"), *(("POST", path) for path in sorted(PROXIED_PATHS)))
+ROUTES: tuple[RoutePattern, ...] = (("GET", "/v1/models"), *(("POST", path) for path in sorted(PROXIED_PATHS)))
 
 
 def model_list(manager: EngineManager) -> dict[str, Any]:

@@ -13,7 +13,7 @@ from typing import Any
 from app.service.gateway.model_names import ModelRename
 from app.service.gateway.validation import CheckedRequest
 from app.service.http.asgi import DirectBody, Receive, Send, wait_disconnect
-from app.service.metrics.metering import RequestRecord, StreamMeter, ends_with_done, percentile, prompt_cache
+from app.service.metrics.metering import MeteredRequest, StreamMeter, ends_with_done, percentile, prompt_cache
 from app.service.metrics.request_text import RequestText
 
 _ID_PREFIX, _ids = uuid.uuid4().hex[:12], itertools.count(1)  # request ids: unique per run, cheap per request
@@ -110,7 +110,7 @@ def read_usage(answer: bytes, outcome: Outcome) -> None:
 
 
 def record_of(path: str, checked: CheckedRequest, outcome: Outcome, started_at: float, duration: float
-            ) -> RequestRecord:  # fmt: skip
+            ) -> MeteredRequest:  # fmt: skip
     meter = outcome.meter
     itls = meter.inter_token_latencies() if meter else []
     completion = meter.completion_tokens if meter else outcome.completion_tokens
@@ -120,7 +120,7 @@ def record_of(path: str, checked: CheckedRequest, outcome: Outcome, started_at: 
         prompt, cached = (meter.usage or {}).get("prompt_tokens", prompt), cache.cached_tokens
         if prompt is None:  # a stream without usage: llama-server's timings count the prompt too
             prompt = cache.prompt_tokens
-    return RequestRecord(
+    return MeteredRequest(
         id=f"{_ID_PREFIX}-{next(_ids)}",
         time=started_at,
         model=checked.model,

@@ -8,14 +8,15 @@ from collections.abc import Iterable, Sequence
 
 from app.service.http.asgi import Message, Send, send_error
 
-Route = tuple[str, str]  # a method and a path pattern: "/api/models/{}/logs"; `{}` one segment, `{...}` one or more
+# A method and a path pattern: "/api/models/{}/logs"; `{}` one segment, `{...}` one or more.
+RoutePattern = tuple[str, str]
 _ORDER = ("GET", "HEAD", "POST", "PUT", "DELETE")
 
 
 class RouteTable:
     """The routes of one API, as method and path pattern."""
 
-    def __init__(self, routes: Iterable[Route]) -> None:
+    def __init__(self, routes: Iterable[RoutePattern]) -> None:
         self._routes = [(method, tuple(pattern.strip("/").split("/"))) for method, pattern in routes]
 
     def allowed(self, parts: Sequence[str]) -> list[str]:

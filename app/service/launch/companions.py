@@ -13,7 +13,7 @@ from typing import Any
 from app.api_types import CompanionRecord, ModelState
 from app.service.launch.memory_check import tree_rss
 from engines.base import EmbeddingLimitEngine, EmbeddingModeEngine, InputLimit, LaunchPlan
-from engines.states import ACTIVE_STATES, EngineEvent, EngineState
+from engines.states import ACTIVE_STATES, EngineState, StateChange
 from engines.supervisor import CommandFactory, EngineSupervisor, EventSink
 
 # Tokens: one input at a time, embedded in one physical batch, whose compute buffer grows with it; a longer input
@@ -124,7 +124,7 @@ class EmbeddingCompanions:
             "rss_bytes": tree_rss(supervisor.pid) if supervisor.pid else None,
         }
 
-    def _on_event(self, event: EngineEvent) -> None:
+    def _on_event(self, event: StateChange) -> None:
         self._publish({"type": "embedding_companion", **asdict(event), "model_id": event.model_id.removesuffix(SUFFIX)})
 
 

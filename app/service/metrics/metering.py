@@ -28,7 +28,7 @@ _DONE = b"data: [DONE]"
 
 
 @dataclass(frozen=True)
-class RequestRecord:
+class MeteredRequest:
     """One request through the gateway. Times in seconds; unknown values are None. No prompt or output text."""
 
     id: str

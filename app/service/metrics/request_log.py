@@ -23,14 +23,14 @@ from typing import Any
 
 from app.bad_files import fresh_if_unreadable
 from app.service.events import EventBus
-from app.service.metrics.metering import RequestRecord, cache_reuse, percentile
+from app.service.metrics.metering import MeteredRequest, cache_reuse, percentile
 from app.service.metrics.request_text import RequestText, completion_text, prompt_json
 from app.service.metrics.sqlite_rows import connect_autocommit, insert_rows
 
 _TEXT_COLUMNS = ["prompt_text", "completion_text"]
-_COLUMNS = [*(field.name for field in fields(RequestRecord)), *_TEXT_COLUMNS]
+_COLUMNS = [*(field.name for field in fields(MeteredRequest)), *_TEXT_COLUMNS]
 _SCHEMA = f"CREATE TABLE IF NOT EXISTS requests ({', '.join(_COLUMNS)})"
-_Entry = tuple[RequestRecord, RequestText | None]
+_Entry = tuple[MeteredRequest, RequestText | None]
 _FLUSH_S = 0.5  # how often the writer takes what has piled up, and tries again what the disk refused
 MAX_UNWRITTEN = 50_000  # records kept in memory while the disk refuses them (a few MB); then the oldest go
 
@@ -41,7 +41,7 @@ class RequestLog:
     """Keeps request records. `add` is cheap and never blocks; `close` flushes to disk."""
 
     def __init__(self, database: Path, bus: EventBus, keep: int = 10_000) -> None:
-        self._recent: deque[RequestRecord] = deque(maxlen=keep)
+        self._recent: deque[MeteredRequest] = deque(maxlen=keep)
         self._bus = bus
         self._totals: dict[tuple[str, int], int] = {}
         self._tokens: dict[tuple[str, str], int] = {}
@@ -51,13 +51,13 @@ class RequestLog:
         self._wake = threading.Event()  # flush now, not at the next tick
         self._rounds = threading.Condition()
         self._rounds_begun = self._rounds_done = 0
-        self._listeners: list[Callable[[RequestRecord], None]] = []
+        self._listeners: list[Callable[[MeteredRequest], None]] = []
         self._stream_listeners: list[Callable[[str, int], None]] = []
         database.parent.mkdir(parents=True, exist_ok=True)
         self._writer = threading.Thread(target=self._write, args=(database,), name="request-log", daemon=True)
         self._writer.start()
 
-    def add_listener(self, listener: Callable[[RequestRecord], None]) -> None:
+    def add_listener(self, listener: Callable[[MeteredRequest], None]) -> None:
         """Call `listener` with every record as it is added (on the event loop; it must be quick)."""
         self._listeners.append(listener)
 
@@ -78,7 +78,7 @@ class RequestLog:
 
         return count if listeners else None
 
-    def add(self, record: RequestRecord, text: RequestText | None = None) -> None:
+    def add(self, record: MeteredRequest, text: RequestText | None = None) -> None:
         """Keep `record`; `text` (only when the user keeps request text) goes to SQLite with it."""
         self._recent.append(record)
         for listener in self._listeners:
@@ -99,7 +99,7 @@ class RequestLog:
     def aggregates(self, window_s: float) -> dict[str, dict[str, Any]]:
         """Per model over the last `window_s` seconds: counts, token rates and latency percentiles."""
         since = time.time() - window_s
-        by_model: dict[str, list[RequestRecord]] = {}
+        by_model: dict[str, list[MeteredRequest]] = {}
         for record in self._recent:
             if record.time >= since:
                 by_model.setdefault(record.model, []).append(record)
@@ -244,13 +244,13 @@ def _create_or_migrate(connection: sqlite3.Connection) -> None:
     connection.execute("COMMIT")
 
 
-def _row(record: RequestRecord, text: RequestText | None) -> tuple[Any, ...]:
+def _row(record: MeteredRequest, text: RequestText | None) -> tuple[Any, ...]:
     if text is None:
         return (*vars(record).values(), None, None)
     return (*vars(record).values(), prompt_json(text), completion_text(text))
 
 
-def _summarize(records: list[RequestRecord], window_s: float) -> dict[str, Any]:
+def _summarize(records: list[MeteredRequest], window_s: float) -> dict[str, Any]:
     ttfts = [r.ttft_s for r in records if r.ttft_s is not None]
     itls = [r.itl_p50_s for r in records if r.itl_p50_s is not None]
     queued = [r.queued_s for r in records]

@@ -26,7 +26,7 @@ import psutil
 
 from app.hardware.gpu_sampling import GPUReading
 from app.service.engines import EngineManager
-from app.service.metrics.metering import RequestRecord, cache_reuse, percentile
+from app.service.metrics.metering import MeteredRequest, cache_reuse, percentile
 from app.service.metrics.series import Point
 from engines.metrics import METRICS_CONFIGS, MetricTranslator
 from engines.states import EngineState
@@ -56,7 +56,7 @@ class GatewaySampler:
         self._latencies: deque[tuple[float, str, float | None, float | None]] = deque()  # time, model, ttft, itl
         self._caching: deque[tuple[float, str, int, int]] = deque()  # time, model, cached and prompt tokens
 
-    def on_record(self, record: RequestRecord) -> None:
+    def on_record(self, record: MeteredRequest) -> None:
         """RequestLog listener: runs on the event loop for every finished request, so it only adds."""
         counts = self._counts.setdefault(record.model, _ModelCounts())
         counts.prompt_total += record.prompt_tokens or 0

@@ -18,15 +18,15 @@ import pytest
 
 from app.service.events import EventBus
 from app.service.metrics import request_log
-from app.service.metrics.metering import RequestRecord
+from app.service.metrics.metering import MeteredRequest
 from app.service.metrics.request_log import RequestLog
 from app.service.metrics.request_text import RequestText
 from tests.support.service import REPO
 from tests.support.waiting import wait_for
 
 
-def record(request_id: str) -> RequestRecord:
-    return RequestRecord(
+def record(request_id: str) -> MeteredRequest:
+    return MeteredRequest(
         id=request_id, time=1.0, model="m", route="/v1/completions", stream=False, status=200, queued_s=0.0,
         ttft_s=None, duration_s=0.1, prompt_tokens=3, completion_tokens=2, itl_p50_s=None, itl_max_s=None,
         decode_tps=None, error=None,
@@ -36,8 +36,8 @@ def record(request_id: str) -> RequestRecord:
 def test_a_log_without_text_columns_gains_them(tmp_path: Path) -> None:
     database = tmp_path / "requests.sqlite"
     with sqlite3.connect(database) as old:
-        old.execute(f"CREATE TABLE requests ({', '.join(f.name for f in fields(RequestRecord))})")
-        old.execute(f"INSERT INTO requests VALUES ({', '.join('?' * len(fields(RequestRecord)))})",
+        old.execute(f"CREATE TABLE requests ({', '.join(f.name for f in fields(MeteredRequest))})")
+        old.execute(f"INSERT INTO requests VALUES ({', '.join('?' * len(fields(MeteredRequest)))})",
                     tuple(vars(record("old")).values()))  # fmt: skip
     old.close()
     log = RequestLog(database, EventBus())
