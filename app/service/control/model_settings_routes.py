@@ -36,7 +36,7 @@ from app.service.launch.overrides import (
     PlanOverrides,
     plan_summary,
 )
-from engines.gguf import GGUFError, read_gguf_info
+from engines.gguf import GGUFError
 
 
 class _NotPlannable(Exception):
@@ -136,7 +136,7 @@ class ModelSettingsRoutes:
                 raise BadOverrides(overrides_refusal(model_id))
             raise _NotPlannable(400, overrides_refusal(model_id), "folder_model")
         try:
-            info = read_gguf_info(spec.path)
+            info = self._manager.planner.gguf_header(spec.path)
         except GGUFError as exc:
             raise _NotPlannable(422, str(exc), "model_unreadable") from None
         except OSError as exc:  # gone or unreadable since it was listed

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
+from pathlib import Path
 
 from app.hardware.profile import HardwareProfile
 from app.hub.library import ModelSpec
@@ -59,6 +60,9 @@ class LaunchPlanner:
         # start would choose is named without running `llama-server --version` on the event loop.
         self._server_installed: bool | None = None
         self._detections: set[asyncio.Task[None]] = set()
+        # The last GGUF header read, with the file's size and mtime then: a checked start (check_overrides, then
+        # prepare) reads the header once.
+        self._last_header: tuple[Path, int, int, GGUFInfo] | None = None
 
     def engine_before_start(self, spec: ModelSpec) -> str:
         """The engine a start without parameters would choose for a model never started: its saved settings'
@@ -90,7 +94,7 @@ class LaunchPlanner:
                 raise BadOverrides(overrides_refusal(spec.id))
             return
         try:
-            info = await asyncio.to_thread(read_gguf_info, spec.path)
+            info = await asyncio.to_thread(self.gguf_header, spec.path)
         except GGUFError:
             return  # the start itself refuses the file, with the reason, as it does without overrides
         engine = overrides.engine
@@ -112,7 +116,7 @@ class LaunchPlanner:
     async def _prepare_gguf(self, spec: ModelSpec, overrides: PlanOverrides | None) -> PreparedLaunch:
         assert spec.path is not None
         try:
-            info = await asyncio.to_thread(read_gguf_info, spec.path)
+            info = await asyncio.to_thread(self.gguf_header, spec.path)
         except GGUFError as exc:
             raise LaunchRefused(str(exc)) from None
         if overrides is not None and overrides.engine:
@@ -132,6 +136,20 @@ class LaunchPlanner:
                 raise LaunchRefused(str(exc)) from None
             plan = replace(plan, spin_wait=spin_wait_fits(plan.threads, busy))  # the threads asked for may differ
         return PreparedLaunch(plan, engine_name, self.footprint(spec, info, plan, engine_name), info=info)
+
+    def gguf_header(self, path: Path) -> GGUFInfo:
+        """The file's GGUF header, read again only when the file's size or mtime changed since the last read
+        (blocking). Raises GGUFError."""
+        try:
+            stat = path.stat()
+        except OSError:
+            return read_gguf_info(path)  # raises GGUFError, saying why
+        last = self._last_header
+        if last is not None and last[:3] == (path, stat.st_size, stat.st_mtime_ns):
+            return last[3]
+        info = read_gguf_info(path)
+        self._last_header = (path, stat.st_size, stat.st_mtime_ns, info)
+        return info
 
     async def _prepare_folder(self, spec: ModelSpec, overrides: PlanOverrides | None) -> PreparedLaunch:
         """A safetensors folder for vLLM: planned from its config.json and headers for this machine."""
