@@ -5,9 +5,8 @@ from __future__ import annotations
 import functools
 import time
 from collections import defaultdict, deque
-from typing import Any
 
-from PySide6.QtCore import Qt, QTimer, Signal, Slot
+from PySide6.QtCore import Qt, Signal, Slot
 from PySide6.QtGui import QAction, QCloseEvent, QKeySequence, QShortcut
 from PySide6.QtWidgets import (
     QFrame,
@@ -21,12 +20,11 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.api_types import ACTIVE, LAUNCHABLE, DownloadRecord, EndpointRecord, EngineEvent, ModelRecord, ModelState
+from app.api_types import LAUNCHABLE, DownloadRecord, EndpointRecord, EngineEvent, ModelRecord, ModelState
 from app.gui.bench.benchmark_page import BenchmarkPage
 from app.gui.chat.chat_page import ChatPage
 from app.gui.chat.chat_store import FILE_NAME as CHATS_FILE
 from app.gui.chat.chat_store import ChatStore
-from app.gui.common import quit_dialogs
 from app.gui.common.endpoint_panel import EndpointPanel
 from app.gui.common.model_item_model import ModelItemModel
 from app.gui.common.model_list_panel import ModelListPanel
@@ -42,12 +40,11 @@ from app.gui.run.memory_chart import MemoryChartPanel
 from app.gui.run.snippets_panel import SnippetsPanel
 from app.gui.settings.settings_page import SettingsPage
 from app.gui.shell.about_dialog import AboutDialog
+from app.gui.shell.close_flow import CloseFlow
 from app.gui.shell.notifications import NotificationBanner, Notifier
 from app.gui.shell.tray import TrayController, show_window
 from app.gui.wizard.wizard_dialog import SetupWizardDialog
-from app.settings import load_settings
 
-_ASK = "ask"  # no answer given beforehand: ask whether to stop the engines
 MEMORY_HISTORY = 600  # samples: ten minutes at one poll a second
 
 
@@ -69,12 +66,7 @@ class MainWindow(QMainWindow):
         self.setWindowTitle("ModelDeck")
         self.resize(1100, 720)
         self._connection = connection
-        self._close_requested = False
-        self._quitting = False  # File > Quit or the tray's Quit: close for real, never to the tray
-        self._stop_service_on_close: bool | None = None
-        self._preset_stop_service: bool | str | None = _ASK  # set by quit_without_asking
-        # Read once here (a small local file); the Settings page keeps it current afterwards.
-        self._close_to_tray: bool | None = load_settings(connection.paths).settings.close_to_tray
+        self.close_flow = CloseFlow(self)  # first, as before: it reads the close-to-tray choice from the settings
         self._logs: defaultdict[str, deque[str]] = defaultdict(lambda: deque(maxlen=MAX_LINES))
         self._logs_requested: set[str] = set()
         self._memory: defaultdict[str, deque[tuple[float, float]]] = defaultdict(lambda: deque(maxlen=MEMORY_HISTORY))
@@ -205,7 +197,7 @@ class MainWindow(QMainWindow):
         self.tray.sig_quit_requested.connect(self.quit)
         self.quit_action.triggered.connect(self.quit)
         self.reconnect_button.clicked.connect(connection.reconnect)
-        self.settings_page.sig_settings_applied.connect(self._on_settings_page_settings_applied)
+        self.settings_page.sig_settings_applied.connect(self.close_flow.on_settings_applied)
         self.item_model.dataChanged.connect(self._show_diagnosis)
         self.item_model.modelReset.connect(self._show_diagnosis)
         self.item_model.rowsInserted.connect(self._show_diagnosis)
@@ -220,7 +212,7 @@ class MainWindow(QMainWindow):
         connection.sig_log_received.connect(self._on_connection_log_received)
         connection.sig_logs_loaded.connect(self._on_connection_logs_loaded)
         connection.sig_endpoint_received.connect(self._on_connection_endpoint_received)
-        connection.sig_connection_closed.connect(self._on_connection_closed)
+        connection.sig_connection_closed.connect(self.close_flow.on_connection_closed)
         panel = self.model_list_panel
         panel.sig_selection_changed.connect(self._on_model_list_selection_changed)
         panel.sig_launch_requested.connect(self._on_model_list_launch_requested)
@@ -307,11 +299,6 @@ class MainWindow(QMainWindow):
     def _on_connection_endpoint_received(self, info: EndpointRecord) -> None:
         note = str(info.get("key_note") or "")
         self.endpoint_panel.set_endpoint(str(info["url"]), info.get("api_key"), note)
-
-    @Slot()
-    def _on_connection_closed(self) -> None:
-        if self._close_requested:
-            QTimer.singleShot(0, self.close)  # not from inside closeEvent, which may still be on the stack
 
     # From the panels -----------------------------------------------------------------------------------
 
@@ -423,84 +410,16 @@ class MainWindow(QMainWindow):
             f"Resident memory: {model_id}", [t for t, _ in samples], [rss for _, rss in samples]
         )
 
-    @Slot(object)
-    def _on_settings_page_settings_applied(self, settings: dict[str, Any]) -> None:
-        self._close_to_tray = settings.get("close_to_tray")
-
-    # Closing -------------------------------------------------------------------------------------------
+    # Closing: the close flow decides -------------------------------------------------------------------
 
     @Slot()
     def quit(self) -> None:
         """File > Quit and the tray's Quit: close for real, asking whether the engines keep serving."""
-        self._quitting = True
-        self.close()
+        self.close_flow.quit()
 
     def quit_without_asking(self, stop_service: bool | None = None) -> None:
         """Quit with no question (Ctrl+C in the terminal): `stop_service` as ServiceConnection.close takes it."""
-        self._quitting = True
-        self._preset_stop_service = stop_service
-        self.close()
-
-    def _closes_to_tray(self) -> bool:
-        """Closing the window (not quitting) hides it to the tray when the user chose so; asked the first time."""
-        if self._quitting or self.tray.icon is None:
-            return False
-        if self._close_to_tray is None:
-            self._close_to_tray = quit_dialogs.ask_close_to_tray(self)
-            if self._connection.is_connected:
-                self._connection.save_settings({"close_to_tray": self._close_to_tray})
-        return self._close_to_tray
-
-    def _running_engines(self) -> int:
-        states = (self.item_model.state_of(model_id) for model_id in self.item_model.model_ids())
-        return sum(1 for state in states if state in ACTIVE)
-
-    def _chat_may_be_lost(self, ask: bool) -> bool:
-        """Whether quitting goes on: the open chat is saved at last, or the user lets it go (when asking is allowed;
-        Ctrl+C in the terminal quits whatever happens)."""
-        problem = self.chat_page.save_before_closing()
-        if problem is None or not ask:
-            return True
-        show_window(self)  # from the tray's Quit the window may be hidden: the chat in question is on it
-        self.tabs.setCurrentWidget(self.chat_page)
-        return quit_dialogs.ask_quit_unsaved(self, problem)
+        self.close_flow.quit_without_asking(stop_service)
 
     def closeEvent(self, event: QCloseEvent) -> None:
-        if self._connection.is_closed:
-            event.accept()
-            self.sig_window_closed.emit()
-            return
-        if self._close_requested:  # already closing: wait for the connection
-            event.ignore()
-            return
-        if self._closes_to_tray():
-            event.ignore()
-            self.hide()
-            return
-        preset, self._preset_stop_service = self._preset_stop_service, _ASK
-        if not self._chat_may_be_lost(ask=preset == _ASK):
-            self._quitting = False
-            event.ignore()
-            return
-        if preset == _ASK:
-            choice = quit_dialogs.ask_stop_engines(self, self._running_engines())
-            self._quitting = False
-            if choice is quit_dialogs.QuitChoice.CANCEL:
-                event.ignore()
-                return
-            stop_service: bool | None = choice is quit_dialogs.QuitChoice.STOP
-        else:
-            stop_service = preset if isinstance(preset, bool) else None
-        # Stopping the service (and its engines) takes seconds: the window stays up, disabled, until the
-        # connection reports it is done, then closes itself.
-        event.ignore()
-        self._close_requested = True
-        self._stop_service_on_close = stop_service
-        self.chat_page.wait_stopped()
-        self.snippets_panel.wait_stopped()
-        if self.setup_dialog is not None:
-            self.setup_dialog.reject()
-        central = self.centralWidget()
-        if central is not None:
-            central.setEnabled(False)
-        self._connection.close(stop_service=self._stop_service_on_close)
+        self.close_flow.handle(event)
