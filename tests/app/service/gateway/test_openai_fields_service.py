@@ -59,3 +59,12 @@ def test_llama_server_openai_fields(llama_server_service: StartService) -> None:
     service = llama_server_service()
     service.start_on_llama_server(2)
     check_fields(service)
+
+
+def test_langchain_bind_tools_gets_an_answer(service: RunningService) -> None:
+    """langchain's `bind_tools` sends `parallel_tool_calls`, which was a 400 before the field table."""
+    from langchain_openai import ChatOpenAI
+
+    chat = ChatOpenAI(model=BUNDLED_ID, base_url=service.url, api_key=service.api_key, max_tokens=32, max_retries=0)  # type: ignore[arg-type]
+    answer = chat.bind_tools([WEATHER], parallel_tool_calls=False).invoke("Weather in Paris?")
+    assert answer.content or answer.tool_calls  # type: ignore[attr-defined]
