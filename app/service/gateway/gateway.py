@@ -18,6 +18,7 @@ from app.service.gateway.embeddings import shape_embeddings
 from app.service.gateway.features import CHAT, adapt, drop_nulls, has_features
 from app.service.gateway.gateway_routes import PROXIED_PATHS, model_list
 from app.service.gateway.model_names import ModelRename
+from app.service.gateway.openai_fields import check_request, normalise
 from app.service.gateway.outcome import (
     CLIENT_CLOSED,
     GatewayRequest,
@@ -35,7 +36,7 @@ from app.service.gateway.template_failure import template_failure
 from app.service.gateway.templates import TemplateRenderer
 from app.service.gateway.upstream import Response, UpstreamPool
 from app.service.gateway.upstream_endpoint import REMOTE_LIMITS, Endpoint, Unreachable, UpstreamError
-from app.service.gateway.validation import InvalidRequest, check_request
+from app.service.gateway.validation import InvalidRequest
 from app.service.http.asgi import (
     DIRECT_BODY,
     LOOPBACK_HOSTS,
@@ -153,7 +154,8 @@ class Gateway:
             param, message = (named.param, str(named)) if named else (None, f"Request body is not valid JSON: {exc}")
             await send_error(send, 400, message, "invalid_request_error", param=param)
             return
-        if drop_nulls(path, payload):  # null is OpenAI's "the default"; the engines answer some with a 500
+        # Unmeant fields out, legacy ones translated; null is OpenAI's "the default", some a 500 in the engines
+        if normalise(path, payload) | drop_nulls(path, payload):
             body = json.dumps(payload).encode()
         if checked.model not in self._manager.models:
             known = ", ".join(self._manager.models) or "none"

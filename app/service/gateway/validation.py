@@ -200,60 +200,6 @@ def _part_problem(part: Any) -> str | None:
     return None
 
 
-_SAMPLING: dict[str, Check] = {
-    "model": string,
-    "stream": boolean,
-    "stream_options": stream_options,
-    "temperature": number(0, 2),
-    "top_p": number(0, 1),
-    "top_k": integer(0, 1000),
-    "min_p": number(0, 1),
-    "n": only_one,
-    "stop": string_or_strings(4),
-    "presence_penalty": number(-2, 2),
-    "frequency_penalty": number(-2, 2),
-    "repeat_penalty": number(0, 10),
-    "seed": integer(-(2**63), 2**64 - 1),
-    "logit_bias": logit_bias,
-    "user": string,
-}
-
-ROUTE_FIELDS: dict[str, dict[str, Check]] = {
-    "/v1/chat/completions": {
-        **_SAMPLING,
-        "messages": messages,
-        "max_tokens": integer(1, 2**31),
-        "max_completion_tokens": integer(1, 2**31),
-        "logprobs": boolean,
-        "top_logprobs": integer(0, 20),
-        "response_format": obj,
-        "tools": tools,
-        "tool_choice": tool_choice,
-    },
-    "/v1/completions": {
-        **_SAMPLING,
-        "prompt": string_or_strings(1, empty=False),
-        "suffix": string,
-        "max_tokens": integer(1, 2**31),
-        "echo": boolean,
-        "logprobs": integer(0, 5),
-        "best_of": only_one,
-    },
-    "/v1/embeddings": {
-        "model": string,
-        "input": string_or_strings(2048, empty=False),
-        "encoding_format": lambda v: None if v in ("float", "base64") else "must be `float` or `base64`",
-        "user": string,
-    },
-}
-
-REQUIRED: dict[str, tuple[str, ...]] = {
-    "/v1/chat/completions": ("model", "messages"),
-    "/v1/completions": ("model", "prompt"),
-    "/v1/embeddings": ("model", "input"),
-}
-
-
 @dataclass(frozen=True)
 class CheckedRequest:
     """What the gateway needs to know of a valid body."""
@@ -263,34 +209,3 @@ class CheckedRequest:
     include_usage: bool
     max_tokens: int | None
     logprobs: bool = False
-
-
-def check_request(route: str, body: Any, context_length: Callable[[str], int | None]) -> CheckedRequest:
-    """Validate `body` for `route`; `context_length(model)` bounds max_tokens. Raises InvalidRequest."""
-    if not isinstance(body, dict):
-        raise InvalidRequest("The request body must be a JSON object.")
-    fields = ROUTE_FIELDS[route]
-    unknown = sorted(set(body) - set(fields))
-    if unknown:
-        raise InvalidRequest(f"Unknown field `{unknown[0]}` for {route}.", unknown[0])
-    for name in REQUIRED[route]:
-        if name not in body:
-            raise InvalidRequest(f"`{name}` is required.", name)
-    for name, value in body.items():
-        if value is None and name not in REQUIRED[route]:
-            continue
-        problem = fields[name](value)
-        if problem is not None:
-            path, what = problem.split(" ", 1) if problem[0] == "[" else ("", problem)
-            raise InvalidRequest(f"`{name}{path}` {what}.", name + path)
-    model = body["model"]
-    if not model:
-        raise InvalidRequest("`model` must not be empty.", "model")
-    max_tokens = body.get("max_tokens") or body.get("max_completion_tokens")
-    limit = context_length(model)
-    if max_tokens is not None and limit is not None and max_tokens > limit:
-        raise InvalidRequest(f"`max_tokens` is {max_tokens}, more than the model's context of {limit}.", "max_tokens")
-    stream = bool(body.get("stream"))
-    include_usage = stream and bool((body.get("stream_options") or {}).get("include_usage"))
-    logprobs = bool(body.get("logprobs")) or bool(body.get("top_logprobs"))
-    return CheckedRequest(model, stream, include_usage, max_tokens, logprobs)

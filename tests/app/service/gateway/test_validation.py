@@ -6,7 +6,8 @@ from typing import Any
 
 import pytest
 
-from app.service.gateway.validation import InvalidRequest, check_request
+from app.service.gateway.openai_fields import check_request
+from app.service.gateway.validation import InvalidRequest
 
 CHAT = "/v1/chat/completions"
 OBJECT_ARGUMENTS = {"id": "c", "type": "function", "function": {"name": "f", "arguments": {}}}
