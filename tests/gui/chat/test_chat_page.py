@@ -88,17 +88,21 @@ def test_a_conversation_streams_regenerates_edits_and_reopens(
     logged = [r for r in client.requests(10) if r["model"] == BUNDLED_ID]
     assert logged and logged[0]["completion_tokens"] <= SHORT
 
-    # The same seed answers the same again; another seed otherwise.
+    # The same seed answers the same again; another seed otherwise. Compared between two regenerated answers: the
+    # first answer's last prompt token was evaluated in the prompt's batch, a regenerated one's alone (the rest is
+    # the engine's prompt cache), and at temperature 1.5 that last bit of float rounding can pick another token.
     regenerate = page.transcript.bubbles[-1].regenerate_button
     assert regenerate is not None
     qtbot.mouseClick(regenerate, Qt.MouseButton.LeftButton)
     assert page.is_streaming and statuses[-1].startswith("Waiting for the first token"), statuses[-3:]
-    assert _answer(qtbot, page) == first
+    again = _answer(qtbot, page)
+    page.regenerate()
+    assert _answer(qtbot, page) == again
     assert len(page.messages) == 2
     panel.seed_spin.setValue(8)
     page.regenerate()
     second = _answer(qtbot, page)
-    assert second != first and len(page.messages) == 2
+    assert second != again and len(page.messages) == 2
 
     # Edit and resend: the edited message replaces the old one and the answer after it.
     edit = page.transcript.bubbles[0].edit_button
