@@ -40,6 +40,7 @@ from app.service.control.model_settings_routes import ModelSettingsRoutes
 from app.service.control.quality_routes import QualityRoutes
 from app.service.control.remote_routes import RemoteRoutes
 from app.service.control.settings_routes import RunningValues, SettingsRoutes
+from app.service.dialects.serving import endpoint_dialects
 from app.service.engines import EngineManager
 from app.service.events import EventBus
 from app.service.gateway.gateway import Gateway, GatewayConfig
@@ -276,6 +277,7 @@ class Service:
             slot_routing=options.slot_routing,
         )
         gateway = Gateway(manager, gateway_config, pool, request_log)
+        gateway.serve_dialects(endpoint_dialects(gateway.openai, manager, gateway_config.max_body_bytes))
         advisor = Advisor(paths)
         downloads_dir = options.models_dirs[0] if options.models_dirs else None  # the first --models-dir
         hub = HubRoutes(manager, bus, advisor, paths, default_cache_dir(), hub_endpoint(), downloads_dir)

@@ -9,11 +9,13 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from app.bounded_json import LoneSurrogate, load_body
 from app.service.engines import EngineManager
 from app.service.gateway.cors import adding_cors_headers, preflight
+from app.service.gateway.dialect import Dialect, send_openai_edge_error
 from app.service.gateway.embeddings import shape_embeddings
 from app.service.gateway.features import CHAT, adapt, drop_nulls, has_features
 from app.service.gateway.gateway_routes import PROXIED_PATHS, model_list
@@ -35,7 +37,7 @@ from app.service.gateway.slot_router import SlotChoice, SlotRouter, prompt_parts
 from app.service.gateway.template_failure import template_failure
 from app.service.gateway.templates import TemplateRenderer
 from app.service.gateway.upstream import Response, UpstreamPool
-from app.service.gateway.upstream_endpoint import REMOTE_LIMITS, Endpoint, Unreachable, UpstreamError
+from app.service.gateway.upstream_endpoint import EndpointCache, Unreachable, UpstreamError
 from app.service.gateway.validation import InvalidRequest
 from app.service.http.asgi import (
     DIRECT_BODY,
@@ -46,9 +48,9 @@ from app.service.http.asgi import (
     Receive,
     Scope,
     Send,
-    bearer_ok,
     header,
     host_allowed,
+    key_ok,
     openai_error,
     read_body,
     send_error,
@@ -89,10 +91,15 @@ class Gateway:
         self._config = config
         self._pool = pool
         self._log = log
-        self._endpoints: dict[tuple[str, str], Endpoint] = {}  # (URL, bearer) -> prepared request head
+        self._endpoint = EndpointCache()
         self._templates = TemplateRenderer()  # its worker process starts on the first render
         self._slots = SlotRouter()
         self._limits = PromptLimits(pool, self._templates, self._endpoint, manager.context_length)
+        self._dialects: Sequence[Dialect] = ()
+
+    def serve_dialects(self, dialects: Sequence[Dialect]) -> None:
+        """Answer these dialects' paths too, after the same Host, CORS and key checks as OpenAI's."""
+        self._dialects = dialects
 
     async def close(self) -> None:
         """End the chat template worker, if one was started."""
@@ -105,8 +112,11 @@ class Gateway:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             return
+        path = scope["path"]
+        dialect = next((d for d in self._dialects if d.owns(path)), None) if self._dialects else None
+        refuse = dialect.send_error if dialect is not None else send_openai_edge_error
         if not host_allowed(scope, self._config.allowed_hosts):
-            await send_error(send, 403, "Host not allowed.", "permission_error", "host_not_allowed")
+            await refuse(send, 403, "Host not allowed.", "permission_error")
             return
         origin = header(scope, b"origin")
         if origin is not None:
@@ -116,12 +126,14 @@ class Gateway:
                 return
             if allowed:
                 send = adding_cors_headers(send, [(b"access-control-allow-origin", origin), (b"vary", b"Origin")])
-        if self._config.api_key is not None and not bearer_ok(scope, self._config.api_key):
-            await send_error(
-                send, 401, "Missing or invalid API key (Authorization: Bearer ...).", "authentication_error",
-                "invalid_api_key",
-            )  # fmt: skip
+        if self._config.api_key is not None and not key_ok(scope, self._config.api_key):
+            message = "Missing or invalid API key (Authorization: Bearer ... or x-api-key: ...)."
+            await refuse(send, 401, message, "authentication_error")
             return
+        await (dialect or self.openai)(scope, receive, send)
+
+    async def openai(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """OpenAI's routes, for a request whose Host and key are checked: the core every dialect translates to."""
         path, method = scope["path"], scope["method"]
         if path == "/v1/models" and method in ("GET", "HEAD"):  # HEAD: the server leaves the body out
             await send_json(send, 200, model_list(self._manager))
@@ -284,18 +296,6 @@ class Gateway:
             f"The model `{model}` could not be started.{why} The reason and the engine's log are in the ModelDeck "
             f"window, `modeldeck ps` and the control API (GET /api/models/{model}/logs)."
         )
-
-    def _endpoint(self, route: Route, path: str) -> Endpoint:
-        assert route.url is not None
-        url = route.url + path
-        endpoint = self._endpoints.get((url, route.bearer))
-        if endpoint is None:
-            if len(self._endpoints) > 256:  # engines restarted on new ports many times over
-                self._endpoints.clear()
-            # A server ModelDeck did not start (--remote, --upstream) gets size and time limits on its answers.
-            limits = REMOTE_LIMITS if route.external else None
-            endpoint = self._endpoints[(url, route.bearer)] = Endpoint.post(url, route.bearer, limits)
-        return endpoint
 
     async def _forward(self, request: GatewayRequest, route: Route) -> None:
         path, payload, outcome, send = request.path, request.payload, request.outcome, request.send

@@ -6,6 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
+from app.service.launch.route import Route
+
 
 @dataclass(frozen=True, slots=True)
 class AnswerLimits:
@@ -58,3 +60,22 @@ class Endpoint:
 
     def request(self, body: bytes) -> bytes:
         return b"".join((self.head, b"%d\r\n\r\n" % len(body), body))
+
+
+class EndpointCache:
+    """The prepared endpoint of each route and path, made once per engine address and key."""
+
+    def __init__(self) -> None:
+        self._endpoints: dict[tuple[str, str], Endpoint] = {}  # (URL, bearer) -> prepared request head
+
+    def __call__(self, route: Route, path: str) -> Endpoint:
+        assert route.url is not None
+        url = route.url + path
+        endpoint = self._endpoints.get((url, route.bearer))
+        if endpoint is None:
+            if len(self._endpoints) > 256:  # engines restarted on new ports many times over
+                self._endpoints.clear()
+            # A server ModelDeck did not start (--remote, --upstream) gets size and time limits on its answers.
+            limits = REMOTE_LIMITS if route.external else None
+            endpoint = self._endpoints[(url, route.bearer)] = Endpoint.post(url, route.bearer, limits)
+        return endpoint

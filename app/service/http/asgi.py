@@ -69,6 +69,14 @@ def bearer_ok(scope: Scope, expected: str) -> bool:
     return scheme.lower() == "bearer" and hmac.compare_digest(token.strip().encode(), expected.encode())
 
 
+def key_ok(scope: Scope, expected: str) -> bool:
+    """The key as a bearer token (OpenAI's clients, Ollama's with a header) or as `x-api-key` (Anthropic's)."""
+    if bearer_ok(scope, expected):
+        return True
+    other = header(scope, b"x-api-key")
+    return other is not None and hmac.compare_digest(other.strip(), expected.encode())
+
+
 async def read_body(receive: Receive, limit: int) -> bytes:
     chunks: list[bytes] = []
     size = 0

@@ -1,0 +1,2 @@
+"""The endpoint's other dialects (Anthropic Messages, Ollama, OpenAI Responses): translations over the gateway's
+OpenAI core."""
