@@ -69,7 +69,9 @@ def adapt(engine: str, capabilities: Capabilities, path: str, payload: dict[str,
     if _asks_logprobs(path, payload) and not capabilities.logprobs:
         raise FeatureRefused(
             f"`logprobs` is not available for models served by {engine}. {LOGPROBS_ENGINE} serves them: start the "
-            f'model on it (POST /api/models/ID/start with {{"engine": "{LOGPROBS_ENGINE}"}}).',
+            f'model on it (POST /api/models/ID/start with {{"engine": "{LOGPROBS_ENGINE}"}}). Not installed yet? '
+            f"`modeldeck engines build {LOGPROBS_ENGINE}` builds it once from the pinned sources (about 10 minutes "
+            "on 2 cores).",
             "logprobs",
         )
     if path == CHAT and not capabilities.media_parts:

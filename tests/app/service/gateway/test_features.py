@@ -68,6 +68,7 @@ def test_logprobs_on_llama_cpp_python_are_refused_naming_llama_server(path: str,
         adapt(LCP.name, LCP.capabilities, path, payload)
     assert refused.value.param == "logprobs"
     assert "llama-cpp-python" in str(refused.value) and '"engine": "llama-server"' in str(refused.value)
+    assert "`modeldeck engines build llama-server`" in str(refused.value)  # no dead end where it is not installed
 
 
 def test_logprobs_false_is_not_a_request_for_logprobs() -> None:
