@@ -97,9 +97,10 @@ def deb(app_dir: Path, version: str, out: Path) -> int:
         applications = root / "usr" / "share" / "applications"
         applications.mkdir(parents=True)
         shutil.copy(RESOURCES / "modeldeck.desktop", applications / "modeldeck.desktop")
-        icons = root / "usr" / "share" / "icons" / "hicolor" / "256x256" / "apps"
-        icons.mkdir(parents=True)
-        shutil.copy(RESOURCES / "modeldeck.png", icons / "modeldeck.png")
+        for size, name in (("256x256", "modeldeck.png"), ("scalable", "modeldeck.svg")):
+            icons = root / "usr" / "share" / "icons" / "hicolor" / size / "apps"
+            icons.mkdir(parents=True)
+            shutil.copy(RESOURCES / name, icons / name)
         size_kib = sum(p.stat().st_size for p in root.rglob("*") if p.is_file() and not p.is_symlink()) // 1024
         control = root / "DEBIAN"
         control.mkdir()

@@ -178,7 +178,8 @@ def test_the_deb_declares_what_it_needs_and_installs_a_working_binary(tmp_path: 
     contents = subprocess.run(["dpkg-deb", "--contents", str(deb)], capture_output=True, text=True, check=True).stdout
     assert re.search(r" \./usr/bin/modeldeck -> /opt/modeldeck/modeldeck$", contents, flags=re.MULTILINE)
     for path in ("./opt/modeldeck/modeldeck", "./usr/share/applications/modeldeck.desktop",
-                 "./usr/share/icons/hicolor/256x256/apps/modeldeck.png"):  # fmt: skip
+                 "./usr/share/icons/hicolor/256x256/apps/modeldeck.png",
+                 "./usr/share/icons/hicolor/scalable/apps/modeldeck.svg"):  # fmt: skip
         assert re.search(rf" {re.escape(path)}$", contents, flags=re.MULTILINE), path
 
     root = tmp_path / "root"  # a scratch root: what dpkg -i would lay out, without touching this machine's /

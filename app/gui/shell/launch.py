@@ -13,6 +13,7 @@ from PySide6.QtWidgets import QApplication
 
 from app.gui.connection.service_connection import ServiceConnection
 from app.gui.settings.theme import apply_theme
+from app.gui.shell.app_icon import app_icon
 from app.gui.shell.main_window import MainWindow
 from app.gui.shell.system_libraries import (
     MISSING_LIBRARIES_EXIT_CODE,
@@ -63,6 +64,8 @@ def run_gui(paths: AppPaths, loaded: LoadedSettings) -> int:
     existing = QApplication.instance()
     app = existing if isinstance(existing, QApplication) else QApplication(sys.argv[:1])
     app.setApplicationName("ModelDeck")
+    app.setDesktopFileName("modeldeck")  # the taskbar pairs the window with modeldeck.desktop and its icon
+    app.setWindowIcon(app_icon())
     if loaded.settings.theme != "system":  # "system" is what Qt does by itself
         apply_theme(app, loaded.settings.theme)
     app.setQuitOnLastWindowClosed(False)  # the window may close to the tray; quitting is explicit

@@ -40,6 +40,7 @@ from app.gui.run.memory_chart import MemoryChartPanel
 from app.gui.run.snippets_panel import SnippetsPanel
 from app.gui.settings.settings_page import SettingsPage
 from app.gui.shell.about_dialog import AboutDialog
+from app.gui.shell.app_icon import app_icon
 from app.gui.shell.close_flow import CloseFlow
 from app.gui.shell.notifications import NotificationBanner, Notifier
 from app.gui.shell.tray import TrayController, show_window
@@ -64,6 +65,7 @@ class MainWindow(QMainWindow):
     def __init__(self, connection: ServiceConnection, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.setWindowTitle("ModelDeck")
+        self.setWindowIcon(app_icon())
         self.resize(1100, 720)
         self._connection = connection
         self.close_flow = CloseFlow(self)  # first, as before: it reads the close-to-tray choice from the settings
@@ -77,7 +79,7 @@ class MainWindow(QMainWindow):
         self.log_panel = LogPanel()
         self.diagnosis_panel = DiagnosisPanel()
         self.snippets_panel = SnippetsPanel()
-        self.tray = TrayController(self.item_model, self.windowIcon(), self)
+        self.tray = TrayController(self.item_model, self)
         self.memory_chart_panel = MemoryChartPanel()
         self.dashboard_panel = DashboardPanel(connection)
         self.benchmark_page = BenchmarkPage(connection)

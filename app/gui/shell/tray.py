@@ -1,4 +1,5 @@
-"""The system tray: the models' states at a glance, Start/Stop for each, Open window and Quit."""
+"""The system tray: the models' states at a glance (in the icon's badge and the tooltip), Start/Stop for each, Open
+window and Quit."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from PySide6.QtWidgets import QMenu, QSystemTrayIcon, QWidget
 
 from app.api_types import ACTIVE
 from app.gui.common.model_item_model import ModelItemModel
+from app.gui.shell.app_icon import TrayState, app_icon, tray_state
 
 
 def tray_tooltip(states: list[str]) -> str:
@@ -29,15 +31,17 @@ class TrayController(QObject):
     sig_open_requested = Signal()
     sig_quit_requested = Signal()
 
-    def __init__(self, item_model: ModelItemModel, icon: QIcon, parent: QObject | None = None) -> None:
+    def __init__(self, item_model: ModelItemModel, parent: QObject | None = None) -> None:
         super().__init__(parent)
         self._item_model = item_model
         self.menu = QMenu()
         self.menu.setAccessibleName("ModelDeck tray menu")
+        self.state: TrayState = "idle"
+        self.state_icon: QIcon = app_icon(self.state)  # what the tray shows, where the desktop has one
         self.icon: QSystemTrayIcon | None = None
         # Offscreen and some desktops have no tray: the menu still exists, so it can be built and driven in tests.
         if QSystemTrayIcon.isSystemTrayAvailable():
-            self.icon = QSystemTrayIcon(icon, self)
+            self.icon = QSystemTrayIcon(self.state_icon, self)
             self.icon.setContextMenu(self.menu)
             self.icon.activated.connect(self._on_icon_activated)
             self.icon.show()
@@ -54,8 +58,9 @@ class TrayController(QObject):
     @Slot()
     def rebuild(self) -> None:
         self.menu.clear()
-        for model_id in self._item_model.model_ids():
-            state = self._item_model.state_of(model_id)  # None while the service is out of reach
+        states = [self._item_model.state_of(model_id) for model_id in self._item_model.model_ids()]
+        self._show_state(tray_state(states))
+        for model_id, state in zip(self._item_model.model_ids(), states, strict=True):  # None: service out of reach
             running = state in ACTIVE
             shown = state or "unknown"
             label = f"Stop {model_id} ({shown})" if running else f"Start {model_id} ({shown})"
@@ -69,6 +74,13 @@ class TrayController(QObject):
         self.menu.addAction("&Quit").triggered.connect(self.sig_quit_requested.emit)
         if self.icon is not None:
             self.icon.setToolTip(self.tooltip())
+
+    def _show_state(self, state: TrayState) -> None:
+        if state == self.state:
+            return
+        self.state, self.state_icon = state, app_icon(state)
+        if self.icon is not None:
+            self.icon.setIcon(self.state_icon)
 
     @Slot(QSystemTrayIcon.ActivationReason)
     def _on_icon_activated(self, reason: QSystemTrayIcon.ActivationReason) -> None:
