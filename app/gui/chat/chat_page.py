@@ -15,7 +15,6 @@ from PySide6.QtWidgets import (
     QComboBox,
     QHBoxLayout,
     QLabel,
-    QLineEdit,
     QPushButton,
     QScrollArea,
     QSplitter,
@@ -38,6 +37,7 @@ from app.gui.chat.chat_store import (
     title_from,
 )
 from app.gui.chat.chat_transcript import ChatTranscript
+from app.gui.chat.prompt_edit import PromptEdit
 from app.gui.common.model_item_model import ModelItemModel
 from app.gui.connection.service_connection import ServiceConnection
 
@@ -100,8 +100,8 @@ class ChatPage(QWidget):
         self.picker = ChatModelPicker(connection, models)
         self.transcript = ChatTranscript()
         self.params_panel = ChatParamsPanel()
-        self.prompt_edit = QLineEdit()
-        self.prompt_edit.setPlaceholderText("Ask something and press Enter")
+        self.prompt_edit = PromptEdit()
+        self.prompt_edit.setPlaceholderText("Ask something and press Enter (Shift+Enter: a new line)")
         self.prompt_edit.setAccessibleName("Your message")
         self.send_button = QPushButton("&Send")
         self.send_button.setAccessibleName("Send the message")
@@ -114,7 +114,7 @@ class ChatPage(QWidget):
         self._render_timer.setInterval(RENDER_INTERVAL_MS)
         self._build_layout()
         self.send_button.clicked.connect(self._on_send_button_clicked)
-        self.prompt_edit.returnPressed.connect(self._on_send_button_clicked)
+        self.prompt_edit.sig_submitted.connect(self._on_send_button_clicked)
         self.stop_button.clicked.connect(self._on_stop_button_clicked)
         self._render_timer.timeout.connect(self._on_render_timer_timeout)
         self.sidebar.sig_conversation_opened.connect(self._on_sidebar_conversation_opened)
