@@ -1,19 +1,19 @@
-"""The chat transcript: each message a bubble of Markdown (yours on the right, the model's on the left), with copy
-buttons for the answer and each of its code blocks, the answer's speed, Regenerate on the last answer and Edit on
-your messages. Only the bubble being streamed is redrawn while an answer arrives."""
+"""The chat transcript: each message a bubble of Markdown (yours on the right, the model's on the left), its code
+highlighted (app.gui.chat.message_html), with copy buttons for the answer and each of its code blocks, the answer's
+speed, Regenerate on the last answer and Edit on your messages. Only the bubble being streamed is redrawn while an
+answer arrives."""
 
 from __future__ import annotations
 
 import functools
-import re
 
-from PySide6.QtCore import Qt, QTimer, Signal, Slot
-from PySide6.QtGui import QGuiApplication
+from PySide6.QtCore import QEvent, Qt, QTimer, Signal, Slot
+from PySide6.QtGui import QGuiApplication, QPalette
 from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QPushButton, QScrollArea, QVBoxLayout, QWidget
 
 from app.gui.chat.chat_store import ChatMessage
+from app.gui.chat.message_html import FENCE, message_html
 
-CODE_BLOCK = re.compile(r"```[^\n]*\n(.*?)(?:```|\Z)", re.DOTALL)
 BUBBLE_STYLE = """
 QFrame#user_bubble { background-color: palette(alternate-base); border: 1px solid palette(mid); border-radius: 10px; }
 QFrame#assistant_bubble { background-color: palette(base); border: 1px solid palette(mid); border-radius: 10px; }
@@ -22,7 +22,7 @@ QFrame#assistant_bubble { background-color: palette(base); border: 1px solid pal
 
 def code_blocks(markdown: str) -> list[str]:
     """The contents of the fenced code blocks of a Markdown text, an unclosed last one included."""
-    return [block.rstrip("\n") for block in CODE_BLOCK.findall(markdown)]
+    return [fence.group(2).rstrip("\n") for fence in FENCE.finditer(markdown)]
 
 
 class ChatBubble(QFrame):
@@ -43,7 +43,7 @@ class ChatBubble(QFrame):
         font.setBold(True)
         self.header_label.setFont(font)
         self.body_label = QLabel()
-        self.body_label.setTextFormat(Qt.TextFormat.MarkdownText)
+        self.body_label.setTextFormat(Qt.TextFormat.RichText)
         self.body_label.setWordWrap(True)
         self.body_label.setTextInteractionFlags(
             Qt.TextInteractionFlag.TextSelectableByMouse | Qt.TextInteractionFlag.LinksAccessibleByMouse
@@ -57,6 +57,7 @@ class ChatBubble(QFrame):
         self._code_buttons: list[QPushButton] = []
         self.regenerate_button: QPushButton | None = None
         self.edit_button: QPushButton | None = None
+        self._streaming = False
         layout = QVBoxLayout(self)
         layout.addWidget(self.header_label)
         layout.addWidget(self.body_label)
@@ -78,8 +79,9 @@ class ChatBubble(QFrame):
         self.show_message(message)
 
     def show_message(self, message: ChatMessage, streaming: bool = False) -> None:
-        self.message = message
-        self.body_label.setText(message.content or ("\N{HORIZONTAL ELLIPSIS}" if streaming else ""))
+        self.message, self._streaming = message, streaming
+        text = message.content or ("\N{HORIZONTAL ELLIPSIS}" if streaming else "")
+        self.body_label.setText(message_html(text, self.palette().color(QPalette.ColorRole.Base).lightness() < 128))
         self.body_label.setAccessibleName("Your message" if message.role == "user" else "The model's answer")
         stats = message.stats.text() if message.stats else ""
         self.stats_label.setText(f"{stats} (stopped)" if message.stopped else stats)
@@ -89,6 +91,11 @@ class ChatBubble(QFrame):
                 button.setEnabled(not streaming)
         if not streaming:
             self._show_code_buttons(code_blocks(message.content))
+
+    def changeEvent(self, event: QEvent) -> None:
+        super().changeEvent(event)
+        if event.type() == QEvent.Type.PaletteChange:  # the theme changed: code in its colours
+            self.show_message(self.message, self._streaming)
 
     def _show_code_buttons(self, blocks: list[str]) -> None:
         for button in self._code_buttons:
