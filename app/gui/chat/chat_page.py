@@ -10,7 +10,7 @@ import time
 from collections.abc import Callable
 from dataclasses import replace
 
-from PySide6.QtCore import QObject, Qt, QThread, QTimer, Signal, Slot
+from PySide6.QtCore import Qt, QTimer, Signal, Slot
 from PySide6.QtWidgets import (
     QComboBox,
     QHBoxLayout,
@@ -23,7 +23,8 @@ from PySide6.QtWidgets import (
 )
 
 from app.api_types import EndpointRecord
-from app.client import ChatStream, ControlError, ServiceUnavailable, stream_chat
+from app.client import stream_chat
+from app.gui.chat.answer_stream import ChatStreamThread
 from app.gui.chat.chat_model_picker import ChatModelPicker
 from app.gui.chat.chat_params_panel import ChatParamsPanel
 from app.gui.chat.chat_sidebar import ChatSidebar
@@ -43,24 +44,6 @@ from app.gui.connection.service_connection import ServiceConnection
 
 RENDER_INTERVAL_MS = 50  # the streamed bubble is redrawn at most this often, however fast tokens come
 ELLIPSIS = "\N{HORIZONTAL ELLIPSIS}"
-
-
-class ChatStreamThread(QThread):
-    """Reads one ChatStream off the GUI thread, so a slow model never freezes the window."""
-
-    sig_delta_received = Signal(str)
-    sig_stream_failed = Signal(str)
-
-    def __init__(self, stream: ChatStream, parent: QObject | None = None) -> None:
-        super().__init__(parent)
-        self.stream = stream
-
-    def run(self) -> None:
-        try:
-            for delta in self.stream:
-                self.sig_delta_received.emit(delta)
-        except (ServiceUnavailable, ControlError, ValueError) as exc:
-            self.sig_stream_failed.emit(str(exc))
 
 
 class ChatPage(QWidget):
@@ -86,6 +69,7 @@ class ChatPage(QWidget):
         self._endpoint: EndpointRecord | None = None
         self._conversation: Conversation | None = None
         self._messages: tuple[ChatMessage, ...] = ()
+        self._replacing: ChatMessage | None = None  # the answer being regenerated, kept as a version
         self._editing: int | None = None  # index of the user message being edited
         # Why the store refused the last save (None: it did not): the file lacks some of what the page shows.
         self._unsaved: str | None = None
@@ -123,6 +107,7 @@ class ChatPage(QWidget):
         self.sidebar.sig_save_failed.connect(self.sig_save_failed)
         self.params_panel.sig_params_changed.connect(self._on_params_panel_params_changed)
         self.transcript.sig_regenerate_requested.connect(self.regenerate)
+        self.transcript.sig_version_requested.connect(self.show_version)
         self.transcript.sig_edit_requested.connect(self.edit_message)
         self.picker.sig_state_changed.connect(self._on_picker_state_changed)
         connection.sig_status_changed.connect(self._on_connection_status_changed)
@@ -226,7 +211,8 @@ class ChatPage(QWidget):
         return True
 
     def regenerate(self) -> None:
-        """Answer the last user message again, in place of the answer it had."""
+        """Answer the last user message again; the answer it had stays as an earlier version (the file keeps it as
+        it was until the new one is done)."""
         model_id = self.picker.current_model()
         if self.is_streaming or not model_id or self._endpoint is None or not self._messages:
             return
@@ -235,10 +221,18 @@ class ChatPage(QWidget):
             messages = messages[:-1]
         if not messages:
             return
+        self._replacing = self._messages[-1] if self._messages[-1].role == "assistant" else None
         self._messages = messages
-        self._save_messages()
         self.transcript.show_messages(self._messages)
         self._stream(model_id)
+
+    def show_version(self, index: int) -> None:
+        """Show (and go on from) version `index` of the last answer."""
+        if self.is_streaming or not self._messages or not 0 <= index < len(self._messages[-1].versions()):
+            return
+        self._messages = (*self._messages[:-1], self._messages[-1].shown_as(index))
+        self._save_messages()
+        self.transcript.show_messages(self._messages)
 
     def edit_message(self, index: int) -> None:
         """Put a user message back in the prompt; sending it replaces it and everything after it."""
@@ -383,11 +377,14 @@ class ChatPage(QWidget):
         self._render_timer.stop()
         stopped = thread is not None and thread.stream.cancelled
         stats = self._stats()
+        previous, self._replacing = self._replacing, None
         if self._answer:
             cut_short = stopped or self._error is not None
             answer = ChatMessage("assistant", self._answer, stats, self._answer_model, cut_short)
-            self._messages = (*self._messages, answer)
+            self._messages = (*self._messages, previous.with_version(answer) if previous else answer)
             self._save_messages()
+        elif previous is not None:  # nothing came: the answer it had stays
+            self._messages = (*self._messages, previous)
         self.transcript.show_messages(self._messages)
         if self._error is not None:
             self._set_status(f"Error: {self._error}")
@@ -430,14 +427,3 @@ class ChatPage(QWidget):
     def _on_picker_state_changed(self) -> None:
         if self.is_streaming and self._first_at is None:
             self._show_waiting()
-
-
-def speed_text(started: float, first_at: float | None, chunks: int, now: float) -> str:
-    """TTFT and tokens/s of one streamed answer, from perf_counter times and its count of content chunks."""
-    if first_at is None:
-        return "No answer."
-    ttft_ms = (first_at - started) * 1000
-    # llama.cpp and vLLM stream one token per content chunk, so chunks after the first count tokens.
-    elapsed = now - first_at
-    rate = f"{(chunks - 1) / elapsed:.1f} tokens/s" if chunks > 1 and elapsed > 0 else "- tokens/s"
-    return f"TTFT {ttft_ms:.0f} ms, {rate}, {chunks} tokens"

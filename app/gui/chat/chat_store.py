@@ -1,5 +1,6 @@
-"""Chat conversations kept in SQLite under the data folder: their messages, each answer's speed, and the parameters
-chosen for each conversation. No Qt here: the chat page is a view of this store.
+"""Chat conversations kept in SQLite under the data folder: their messages, each answer's speed and earlier versions
+(Regenerate keeps them), and the parameters chosen for each conversation. No Qt here: the chat page is a view of
+this store.
 
 Writes are a few rows at the end of a turn; with WAL and synchronous=NORMAL a commit does not wait for the disk,
 so the GUI thread can make them without a visible pause. A write that finds the file held by another program waits
@@ -13,7 +14,7 @@ import sqlite3
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +23,7 @@ from app.bounded_json import load_json
 from app.json_fields import checked_fields
 from app.paths import make_private_file
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: an answer's other versions (the `versions` column)
 FILE_NAME = "chats.sqlite"
 DEFAULT_TITLE = "New chat"
 TITLE_LENGTH = 60
@@ -108,6 +109,23 @@ class ChatMessage:
     stats: AnswerStats | None = None
     model: str | None = None  # the model that answered
     stopped: bool = False  # cut short: by Stop, or by an error (the engine failed, the service went away)
+    others: tuple[ChatMessage, ...] = ()  # the answer's other versions, oldest first (Regenerate keeps them)
+    version: int = 0  # this version's place among all: others[:version], this one, others[version:]
+
+    def versions(self) -> tuple[ChatMessage, ...]:
+        """Every version of this answer, oldest first, each without versions of its own."""
+        bare = replace(self, others=(), version=0)
+        return (*self.others[: self.version], bare, *self.others[self.version :])
+
+    def shown_as(self, index: int) -> ChatMessage:
+        """The answer with its version `index` shown (and sent to the model as the conversation goes on)."""
+        versions = self.versions()
+        return replace(versions[index], others=versions[:index] + versions[index + 1 :], version=index)
+
+    def with_version(self, answer: ChatMessage) -> ChatMessage:
+        """`answer` shown as the newest version of this one."""
+        versions = (*self.versions(), answer)
+        return replace(answer, others=versions[:-1], version=len(versions) - 1)
 
 
 class ChatSaveError(Exception):
@@ -206,24 +224,28 @@ class ChatStore:
         if row is None:
             return None
         messages = self._db.execute(
-            "SELECT role, content, stats, model, stopped FROM messages WHERE conversation = ? ORDER BY position",
+            "SELECT role, content, stats, model, stopped, versions FROM messages WHERE conversation = ?"
+            " ORDER BY position",
             (conversation_id,),
         ).fetchall()
         return Conversation(
             row[0], row[1], row[2], ChatParams.from_json(row[3]), row[4],
-            tuple(ChatMessage(m[0], m[1], _stats(m[2]), m[3], bool(m[4])) for m in messages),
+            tuple(_versions(ChatMessage(m[0], m[1], _stats(m[2]), m[3], bool(m[4])), m[5]) for m in messages),
         )  # fmt: skip
 
     def set_messages(self, conversation_id: int, messages: tuple[ChatMessage, ...]) -> None:
         """Replace the conversation's messages (after a turn, an edit or a regeneration)."""
         rows = [
-            (conversation_id, i, m.role, m.content, m.model, json.dumps(asdict(m.stats)) if m.stats else None,
-             int(m.stopped))
+            (conversation_id, i, m.role, m.content, m.model, _stats_json(m.stats), int(m.stopped), _versions_json(m))
             for i, m in enumerate(messages)
-        ]  # fmt: skip
+        ]
         with self._writing() as db:
             db.execute("DELETE FROM messages WHERE conversation = ?", (conversation_id,))
-            db.executemany("INSERT INTO messages VALUES (?, ?, ?, ?, ?, ?, ?)", rows)
+            db.executemany(
+                "INSERT INTO messages (conversation, position, role, content, model, stats, stopped, versions)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                rows,
+            )
             db.execute("UPDATE conversations SET updated = ? WHERE id = ?", (time.time(), conversation_id))
 
     def rename(self, conversation_id: int, title: str) -> str:
@@ -279,7 +301,7 @@ def _prepare(db: sqlite3.Connection) -> None:
     db.execute("PRAGMA foreign_keys=ON")
     # BEGIN IMMEDIATE takes the write lock now: a file another program holds is found before the first turn.
     db.executescript(
-        f"""
+        """
         BEGIN IMMEDIATE;
         CREATE TABLE IF NOT EXISTS conversations (
             id INTEGER PRIMARY KEY, title TEXT NOT NULL, model TEXT, params TEXT NOT NULL,
@@ -287,17 +309,50 @@ def _prepare(db: sqlite3.Connection) -> None:
         CREATE TABLE IF NOT EXISTS messages (
             conversation INTEGER NOT NULL REFERENCES conversations(id) ON DELETE CASCADE,
             position INTEGER NOT NULL, role TEXT NOT NULL, content TEXT NOT NULL, model TEXT,
-            stats TEXT, stopped INTEGER NOT NULL DEFAULT 0, PRIMARY KEY (conversation, position));
-        PRAGMA user_version={SCHEMA_VERSION};
-        COMMIT;
+            stats TEXT, stopped INTEGER NOT NULL DEFAULT 0, versions TEXT, PRIMARY KEY (conversation, position));
         """
     )
+    columns = {row[1] for row in db.execute("PRAGMA table_info(messages)")}
+    if "versions" not in columns:  # a file of schema 1
+        db.execute("ALTER TABLE messages ADD COLUMN versions TEXT")
+    db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
+    db.commit()
 
 
 def title_from(text: str) -> str:
     """A conversation's first title: the start of its first message."""
     words = " ".join(text.split())
     return words if len(words) <= TITLE_LENGTH else words[: TITLE_LENGTH - 1].rstrip() + "\N{HORIZONTAL ELLIPSIS}"
+
+
+def _stats_json(stats: AnswerStats | None) -> str | None:
+    return json.dumps(asdict(stats)) if stats else None
+
+
+def _versions_json(message: ChatMessage) -> str | None:
+    if not message.others:
+        return None
+    others = [{"content": m.content, "stats": _stats_json(m.stats), "model": m.model, "stopped": m.stopped}
+              for m in message.others]  # fmt: skip
+    return json.dumps({"shown": message.version, "others": others})
+
+
+def _versions(message: ChatMessage, text: str | None) -> ChatMessage:
+    """The message with the other versions saved beside it; as it is when there are none, or they are damaged."""
+    try:
+        data = load_json(text) if text else None
+        if not isinstance(data, dict) or not isinstance(data.get("others"), list):
+            return message
+        others = tuple(
+            ChatMessage(message.role, str(item["content"]), _stats(item.get("stats")), item.get("model"),
+                        bool(item.get("stopped")))
+            for item in data["others"]
+        )  # fmt: skip
+        shown = data.get("shown")
+        version = shown if isinstance(shown, int) and 0 <= shown <= len(others) else len(others)
+    except (ValueError, KeyError, TypeError):
+        return message
+    return replace(message, others=others, version=version)
 
 
 def _stats(text: str | None) -> AnswerStats | None:

@@ -1,7 +1,7 @@
 """The chat transcript: each message a bubble of Markdown (yours on the right, the model's on the left), its code
 highlighted (app.gui.chat.message_html), with copy buttons for the answer and each of its code blocks, the answer's
-speed, Regenerate on the last answer and Edit on your messages. Only the bubble being streamed is redrawn while an
-answer arrives."""
+speed, Regenerate on the last answer (with its versions to step through: "2 / 3") and Edit on your messages. Only
+the bubble being streamed is redrawn while an answer arrives."""
 
 from __future__ import annotations
 
@@ -30,6 +30,7 @@ class ChatBubble(QFrame):
 
     sig_edit_requested = Signal(int)
     sig_regenerate_requested = Signal()
+    sig_version_requested = Signal(int)  # the index of the answer's version to show
 
     def __init__(self, index: int, message: ChatMessage, last_answer: bool, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -57,6 +58,7 @@ class ChatBubble(QFrame):
         self._code_buttons: list[QPushButton] = []
         self.regenerate_button: QPushButton | None = None
         self.edit_button: QPushButton | None = None
+        self.version_label: QLabel | None = None  # "2 / 3", on an answer with versions
         self._streaming = False
         layout = QVBoxLayout(self)
         layout.addWidget(self.header_label)
@@ -71,6 +73,8 @@ class ChatBubble(QFrame):
             self.edit_button.clicked.connect(self._on_edit_button_clicked)
             self._footer.addWidget(self.edit_button)
         elif last_answer:
+            if message.others:
+                self._add_version_buttons(message)
             self.regenerate_button = QPushButton("Regenerate")
             self.regenerate_button.setAccessibleName("Regenerate this answer")
             self.regenerate_button.clicked.connect(self.sig_regenerate_requested)
@@ -109,6 +113,22 @@ class ChatBubble(QFrame):
             self._footer.insertWidget(self._footer.count() - 1, button)
             self._code_buttons.append(button)
 
+    def _add_version_buttons(self, message: ChatMessage) -> None:
+        count = len(message.others) + 1
+        self.version_label = QLabel(f"{message.version + 1} / {count}")
+        self.version_label.setAccessibleName(f"Version {message.version + 1} of {count} of this answer")
+        for text, name, step in (("\N{BLACK LEFT-POINTING SMALL TRIANGLE}", "Earlier version", -1),
+                                 ("\N{BLACK RIGHT-POINTING SMALL TRIANGLE}", "Later version", 1)):  # fmt: skip
+            button = QPushButton(text)
+            button.setObjectName("earlier_version" if step < 0 else "later_version")
+            button.setAccessibleName(name)
+            button.setToolTip(f"{name} of this answer")
+            button.setEnabled(0 <= message.version + step < count)
+            button.clicked.connect(functools.partial(self.sig_version_requested.emit, message.version + step))
+            self._footer.addWidget(button)
+            if step < 0:
+                self._footer.addWidget(self.version_label)
+
     @property
     def code_buttons(self) -> list[QPushButton]:
         return list(self._code_buttons)
@@ -131,6 +151,7 @@ class ChatTranscript(QScrollArea):
 
     sig_edit_requested = Signal(int)  # the index of the user message to edit
     sig_regenerate_requested = Signal()
+    sig_version_requested = Signal(int)  # the last answer's version to show
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -190,6 +211,7 @@ class ChatTranscript(QScrollArea):
             row_layout.addStretch(1)
         bubble.sig_edit_requested.connect(self.sig_edit_requested)
         bubble.sig_regenerate_requested.connect(self.sig_regenerate_requested)
+        bubble.sig_version_requested.connect(self.sig_version_requested)
         self._layout.insertWidget(self._layout.count() - 1, row)
         self.bubbles.append(bubble)
         self._rows.append(row)

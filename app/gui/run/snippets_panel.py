@@ -24,7 +24,7 @@ from PySide6.QtWidgets import (
 
 from app.api_types import EndpointRecord, TlsRecord
 from app.client import stream_chat
-from app.gui.chat.chat_page import ChatStreamThread, speed_text
+from app.gui.chat.answer_stream import ChatStreamThread, speed_text
 
 TEST_PROMPT = "Say hello in five words."
 TEST_MAX_TOKENS = 32

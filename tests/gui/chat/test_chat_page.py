@@ -12,6 +12,7 @@ from pathlib import Path
 
 from PySide6.QtCore import Qt
 from PySide6.QtGui import QGuiApplication
+from PySide6.QtWidgets import QPushButton
 from pytestqt.qtbot import QtBot
 
 from app.gui.chat.chat_page import ChatPage
@@ -99,10 +100,25 @@ def test_a_conversation_streams_regenerates_edits_and_reopens(
     page.regenerate()
     assert _answer(qtbot, page) == again
     assert len(page.messages) == 2
+    # Each regenerated answer is kept as a version, to step back to (and saved so).
+    assert [version.content for version in page.messages[-1].versions()] == [first, again, again]
+    bubble = page.transcript.bubbles[-1]
+    assert bubble.version_label is not None and bubble.version_label.text() == "3 / 3"
+    for shown, content in (("2 / 3", again), ("1 / 3", first)):
+        earlier = page.transcript.bubbles[-1].findChild(QPushButton, "earlier_version")
+        assert earlier is not None and earlier.isEnabled()
+        qtbot.mouseClick(earlier, Qt.MouseButton.LeftButton)
+        label = page.transcript.bubbles[-1].version_label
+        assert label is not None and label.text() == shown and page.messages[-1].content == content
+    later = page.transcript.bubbles[-1].findChild(QPushButton, "later_version")
+    earliest = page.transcript.bubbles[-1].findChild(QPushButton, "earlier_version")
+    assert later is not None and later.isEnabled() and earliest is not None and not earliest.isEnabled()
+    saved = window.chat_store.load(conversation.id)
+    assert saved is not None and saved.messages[-1] == page.messages[-1] and saved.messages[-1].version == 0
     panel.seed_spin.setValue(8)
     page.regenerate()
     second = _answer(qtbot, page)
-    assert second != again and len(page.messages) == 2
+    assert second != again and len(page.messages) == 2 and len(page.messages[-1].versions()) == 4
 
     # Edit and resend: the edited message replaces the old one and the answer after it.
     edit = page.transcript.bubbles[0].edit_button

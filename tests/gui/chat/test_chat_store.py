@@ -24,7 +24,15 @@ from pytestqt.qtbot import QtBot
 
 from app.api_types import EndpointRecord
 from app.client import default_port
-from app.gui.chat.chat_store import FILE_NAME, AnswerStats, ChatMessage, ChatParams, ChatStore, title_from
+from app.gui.chat.chat_store import (
+    FILE_NAME,
+    SCHEMA_VERSION,
+    AnswerStats,
+    ChatMessage,
+    ChatParams,
+    ChatStore,
+    title_from,
+)
 from app.gui.chat.chat_transcript import ChatBubble, code_blocks
 from app.gui.common import quit_dialogs
 from app.gui.connection.service_connection import ServiceConnection
@@ -122,7 +130,7 @@ def test_a_file_from_a_newer_version_is_never_written(tmp_path: Path) -> None:
     newer = sqlite3.connect(path)
     newer.executescript(
         "ALTER TABLE conversations ADD COLUMN pinned INTEGER; ALTER TABLE messages ADD COLUMN images TEXT;"
-        " PRAGMA user_version=2;"
+        f" PRAGMA user_version={SCHEMA_VERSION + 1};"
     )
     newer.close()
     before = path.read_bytes()
@@ -131,7 +139,44 @@ def test_a_file_from_a_newer_version_is_never_written(tmp_path: Path) -> None:
     still_works(store)
     store.close()
     assert path.read_bytes() == before
-    assert sqlite3.connect(path).execute("PRAGMA user_version").fetchone() == (2,)
+    assert sqlite3.connect(path).execute("PRAGMA user_version").fetchone() == (SCHEMA_VERSION + 1,)
+
+
+def test_answer_versions_are_kept_and_a_file_of_schema_1_gains_them(tmp_path: Path) -> None:
+    """Regenerate keeps the earlier answers: each version with its speed, and which one is shown. A file written
+    before versions existed (schema 1) opens with its messages and takes versions from then on."""
+    path = tmp_path / FILE_NAME
+    old = sqlite3.connect(path)
+    old.executescript(
+        "CREATE TABLE conversations (id INTEGER PRIMARY KEY, title TEXT NOT NULL, model TEXT, params TEXT NOT NULL,"
+        " created REAL NOT NULL, updated REAL NOT NULL);"
+        " CREATE TABLE messages (conversation INTEGER NOT NULL REFERENCES conversations(id) ON DELETE CASCADE,"
+        " position INTEGER NOT NULL, role TEXT NOT NULL, content TEXT NOT NULL, model TEXT, stats TEXT,"
+        " stopped INTEGER NOT NULL DEFAULT 0, PRIMARY KEY (conversation, position));"
+        " INSERT INTO conversations VALUES (1, 'Old', 'm', '{}', 1.0, 1.0);"
+        " INSERT INTO messages VALUES (1, 0, 'user', 'Hi', NULL, NULL, 0), (1, 1, 'assistant', 'One', 'm', NULL, 0);"
+        " PRAGMA user_version=1;"
+    )
+    old.close()
+    store = ChatStore(path)
+    assert store.problem is None
+    loaded = store.load(1)
+    assert loaded is not None and loaded.messages == (
+        ChatMessage("user", "Hi"),
+        ChatMessage("assistant", "One", model="m"),
+    )
+    stats = AnswerStats(120.0, 30.5, 7)
+    answer = loaded.messages[1].with_version(ChatMessage("assistant", "Two", stats, "m"))
+    answer = answer.with_version(ChatMessage("assistant", "Three", None, "m", stopped=True)).shown_as(1)
+    assert (answer.content, answer.stats, answer.version) == ("Two", stats, 1)
+    assert [v.content for v in answer.versions()] == ["One", "Two", "Three"] and answer.versions()[2].stopped
+    store.set_messages(1, (loaded.messages[0], answer))
+    store.close()
+    again = ChatStore(path)
+    reloaded = again.load(1)
+    assert reloaded is not None and reloaded.messages[1] == answer
+    assert sqlite3.connect(path).execute("PRAGMA user_version").fetchone() == (SCHEMA_VERSION,)
+    again.close()
 
 
 def test_the_window_opens_on_a_bad_chats_file_and_says_so(qtbot: QtBot, paths: AppPaths) -> None:
