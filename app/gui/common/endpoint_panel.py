@@ -6,6 +6,9 @@ from PySide6.QtCore import Signal, Slot
 from PySide6.QtGui import QGuiApplication
 from PySide6.QtWidgets import QGridLayout, QLabel, QLineEdit, QPushButton, QWidget
 
+from app.gui.common.gui_state import GuiState
+from app.gui.common.hint_box import HintBox
+
 NO_KEY_TEXT = "none: the endpoint accepts requests without a key (loopback only)"
 WIDEST_URL = "http://127.0.0.1:65535/v1"  # the fields never get too narrow to show a whole local URL
 
@@ -15,7 +18,7 @@ class EndpointPanel(QWidget):
 
     sig_text_copied = Signal(str)  # what was copied, in words ("URL", "API key")
 
-    def __init__(self, parent: QWidget | None = None) -> None:
+    def __init__(self, state: GuiState | None = None, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self._api_key: str | None = None
         self.url_edit = QLineEdit()
@@ -39,9 +42,7 @@ class EndpointPanel(QWidget):
         self.copy_key_button = QPushButton("Copy")
         self.copy_key_button.setToolTip("Copy the API key")
         self.copy_key_button.setAccessibleName("Copy the API key")
-        self.note_label = QLabel()
-        self.note_label.setWordWrap(True)
-        self.note_label.setAccessibleName("About the API key")
+        self.key_hint = HintBox("api_key_note", state, "About the API key")
 
         layout = QGridLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
@@ -52,7 +53,7 @@ class EndpointPanel(QWidget):
         layout.addWidget(self.key_edit, 1, 1)
         layout.addWidget(self.reveal_button, 1, 2)
         layout.addWidget(self.copy_key_button, 1, 3)
-        layout.addWidget(self.note_label, 2, 1, 1, 3)
+        layout.addWidget(self.key_hint, 2, 1, 1, 3)
         layout.setColumnStretch(1, 1)
 
         self.copy_url_button.clicked.connect(self._on_copy_url_button_clicked)
@@ -70,8 +71,7 @@ class EndpointPanel(QWidget):
         self.copy_key_button.setEnabled(has_key)
         self.reveal_button.setEnabled(has_key)
         self._apply_echo_mode()
-        self.note_label.setText(note)
-        self.note_label.setVisible(bool(note))
+        self.key_hint.show_hint(note)
 
     def _apply_echo_mode(self) -> None:
         masked = self._api_key is not None and not self.reveal_button.isChecked()

@@ -21,6 +21,7 @@ from PySide6.QtWidgets import (
 from app.api_types import HAS_ENGINE, EndpointRecord, HardwareRecord, ModelRecord, ModelState
 from app.client import ControlClient
 from app.gui.common.endpoint_panel import EndpointPanel
+from app.gui.common.gui_state import GuiState
 from app.gui.common.hub_format import error_label, show_error
 from app.gui.common.model_item_model import SIZE_COLUMN, ModelItemModel
 from app.gui.common.model_list_panel import ModelListPanel
@@ -29,7 +30,6 @@ from app.gui.common.state_words import STATE_WORDS
 from app.gui.connection.latest_call import LatestCall
 from app.gui.connection.service_connection import ServiceConnection
 from app.gui.home.first_run_panel import FirstRunPanel, bundled_record
-from app.gui.home.gui_state import GuiState
 from app.gui.home.next_step_panel import NextStepPanel
 
 UNKNOWN_RUNNING = "Not connected to the service: which models run is unknown until it is back."

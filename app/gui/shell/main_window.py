@@ -26,11 +26,11 @@ from app.gui.chat.chat_page import ChatPage
 from app.gui.chat.chat_store import FILE_NAME as CHATS_FILE
 from app.gui.chat.chat_store import ChatStore
 from app.gui.common.endpoint_panel import EndpointPanel
+from app.gui.common.gui_state import GuiState
 from app.gui.common.model_item_model import ModelItemModel
 from app.gui.common.model_list_panel import ModelListPanel
 from app.gui.connection.service_connection import Phase, ServiceConnection
 from app.gui.dashboard.dashboard_panel import DashboardPanel
-from app.gui.home.gui_state import GuiState
 from app.gui.home.home_page import HomePage
 from app.gui.models.discover_page import DiscoverPage
 from app.gui.models.library_page import LibraryPage
@@ -75,7 +75,8 @@ class MainWindow(QMainWindow):
 
         self.item_model = ModelItemModel(self)
         self.model_list_panel = ModelListPanel(self.item_model)
-        self.endpoint_panel = EndpointPanel()
+        self.gui_state = GuiState(connection.paths)
+        self.endpoint_panel = EndpointPanel(self.gui_state)
         self.log_panel = LogPanel()
         self.diagnosis_panel = DiagnosisPanel()
         self.snippets_panel = SnippetsPanel()
@@ -91,7 +92,6 @@ class MainWindow(QMainWindow):
         self.reconnect_button.setToolTip("Connect to the ModelDeck service again, starting it if it is not running")
         self.reconnect_button.hide()  # shown while the connection is lost
         self.tabs = QTabWidget()
-        self.gui_state = GuiState(connection.paths)
         self.home_page = HomePage(connection, self.item_model, self.gui_state)
         self.run_page = QSplitter(Qt.Orientation.Horizontal)
         self.notification_banner = NotificationBanner()

@@ -11,10 +11,10 @@ from PySide6.QtTest import QTest
 from PySide6.QtWidgets import QApplication
 from pytestqt.qtbot import QtBot
 
+from app.gui.common.gui_state import GuiState
 from app.gui.common.model_item_model import ModelItemModel
 from app.gui.connection.service_connection import ServiceConnection
 from app.gui.home.first_run_panel import FirstRunPanel
-from app.gui.home.gui_state import GuiState
 from app.gui.home.home_page import HomePage
 from app.gui.shell.main_window import MainWindow
 from app.gui.shell.notifications import Severity, download_notification, engine_notification

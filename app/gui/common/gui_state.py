@@ -1,6 +1,9 @@
-"""What the window remembers between runs that is not a setting: whether a model was ever launched here."""
+"""What the window remembers between runs that is not a setting: whether a model was ever launched here, and
+which hints the user has hidden."""
 
 from __future__ import annotations
+
+import hashlib
 
 from PySide6.QtCore import QSettings
 
@@ -26,3 +29,19 @@ class GuiState:
         if not self.ever_launched:
             self._settings.setValue(EVER_LAUNCHED_KEY, "true")
             self._settings.sync()
+
+    def hint_hidden(self, name: str, text: str) -> bool:
+        """Whether the user hid hint `name` while it said `text` (a hint that says something new shows again)."""
+        return str(self._settings.value(_hint_key(name), "")) == _digest(text)
+
+    def hide_hint(self, name: str, text: str) -> None:
+        self._settings.setValue(_hint_key(name), _digest(text))
+        self._settings.sync()
+
+
+def _hint_key(name: str) -> str:
+    return f"hints/{name}"
+
+
+def _digest(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
