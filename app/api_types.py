@@ -66,6 +66,8 @@ class PlanSummary(TypedDict):
     threads: int
     batch: int
     parallel: int
+    draft: str | None  # the model drafting for it (llama-server's speculative decoding)
+    lookup: int  # prompt-lookup decoding's tokens a step (llama-cpp-python); 0: off
 
 
 class LaunchRecord(TypedDict):
@@ -672,6 +674,8 @@ class ModelSettingsRecord(TypedDict):
     bounds: dict[str, Any]
     free: SettingsFree
     saved: bool
+    draft_reason: str | None  # why the draft may draft for it ("same vocabulary, +N MB"); None without one
+    drafts: list[str]  # the models that could draft for it (the same vocabulary, smaller), smallest first
 
 
 # Events (GET /api/events) -------------------------------------------------------------------------------------

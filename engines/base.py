@@ -41,6 +41,14 @@ class LaunchPlan:
     prompt_cache_bytes: int = 0
     # llama.cpp engines: OpenMP threads spin briefly before they sleep (SPIN_COUNT rounds), or sleep at once
     spin_wait: bool = False
+    # Speculative decoding. llama-server: a draft model with the same vocabulary proposes up to `draft_max` tokens a
+    # step, which the model checks in one batch; llama-cpp-python: prompt-lookup decoding, `lookup_tokens` drafted
+    # from the prompt's own n-grams (0: off).
+    draft_path: Path | None = None
+    draft_model: str | None = None  # the draft's model id, for reports
+    draft_max: int = 8
+    draft_gpu_layers: int = 0
+    lookup_tokens: int = 0
 
 
 # Rounds an idle OpenMP thread spins before it sleeps, when the engine may spin (openmp_wait_env).

@@ -9,6 +9,7 @@ used on untrusted files: it maps every array into memory before any bound is che
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import io
 import struct
 from dataclasses import dataclass, field
@@ -90,6 +91,7 @@ class GGUFInfo:
     metadata: dict[str, Scalar]
     arrays: dict[str, tuple[int | float, ...]] = field(default_factory=dict)  # small numeric arrays, kept whole
     array_lengths: dict[str, int] = field(default_factory=dict)  # every array's length (tokens: the vocabulary)
+    array_digests: dict[str, str] = field(default_factory=dict)  # sha256 of the string arrays asked for
     tensor_elements: dict[int, int] = field(default_factory=dict)  # ggml type id -> elements of that type
     tensor_bytes: int = 0  # the size of all tensor data, from the descriptors
 
@@ -185,15 +187,16 @@ class _BoundedReader:
             raise self.fail(f"{what} is not valid UTF-8") from exc
 
 
-def read_gguf_info(path: Path) -> GGUFInfo:
-    """Check a GGUF file's structure with bounds and return its header facts, or raise GGUFError."""
+def read_gguf_info(path: Path, digests: frozenset[str] = frozenset()) -> GGUFInfo:
+    """Check a GGUF file's structure with bounds and return its header facts, or raise GGUFError. The string arrays
+    named in `digests` (the vocabulary's tokens) are read rather than skipped, for their sha256 in `array_digests`."""
     try:
         size = path.stat().st_size
         stream = path.open("rb")
     except OSError as exc:
         raise GGUFError(f"{path}: cannot be read ({exc.strerror or exc})") from exc
     with stream:
-        return _read_header(_BoundedReader(stream, size, path))
+        return _read_header(_BoundedReader(stream, size, path), digests)
 
 
 def read_gguf_prefix(prefix: bytes, file_size: int, name: str) -> GGUFInfo:
@@ -203,7 +206,7 @@ def read_gguf_prefix(prefix: bytes, file_size: int, name: str) -> GGUFInfo:
     return _read_header(_BoundedReader(io.BytesIO(prefix), file_size, Path(name), available=len(prefix)))
 
 
-def _read_header(reader: _BoundedReader) -> GGUFInfo:
+def _read_header(reader: _BoundedReader, digests: frozenset[str] = frozenset()) -> GGUFInfo:
     size = reader.size
     magic = reader.read(4, "magic") if size >= 4 else b""
     if magic != MAGIC:
@@ -216,13 +219,13 @@ def _read_header(reader: _BoundedReader) -> GGUFInfo:
     if tensor_count > MAX_ENTRIES or kv_count > MAX_ENTRIES:
         raise reader.fail(f"implausible header: {tensor_count} tensors, {kv_count} metadata entries")
     info = GGUFInfo(path=reader.path, version=version, tensor_count=tensor_count, metadata={})
-    _read_metadata(reader, kv_count, info)
+    _read_metadata(reader, kv_count, info, digests)
     _check_counts(reader, info)
     tensor_bytes = _read_tensors(reader, tensor_count, size, info)
     return dataclasses.replace(info, tensor_bytes=tensor_bytes)
 
 
-def _read_metadata(reader: _BoundedReader, count: int, info: GGUFInfo) -> None:
+def _read_metadata(reader: _BoundedReader, count: int, info: GGUFInfo, digests: frozenset[str]) -> None:
     for index in range(count):
         key = reader.string(f"metadata key #{index}", MAX_KEY_BYTES)
         value_type = reader.u32(f"type of {key!r}")
@@ -231,7 +234,7 @@ def _read_metadata(reader: _BoundedReader, count: int, info: GGUFInfo) -> None:
         elif value_type == _STRING:
             info.metadata[key] = reader.string(f"value of {key!r}", MAX_STRING_BYTES)
         elif value_type == _ARRAY:
-            _read_array(reader, key, info)
+            _read_array(reader, key, info, key in digests)
         else:
             raise reader.fail(f"metadata {key!r} has unknown value type {value_type}")
 
@@ -251,8 +254,9 @@ def _check_counts(reader: _BoundedReader, info: GGUFInfo) -> None:
                 raise reader.fail(f"{key} is {value}, outside the plausible range 0 to {limit}")
 
 
-def _read_array(reader: _BoundedReader, key: str, info: GGUFInfo) -> None:
-    """Keep a short numeric array (per-layer head counts); skip anything else, recording only its length."""
+def _read_array(reader: _BoundedReader, key: str, info: GGUFInfo, digest: bool = False) -> None:
+    """Keep a short numeric array (per-layer head counts); skip anything else, recording only its length (and, for
+    a string array with `digest`, the sha256 of its strings, each after its length)."""
     item_type = reader.u32(f"item type of {key!r}")
     count = reader.u64(f"length of {key!r}")
     info.array_lengths[key] = count
@@ -273,11 +277,17 @@ def _read_array(reader: _BoundedReader, key: str, info: GGUFInfo) -> None:
             )
         if count > MAX_STRING_ARRAY:
             raise reader.fail(f"array {key!r} holds {count} strings, more than the limit of {MAX_STRING_ARRAY}")
+        hashed = hashlib.sha256() if digest else None
         for _ in range(count):
             length = reader.u64(f"string length in {key!r}")
             if length > MAX_STRING_BYTES:
                 raise reader.fail(f"a string in {key!r} claims {length} bytes")
-            reader.skip(length, f"string in {key!r}")
+            if hashed is None:
+                reader.skip(length, f"string in {key!r}")
+            else:
+                hashed.update(b"%d:" % length + reader.read(length, f"string in {key!r}"))
+        if hashed is not None:
+            info.array_digests[key] = hashed.hexdigest()
     else:
         raise reader.fail(f"array {key!r} has unsupported item type {item_type}")
 

@@ -82,6 +82,13 @@ class LlamaCppPythonEngine:
             argv += ["--embedding", "true"]
         if plan.chat_format:
             argv += ["--chat_format", plan.chat_format]
+        if plan.lookup_tokens > 0:
+            argv += [
+                "--draft_model",
+                "prompt-lookup-decoding",
+                "--draft_model_num_pred_tokens",
+                str(plan.lookup_tokens),
+            ]
         return EngineCommand(
             argv=tuple(argv),
             # The server's settings read API_KEY from the environment, which keeps the key off the command line.

@@ -154,6 +154,11 @@ class LlamaServerEngine:
     def build_command(self, plan: LaunchPlan, port: int, api_key: str) -> EngineCommand:
         parallel = max(1, min(plan.parallel, MAX_PARALLEL))
         chat = ["--chat-template", plan.chat_format] if plan.chat_format else []
+        draft = [
+            # Without --spec-type the pinned build loads the draft model and never drafts with it.
+            "--model-draft", str(plan.draft_path), "--spec-type", "draft-simple",
+            "--spec-draft-n-max", str(plan.draft_max), "-ngld", str(plan.draft_gpu_layers),
+        ] if plan.draft_path is not None else []  # fmt: skip
         return self._command(plan, port, api_key, [
             # The context is shared by the slots (unified KV cache), so `-c` is the total, not per slot.
             "-c", str(plan.context_length),
@@ -163,6 +168,7 @@ class LlamaServerEngine:
             "--metrics",
             "--jinja",
             *chat,
+            *draft,
         ])  # fmt: skip
 
     def embedding_command(self, plan: LaunchPlan, port: int, api_key: str) -> EngineCommand:

@@ -4,7 +4,9 @@ that turns counters into rates across scrapes.
 Our names (what the dashboard charts): `kv_cache_usage` (0-1 fraction), `requests_running`, `requests_waiting`,
 `prompt_tokens_per_s`, `generation_tokens_per_s`; where the engine reports them, `requests_prefill` and
 `requests_decode` (the running requests by phase), `iteration_latency_s` (its last scheduler step) and
-`gpu_memory_bytes` (the GPU memory it says it uses). Rates always come from `_total` counters between two scrapes:
+`gpu_memory_bytes` (the GPU memory it says it uses), and `draft_acceptance` (the share of drafted tokens the model
+accepted, since the engine started, where it decodes speculatively). Rates always come from `_total` counters between
+two scrapes:
 llama-server's `*_tokens_seconds` gauges reset on every scrape, so two scrapers would each see half the truth.
 """
 
@@ -34,11 +36,21 @@ class MetricRule:
 
 
 @dataclass(frozen=True)
+class RatioRule:
+    """One of our names as the ratio of two engine counters, since the engine started (when the second is not 0)."""
+
+    numerator: str
+    denominator: str
+    target: str
+
+
+@dataclass(frozen=True)
 class MetricsConfig:
     """Where an engine serves Prometheus text, and how its names map to ours."""
 
     path: str
     rules: tuple[MetricRule, ...]
+    ratios: tuple[RatioRule, ...] = ()
 
 
 VLLM = MetricsConfig(
@@ -54,6 +66,7 @@ VLLM = MetricsConfig(
     ),
 )
 
+_DRAFTED, _ACCEPTED = "llamacpp:spec_decode_num_draft_tokens_total", "llamacpp:spec_decode_num_accepted_tokens_total"
 LLAMA_SERVER = MetricsConfig(
     "/metrics",
     (
@@ -63,6 +76,7 @@ LLAMA_SERVER = MetricsConfig(
         MetricRule("llamacpp:prompt_tokens_total", "prompt_tokens_per_s", Kind.COUNTER),
         MetricRule("llamacpp:tokens_predicted_total", "generation_tokens_per_s", Kind.COUNTER),
     ),
+    (RatioRule(_ACCEPTED, _DRAFTED, "draft_acceptance"),),
 )
 
 # SGLang (`--enable-metrics`): token_usage is the used share of its KV token pool, 0-1. Counters are split by
@@ -168,6 +182,10 @@ class MetricTranslator:
             before = self._previous.get(rule.source)
             if before is not None and elapsed is not None and elapsed > 0 and value >= before:
                 out[rule.target] = (value - before) / elapsed * rule.scale
+        for ratio in self.config.ratios:
+            denominator = raw.get(ratio.denominator)
+            if denominator and ratio.numerator in raw:
+                out[ratio.target] = raw[ratio.numerator] / denominator
         self._previous = {rule.source: raw[rule.source] for rule in self.config.rules if rule.kind is Kind.COUNTER
                           and rule.source in raw}  # fmt: skip
         self._previous_time = now

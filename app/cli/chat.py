@@ -16,7 +16,7 @@ from typing import TextIO
 
 from app.api_types import EndpointRecord
 from app.cli.invocation import Invocation
-from app.cli.models import start_and_wait
+from app.cli.models import SPECULATION, add_speculation_options, start_and_wait
 from app.cli.numbers import positive
 from app.cli.service_link import service_on_demand
 from app.client import ControlError, ServiceUnavailable, stream_chat
@@ -31,6 +31,7 @@ def add_chat_command(commands: argparse._SubParsersAction[argparse.ArgumentParse
     run.add_argument("model", metavar="MODEL", help="a model id from `modeldeck models`")
     run.add_argument("prompt", nargs="?", metavar="PROMPT", help="answer this and exit (default: a chat)")
     run.add_argument("--max-tokens", type=positive, default=1024, metavar="N", help="longest answer in tokens (1024)")
+    add_speculation_options(run)
     run.set_defaults(func=run_chat)
 
 
@@ -77,7 +78,8 @@ def run_chat(args: argparse.Namespace, invocation: Invocation) -> int:
     paths = invocation.paths
     client = service_on_demand(paths)
     try:
-        start_and_wait(client, args.model)
+        speculation = {name: value for name in SPECULATION if (value := getattr(args, name)) is not None}
+        start_and_wait(client, args.model, speculation or None)  # without it: the model's saved settings
         endpoint = client.endpoint()
     finally:
         client.close()

@@ -15,7 +15,16 @@ from app.client import ControlClient, ControlError, ServiceUnavailable
 from app.paths import AppPaths
 
 # Launch options of `start`, as the control API names them (POST /api/models/ID/start checks their bounds).
-OVERRIDES = ("context", "gpu_layers", "threads", "engine", "parallel")
+OVERRIDES = ("context", "gpu_layers", "threads", "engine", "parallel", "draft", "lookup")
+SPECULATION = ("draft", "lookup")
+
+
+def add_speculation_options(command: argparse.ArgumentParser) -> None:
+    """Speculative decoding's two ways, as `start` and `run` take them."""
+    command.add_argument("--draft", metavar="MODEL", help="a smaller model with the same vocabulary drafts tokens "
+                         "for this one to check in batches (llama-server)")  # fmt: skip
+    command.add_argument("--lookup", type=whole_number(0), metavar="N", help="prompt-lookup decoding: draft N "
+                         "tokens a step from the prompt's own words (llama-cpp-python)")  # fmt: skip
 
 
 def add_model_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -28,6 +37,7 @@ def add_model_commands(commands: argparse._SubParsersAction[argparse.ArgumentPar
     start.add_argument("--threads", type=positive, metavar="N", help="CPU threads of the engine (the plan's)")
     start.add_argument("--engine", metavar="ENGINE", help="llama-server or llama-cpp-python (the plan's)")
     start.add_argument("--parallel", type=positive, metavar="N", help="requests served at once (llama-server)")
+    add_speculation_options(start)
     start.add_argument("--json", action="store_true", help="print the model's record as JSON")
     stop = commands.add_parser("stop", help="stop a model's engine, or every engine with --all")
     which = stop.add_mutually_exclusive_group(required=True)
@@ -91,6 +101,8 @@ def launch_line(record: ModelRecord) -> str:
         parts += [f"context {plan['context']}", f"{plan['threads']} threads"]
         parts += [f"{plan['gpu_layers']} GPU layers"] if plan["gpu_layers"] else []
         parts.append(f"{plan['parallel']} at once")
+        parts += [f"draft {plan['draft']}"] if plan.get("draft") else []
+        parts += [f"prompt lookup {plan['lookup']} tokens"] if plan.get("lookup") else []
     if record.get("pid"):
         parts.append(f"pid {record['pid']}")
     return ", ".join(parts)

@@ -61,7 +61,10 @@ class EngineManager:
         self._policy = policy
         self.lifecycle = lifecycle or LifecyclePolicy()
         self.planner = LaunchPlanner(
-            paths, engines if engines is not None else ENGINES, hardware or (lambda: detect_hardware(paths.models_dir))
+            paths,
+            engines if engines is not None else ENGINES,
+            hardware or (lambda: detect_hardware(paths.models_dir)),
+            models,
         )
         self.engines = self.planner.engines
         self._records: dict[str, ServedModel] = {}

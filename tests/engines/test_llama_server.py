@@ -28,6 +28,17 @@ PLANS = {
         "mid", MODEL, context_length=2048, threads=4, gpu_layers=12, chat_format="chatml", parallel=2
     ),
     "unknown threads, too many slots": LaunchPlan("x", MODEL, context_length=512, threads=0, parallel=500),
+    "a draft model": LaunchPlan(
+        "big",
+        MODEL,
+        context_length=4096,
+        threads=4,
+        gpu_layers=81,
+        draft_path=Path("/models/small.gguf"),
+        draft_model="small",
+        draft_max=12,
+        draft_gpu_layers=30,
+    ),
 }
 
 
@@ -89,6 +100,16 @@ def test_commands_fit_the_real_schema(name: str) -> None:
     assert ("--threads" in parsed) == (plan.threads > 0)
     assert parsed.get("--chat-template") == plan.chat_format
     assert parsed["--alias"] == plan.model_id
+    if plan.draft_path is None:
+        assert not any(flag.startswith("--spec") for flag in parsed), parsed
+    else:  # the pinned build drafts only when --spec-type says how
+        named = {flag: parsed[options[flag]["names"][-1]] for flag in ("-md", "--spec-type", "-ngld")}
+        assert named == {
+            "-md": str(plan.draft_path),
+            "--spec-type": "draft-simple",
+            "-ngld": str(plan.draft_gpu_layers),
+        }
+        assert parsed["--spec-draft-n-max"] == str(plan.draft_max)
 
 
 @pytest.mark.parametrize("name", PLANS)
@@ -137,6 +158,14 @@ def test_the_metrics_table_reads_names_llama_server_exposes() -> None:
         "requests_running": 3.0, "requests_waiting": 1.0, "prompt_tokens_per_s": 100.0,
         "generation_tokens_per_s": 20.0,
     }  # fmt: skip
+    speculating = later + (
+        "\nllamacpp:spec_decode_num_draft_tokens_total 40\nllamacpp:spec_decode_num_accepted_tokens_total 30\n"
+    )
+    assert translator.translate(speculating, 14.0)["draft_acceptance"] == 0.75  # since the engine started
+    none_drafted = (
+        later + "\nllamacpp:spec_decode_num_draft_tokens_total 0\nllamacpp:spec_decode_num_accepted_tokens_total 0"
+    )
+    assert "draft_acceptance" not in translator.translate(none_drafted, 16.0)
 
 
 def _fake_build(root: Path, version: str, *, info: bool = True) -> Path:

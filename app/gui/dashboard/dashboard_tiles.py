@@ -1,5 +1,6 @@
 """The dashboard's headline numbers above its charts: tokens/s now, TTFT p50, requests running and waiting, RAM,
-and GPU memory where the machine has a GPU. Read from the same buffers as the charts, at each refresh."""
+GPU memory where the machine has a GPU, and the share of drafted tokens accepted where a model decodes
+speculatively. Read from the same buffers as the charts, at each refresh."""
 
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ class TileValues:
     requests: str
     ram: str
     gpu_memory: str | None
+    draft_acceptance: str | None = None
 
 
 def tile_values(data: DashboardData, model: str | None) -> TileValues:
@@ -36,6 +38,7 @@ def tile_values(data: DashboardData, model: str | None) -> TileValues:
     running, waiting = of("requests_running"), of("requests_waiting")
     used, total = of("system_memory_used_bytes"), of("system_memory_total_bytes")
     gpu_used, gpu_total = of("gpu_memory_used_bytes"), of("gpu_memory_total_bytes")
+    accepted = of("engine_draft_acceptance")
     dash = "\N{EM DASH}"
     return TileValues(
         tokens_per_s=f"{sum(generated):.1f} tokens/s" if generated else dash,
@@ -44,6 +47,8 @@ def tile_values(data: DashboardData, model: str | None) -> TileValues:
         requests=f"{sum(running):.0f} running, {sum(waiting):.0f} waiting" if running or waiting else dash,
         ram=_used_of(used, total),
         gpu_memory=_used_of(gpu_used, gpu_total) if gpu_used else None,
+        # Over several speculating models, the lowest: the one whose draft helps least.
+        draft_acceptance=f"{min(accepted) * 100:.0f} %" if accepted else None,
     )
 
 
@@ -68,6 +73,7 @@ class DashboardTiles(QWidget):
         ("requests", "Requests"),
         ("ram", "RAM used"),
         ("gpu_memory", "GPU memory used"),
+        ("draft_acceptance", "Drafted tokens accepted (speculative decoding)"),
     )
 
     def __init__(self, parent: QWidget | None = None) -> None:
@@ -94,11 +100,12 @@ class DashboardTiles(QWidget):
             self.values[field] = value
             self.tiles[field] = tile
         self.tiles["gpu_memory"].setVisible(False)
+        self.tiles["draft_acceptance"].setVisible(False)
 
     def show_values(self, values: TileValues) -> None:
         for field, label in self.values.items():
             text = getattr(values, field)
-            if field == "gpu_memory":
+            if field in ("gpu_memory", "draft_acceptance"):
                 self.tiles[field].setVisible(text is not None)
             if text is not None and label.text() != text:
                 label.setText(text)

@@ -30,12 +30,14 @@ from app.service.launch.overrides import (
     BATCH_RANGE,
     GGUF_ENGINES,
     GPU_LAYERS_RANGE,
+    LOOKUP_RANGE,
     MIN_CONTEXT,
     PARALLEL_RANGE,
     BadOverrides,
     PlanOverrides,
     plan_summary,
 )
+from app.service.launch.planning import with_draft
 from engines.gguf import GGUFError
 
 
@@ -151,14 +153,20 @@ class ModelSettingsRoutes:
         # The wait policy is chosen when the engine starts and not shown here: no need to sample the machine.
         default = self._manager.planner.default_gguf_plan(model_id, info, engine_name, wanted.parallel, busy=0.0)
         plan = wanted.apply(default, trained)
+        wanted.check_speculation(engine_name)
+        planner = self._manager.planner
+        draft = planner.draft_for(spec, wanted.draft, plan.context_length) if wanted.draft is not None else None
+        if draft is not None:
+            plan = with_draft(plan, draft)
         facts = facts_from_gguf(info)
         try:
             predicted = plan_memory(engine_name, facts, plan)
-            corrected = self._manager.planner.memory_check.correction(engine_name, facts.architecture).apply(predicted)
+            corrected = planner.memory_check.correction(engine_name, facts.architecture).apply(predicted)
+            extra = plan.prompt_cache_bytes + (draft.added_bytes if draft else 0)  # the draft's, as the planner counts
             memory: dict[str, int] | None = {
-                "ram_bytes": corrected.ram + plan.prompt_cache_bytes,
+                "ram_bytes": corrected.ram + extra,
                 "vram_bytes": corrected.vram,
-                "total_bytes": corrected.ram + corrected.vram + plan.prompt_cache_bytes,
+                "total_bytes": corrected.ram + corrected.vram + extra,
             }
         except MissingFacts:
             memory = None
@@ -168,6 +176,8 @@ class ModelSettingsRoutes:
             "settings": settings_dict(overrides),
             "plan": {**plan_summary(plan), "engine": engine_name},
             "memory": memory,
+            "draft_reason": draft.reason if draft else None,
+            "drafts": planner.draft_candidates(spec),  # the models that could draft for it, smallest first
             "bounds": {
                 # llama-server's slots share the context, each using at most the trained context
                 "context": [MIN_CONTEXT, trained * plan.parallel if trained else None],
@@ -175,6 +185,7 @@ class ModelSettingsRoutes:
                 "threads": [1, logical_cores()],
                 "batch": list(BATCH_RANGE),
                 "parallel": list(PARALLEL_RANGE),
+                "lookup": list(LOOKUP_RANGE),
                 "engine": installed,
             },
         }

@@ -17,6 +17,7 @@ MIN_CONTEXT = 256
 BATCH_RANGE = (32, 4096)
 GPU_LAYERS_RANGE = (0, 1000)
 PARALLEL_RANGE = (1, 64)
+LOOKUP_RANGE = (0, 64)  # tokens prompt-lookup decoding drafts a step; 0: off
 # The engines a GGUF model can be started with; which of them is installed here is the manager's to say.
 GGUF_ENGINES = ("llama-cpp-python", "llama-server")
 
@@ -39,6 +40,8 @@ class PlanOverrides:
     batch: int | None = None
     engine: str | None = None
     parallel: int | None = None  # requests served at once; only llama-server serves more than one
+    draft: str | None = None  # the id of a model with the same vocabulary that drafts for this one (llama-server)
+    lookup: int | None = None  # prompt-lookup decoding's tokens a step (llama-cpp-python); 0: off
 
     @classmethod
     def from_json(cls, body: bytes, cores: int | None = None) -> PlanOverrides | None:
@@ -62,17 +65,34 @@ class PlanOverrides:
             "threads": (1, cores or logical_cores()),
             "batch": BATCH_RANGE,
             "parallel": PARALLEL_RANGE,
+            "lookup": LOOKUP_RANGE,
         }
         for name, value in data.items():
             if name == "engine":
                 _check_engine(value)
+            elif name == "draft":
+                _check_draft(value)
             else:
                 _check(name, value, *bounds[name])
         engine = data.get("engine")
         if data.get("parallel") not in (None, 1) and engine != "llama-server":
             raise BadOverrides("`parallel` above 1 needs `engine` \"llama-server\": the others serve one request "
                                "at a time.", "parallel")  # fmt: skip
-        return cls(**data)
+        return cls(**{**data, "draft": data.get("draft") or None})
+
+    def check_speculation(self, engine: str) -> None:
+        """A draft model is llama-server's way to speculate, prompt lookup llama-cpp-python's: each only there."""
+        if self.draft is not None and engine != LLAMA_SERVER:
+            raise BadOverrides(
+                f'`draft` needs `engine` "{LLAMA_SERVER}" (a draft model is its way to decode speculatively); '
+                f"{engine} offers `lookup` instead: prompt-lookup decoding, drafting from the prompt's own words.",
+                "draft",
+            )
+        if self.lookup and engine == LLAMA_SERVER:
+            raise BadOverrides(
+                f"`lookup` is prompt-lookup decoding on llama-cpp-python; on {LLAMA_SERVER} give a `draft` model.",
+                "lookup",
+            )
 
     def slots(self, engine: str) -> int:
         """The requests a start with these values serves at once on `engine`."""
@@ -102,6 +122,7 @@ class PlanOverrides:
             "threads": self.threads,
             "batch_size": self.batch,
             "parallel": self.parallel or (DEFAULT_SLOTS if self.engine == LLAMA_SERVER else None),
+            "lookup_tokens": self.lookup,
         }
         applied = replace(plan, **{name: value for name, value in changes.items() if value is not None})
         self.check_context(trained_context, applied.parallel)
@@ -118,6 +139,11 @@ def _check(name: str, value: object, low: int, high: int | None) -> None:
         raise BadOverrides(f"`{name}` must be {span}; got {value}.", name)
 
 
+def _check_draft(value: object) -> None:
+    if value is not None and (not isinstance(value, str) or len(value) > 256):
+        raise BadOverrides("`draft` must be the id of a model ModelDeck knows (as in GET /api/models).", "draft")
+
+
 def _check_engine(value: object) -> None:
     if value is not None and value not in GGUF_ENGINES:
         raise BadOverrides(f"`engine` must be one of {', '.join(GGUF_ENGINES)}; got {value!r}.", "engine")
@@ -131,4 +157,6 @@ def plan_summary(plan: LaunchPlan) -> PlanSummary:
         "threads": plan.threads,
         "batch": plan.batch_size,
         "parallel": plan.parallel,
+        "draft": plan.draft_model,
+        "lookup": plan.lookup_tokens,
     }

@@ -20,6 +20,7 @@ from app.planner.defaults import (
     default_plan,
     spin_wait_fits,
 )
+from app.planner.draft import DraftChoice, DraftRefused, choose_draft, vocabulary_header, vocabulary_mismatch
 from app.planner.facts import facts_from_gguf
 from app.planner.memory import MissingFacts, llama_cpp_memory, plan_memory
 from app.planner.recommend import gpu_layers_that_fit
@@ -44,14 +45,22 @@ class PreparedLaunch:
     footprint: int
     info: GGUFInfo | None = None
     folder: FolderLaunch | None = None
+    draft: DraftChoice | None = None  # the model drafting for it, and why it may
 
 
 class LaunchPlanner:
     """Plans starts from a model's file, its saved load settings, the engines installed and this machine."""
 
-    def __init__(self, paths: AppPaths, engines: Mapping[str, Engine], hardware: Callable[[], HardwareProfile]) -> None:
+    def __init__(
+        self,
+        paths: AppPaths,
+        engines: Mapping[str, Engine],
+        hardware: Callable[[], HardwareProfile],
+        models: Mapping[str, ModelSpec] | None = None,
+    ) -> None:
         # Every engine by name, installed or not (app.installs.available); each model's spec names its default.
         self.engines = engines
+        self._models = models if models is not None else {}  # the service's models, for a `draft` to name
         self.calibration = CalibrationStore(paths.calibration_db)
         self.memory_check = MemoryCheck(self.calibration)
         self.model_settings = ModelSettingsStore(paths.config)  # per-model load settings for starts that name none
@@ -101,6 +110,10 @@ class LaunchPlanner:
         if engine is None:
             engine = await asyncio.to_thread(self.default_gguf_engine, spec.engine)
         overrides.check_context(info.context_length, overrides.slots(engine))
+        overrides.check_speculation(engine)
+        if overrides.draft is not None:
+            context = overrides.context or DEFAULT_CONTEXT * overrides.slots(engine)
+            await asyncio.to_thread(self.draft_for, spec, overrides.draft, context)
         if overrides.engine is not None:
             installation = await asyncio.to_thread(self.engines[overrides.engine].detect)
             if not installation.installed:
@@ -129,13 +142,53 @@ class LaunchPlanner:
         parallel = overrides.parallel if overrides is not None else None
         busy = await asyncio.to_thread(busy_cores)
         plan = await asyncio.to_thread(self.default_gguf_plan, spec.id, info, engine_name, parallel, busy)
+        draft = None
         if overrides is not None:
             try:
                 plan = overrides.apply(plan, info.context_length)
-            except BadOverrides as exc:  # checked before the start; the file changed since
+                overrides.check_speculation(engine_name)
+                if overrides.draft is not None:
+                    draft = await asyncio.to_thread(self.draft_for, spec, overrides.draft, plan.context_length)
+                    plan = with_draft(plan, draft)
+            except BadOverrides as exc:  # checked before the start; the files changed since
                 raise LaunchRefused(str(exc)) from None
             plan = replace(plan, spin_wait=spin_wait_fits(plan.threads, busy))  # the threads asked for may differ
-        return PreparedLaunch(plan, engine_name, self.footprint(spec, info, plan, engine_name), info=info)
+        footprint = self.footprint(spec, info, plan, engine_name) + (draft.added_bytes if draft else 0)
+        return PreparedLaunch(plan, engine_name, footprint, info=info, draft=draft)
+
+    def draft_for(self, spec: ModelSpec, draft_id: str, context: int) -> DraftChoice:
+        """Model `draft_id` as the draft of `spec` at `context` tokens, checked: a GGUF model ModelDeck knows, with
+        the same vocabulary (blocking: reads both headers' token lists). Raises BadOverrides naming `draft`."""
+        draft_spec = self._models.get(draft_id)
+        if draft_spec is None:
+            known = ", ".join(sorted(self._models)) or "none"
+            raise BadOverrides(f"`draft` names no model ModelDeck knows: {draft_id!r} (known: {known}).", "draft")
+        if spec.path is None or draft_spec.path is None or draft_spec.path.is_dir():
+            raise BadOverrides(f"{draft_id} is not a GGUF file: only one can draft on llama-server.", "draft")
+        try:
+            target, draft = vocabulary_header(spec.path), vocabulary_header(draft_spec.path)
+            return choose_draft(spec.id, target, draft_id, draft, context)
+        except (GGUFError, DraftRefused) as exc:
+            raise BadOverrides(str(exc), "draft") from None
+
+    def draft_candidates(self, spec: ModelSpec) -> list[str]:
+        """The other GGUF models that could draft for `spec` (the same vocabulary), smallest first (blocking)."""
+        if spec.path is None or spec.path.is_dir():
+            return []
+        try:
+            target = vocabulary_header(spec.path)
+        except GGUFError:
+            return []
+        found = []
+        for other in sorted(self._models.values(), key=lambda m: m.size_bytes):
+            if other.id == spec.id or other.path is None or other.path.is_dir() or other.size_bytes >= spec.size_bytes:
+                continue
+            try:
+                if vocabulary_mismatch(target, vocabulary_header(other.path)) is None:
+                    found.append(other.id)
+            except GGUFError:
+                continue
+        return found
 
     def gguf_header(self, path: Path) -> GGUFInfo:
         """The file's GGUF header, read again only when the file's size or mtime changed since the last read
@@ -230,13 +283,21 @@ class LaunchPlanner:
         return corrected.ram + corrected.vram + plan.prompt_cache_bytes
 
 
+def with_draft(plan: LaunchPlan, draft: DraftChoice) -> LaunchPlan:
+    """`plan` with `draft` drafting for it, its layers on the GPU where the model's are."""
+    layers = draft.layers if plan.gpu_layers > 0 else 0
+    return replace(plan, draft_path=draft.path, draft_model=draft.model_id, draft_gpu_layers=layers)
+
+
 def running_plan_conflict(
     model_id: str, plan: LaunchPlan, info: GGUFInfo | None, engine_name: str, overrides: PlanOverrides
 ) -> str | None:
     """Why `overrides` cannot apply to the model running with `plan` on `engine_name` (it must stop first); None
     when they change nothing."""
     other_engine = overrides.engine is not None and overrides.engine != engine_name
-    if not other_engine and overrides.apply(plan, info.context_length if info else None) == plan:
+    other_draft = overrides.draft is not None and overrides.draft != plan.draft_model
+    if not (other_engine or other_draft) and overrides.apply(plan, info.context_length if info else None) == plan:
         return None
-    running = ", ".join(f"{name} {value}" for name, value in plan_summary(plan).items())
+    shown = {name: value for name, value in plan_summary(plan).items() if value or name not in ("draft", "lookup")}
+    running = ", ".join(f"{name} {value}" for name, value in shown.items())
     return f"{model_id} is running with {running} on {engine_name}; stop it to launch it with others."

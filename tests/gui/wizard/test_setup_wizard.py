@@ -133,7 +133,7 @@ def test_the_wizard_walks_through_to_a_launched_model(qtbot: QtBot, main_window:
     assert not page.error_label.isVisible()
     assert window.item_model.state_of(BUNDLED_ID) == "ready"
     overrides = launch_overrides(best)
-    plan = {**overrides, "parallel": 1}  # llama-cpp-python serves one request at a time
+    plan = {**overrides, "parallel": 1, "draft": None, "lookup": 0}  # llama-cpp-python serves one request at a time
     qtbot.waitUntil(lambda: (window.item_model.record(BUNDLED_ID) or {}).get("plan") == plan, timeout=5000)
     record = window.item_model.record(BUNDLED_ID)
     assert record is not None
@@ -206,7 +206,7 @@ def test_launch_restarts_a_model_running_with_other_settings(
     qtbot.mouseClick(page.launch_button, Qt.MouseButton.LeftButton)
     qtbot.waitUntil(lambda: page.launch_status_label.text().startswith("Ready"), timeout=READY_TIMEOUT_MS)
     overrides = launch_overrides(best)
-    plan = {**overrides, "parallel": 1}
+    plan = {**overrides, "parallel": 1, "draft": None, "lookup": 0}
     qtbot.waitUntil(lambda: (models.record(BUNDLED_ID) or {}).get("plan") == plan, timeout=5000)
     assert (models.record(BUNDLED_ID) or {})["pid"] != first_pid
     wizard.reject()

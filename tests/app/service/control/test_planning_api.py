@@ -128,9 +128,9 @@ def test_start_with_the_recommended_parameters(bare_service: RunningService) -> 
     overrides = {"context": 1024, "threads": 1, "batch": 256, "gpu_layers": 0}
     record = client.start_model(BUNDLED_ID, wait=True, overrides=overrides)
     assert record["state"] == "ready", record["message"]
-    assert record["plan"] == {**overrides, "parallel": 1}
+    assert record["plan"] == {**overrides, "parallel": 1, "draft": None, "lookup": 0}
     listed = next(m for m in client.models() if m["id"] == BUNDLED_ID)
-    assert listed["plan"] == {**overrides, "parallel": 1}
+    assert listed["plan"] == {**overrides, "parallel": 1, "draft": None, "lookup": 0}
     # The engine really runs with them: its own command line, as the kernel has it.
     argv = psutil.Process(listed["pid"]).cmdline()
     assert _after(argv, "--n_ctx") == "1024"

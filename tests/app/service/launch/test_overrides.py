@@ -24,7 +24,9 @@ def test_overrides_replace_only_what_they_name() -> None:
     overrides = PlanOverrides.from_json(b'{"context": 1024, "batch": 256, "gpu_layers": null}', cores=4)
     assert overrides == PlanOverrides(context=1024, batch=256)
     plan = overrides.apply(PLAN, 8192)
-    assert plan_summary(plan) == {"context": 1024, "gpu_layers": 0, "threads": 2, "batch": 256, "parallel": 1}
+    assert plan_summary(plan) == {
+        "context": 1024, "gpu_layers": 0, "threads": 2, "batch": 256, "parallel": 1, "draft": None, "lookup": 0
+    }  # fmt: skip
     assert plan.model_path == PLAN.model_path
 
 
