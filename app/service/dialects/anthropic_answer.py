@@ -50,6 +50,7 @@ def error_body(kind: str, message: str) -> dict[str, Any]:
 
 
 def message_id() -> str:
+    """A new message's id, of Anthropic's shape (the core's completion ids are OpenAI's)."""
     return f"msg_{secrets.token_hex(12)}"
 
 

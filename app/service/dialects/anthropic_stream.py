@@ -43,6 +43,7 @@ class StreamTranslation:
         return self._finish_reason is not None
 
     def start(self) -> bytes:
+        """`message_start`: the message as it stands before its first token, its usage not known yet."""
         message: dict[str, Any] = {
             "id": message_id(), "type": "message", "role": "assistant", "model": self._model, "content": [],
             "stop_reason": None, "stop_sequence": None, "usage": {"input_tokens": 0, "output_tokens": 0},
@@ -50,6 +51,7 @@ class StreamTranslation:
         return sse("message_start", {"type": "message_start", "message": message})
 
     def feed(self, event: dict[str, Any]) -> bytes:
+        """The events one OpenAI stream event makes: a block opened or closed, its deltas, or an error."""
         if self.ended:
             return b""
         error = event.get("error")
