@@ -12,6 +12,7 @@ import pytest
 
 from app.hub.library import BUNDLED_ID
 from tests.support.service import RunningService, StartService
+from tests.support.waiting import wait_for
 
 ASK: Any = [{"role": "user", "content": "Say hello."}]
 WEATHER: Any = {
@@ -126,6 +127,22 @@ def test_count_tokens_and_the_key(service: RunningService, clients: list[anthrop
     assert body["type"] == "error" and body["error"]["type"] == "authentication_error", body
     with pytest.raises(anthropic.AuthenticationError):
         client_of(service, clients, key="wrong-key").messages.count_tokens(model=BUNDLED_ID, messages=ASK)
+
+
+def test_a_client_leaving_a_stream_frees_the_engine(
+    service: RunningService, clients: list[anthropic.Anthropic]
+) -> None:
+    """The core sees the client of a dialect leave as it sees its own: the generation is cancelled in the engine,
+    and the request log says the client closed it."""
+    client = client_of(service, clients)
+    story: Any = [{"role": "user", "content": "Tell me a very long story."}]
+    with client.messages.stream(model=BUNDLED_ID, max_tokens=3000, messages=story) as stream:
+        texts = [text for text, _ in zip(stream.text_stream, range(3), strict=False)]
+    assert len(texts) == 3
+    wait_for(lambda: service.model()["running_requests"] == 0, 10, "no running request")
+    after = client.messages.create(model=BUNDLED_ID, max_tokens=2, messages=ASK)
+    assert text_of(after)
+    assert [record["status"] for record in service.client.requests()][-2:] == [499, 200]
 
 
 def test_messages_on_llama_server(llama_server_service: StartService, clients: list[anthropic.Anthropic]) -> None:
