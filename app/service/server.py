@@ -277,7 +277,8 @@ class Service:
             slot_routing=options.slot_routing,
         )
         gateway = Gateway(manager, gateway_config, pool, request_log)
-        gateway.serve_dialects(endpoint_dialects(gateway.openai, manager, gateway_config.max_body_bytes))
+        dialects = endpoint_dialects(gateway.openai, manager, gateway_config.max_body_bytes, gateway.prompt_counter)
+        gateway.serve_dialects(dialects)
         advisor = Advisor(paths)
         downloads_dir = options.models_dirs[0] if options.models_dirs else None  # the first --models-dir
         hub = HubRoutes(manager, bus, advisor, paths, default_cache_dir(), hub_endpoint(), downloads_dir)

@@ -31,6 +31,7 @@ from app.service.gateway.outcome import (
     record_of,
     relay_chunks,
 )
+from app.service.gateway.prompt_count import PromptCounter
 from app.service.gateway.prompt_limits import PromptLimits
 from app.service.gateway.prompt_tokens import count_tokens, prompt_text
 from app.service.gateway.slot_router import SlotChoice, SlotRouter, prompt_parts
@@ -59,12 +60,7 @@ from app.service.http.asgi import (
 from app.service.http.routes import send_not_allowed
 from app.service.launch.admission import QueueFull
 from app.service.launch.route import Route
-from app.service.metrics.metering import (
-    StreamMeter,
-    ends_with_done,
-    split_done,
-    usage_event,
-)
+from app.service.metrics.metering import StreamMeter, ends_with_done, split_done, usage_event
 from app.service.metrics.request_log import RequestLog
 from app.service.metrics.request_text import PROMPT_FIELDS, RequestText
 from engines.states import EngineState
@@ -95,6 +91,7 @@ class Gateway:
         self._templates = TemplateRenderer()  # its worker process starts on the first render
         self._slots = SlotRouter()
         self._limits = PromptLimits(pool, self._templates, self._endpoint, manager.context_length)
+        self.prompt_counter = PromptCounter(manager, self._limits, config.start_timeout_s)  # for the dialects
         self._dialects: Sequence[Dialect] = ()
 
     def serve_dialects(self, dialects: Sequence[Dialect]) -> None:

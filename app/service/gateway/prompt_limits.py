@@ -100,6 +100,15 @@ class PromptLimits:
             field,
         ), tokens)  # fmt: skip
 
+    async def prompt_tokens(self, path: str, payload: dict[str, Any], route: Route) -> int | None:
+        """The prompt's tokens as the engine at `route` (ready) counts them, its chat template rendered first; None
+        when it cannot be known here (no tokenizer route, no chat template, a template that fails)."""
+        count = self._counter(route)
+        if count is None or (path == CHAT and route.chat_template is None):
+            return None
+        text = await prompt_text(path, payload, route.chat_template, self._templates)
+        return await count(text) if text is not None else None
+
     async def _input_refusal(self, given: str | list[str], limit: InputLimit, route: Route) -> InvalidRequest | None:
         """The first input past `limit`, refused naming its index."""
         count = self._counter(route)
