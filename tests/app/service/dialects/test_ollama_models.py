@@ -48,13 +48,13 @@ def test_tags_show_ps_and_version(service: RunningService) -> None:
 
 def test_embed_and_the_older_embeddings(service: RunningService) -> None:
     with ollama_client(service) as client:
-        size = client.show(MODEL).modelinfo["llama.embedding_length"]  # type: ignore[index]
+        size = client.show(MODEL).modelinfo["llama.embedding_length"]
         one = client.embed(model=MODEL, input="The sky is blue")
         two = client.embed(model=MODEL, input=["first text", "a second, longer text"])
         old = client.embeddings(model=MODEL, prompt="The sky is blue")
     assert size == 576 and [len(vector) for vector in one.embeddings] == [size], one
     assert [len(vector) for vector in two.embeddings] == [size, size] and two.embeddings[0] != two.embeddings[1]
-    assert two.prompt_eval_count and two.prompt_eval_count > one.prompt_eval_count, (one, two)  # type: ignore[operator]
+    assert two.prompt_eval_count and two.prompt_eval_count > one.prompt_eval_count, (one, two)
     assert two.total_duration and two.total_duration > 0, two
     assert list(old.embedding) == list(one.embeddings[0]), "the same text, the same vector"
 
