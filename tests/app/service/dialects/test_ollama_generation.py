@@ -11,6 +11,7 @@ import pytest
 
 from tests.app.service.dialects.ollama_support import MODEL, ollama_client
 from tests.support.service import RunningService, StartService
+from tests.support.waiting import wait_for
 
 HI = [{"role": "user", "content": "Hi"}]
 PNG = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR4nGNgYGD4DwABBAEAwS2OUAAAAABJRU5ErkJggg=="
@@ -101,3 +102,18 @@ def test_chat_and_generate_on_llama_server(llama_server_service: StartService) -
     check_done(whole, 4)
     assert "".join(piece.response or "" for piece in streamed), streamed
     check_done(streamed[-1], 4)
+
+
+def test_a_client_that_leaves_midway_is_cancelled_upstream(service: RunningService) -> None:
+    """Ollama's client leaving a long stream: the core sees it go (499 in the request log, the engine freed), and
+    the next request is answered."""
+    with ollama_client(service) as client:
+        stream = client.generate(model=MODEL, prompt="A long story:", stream=True, options={"num_predict": 3000})
+        assert [piece.response for piece, _ in zip(stream, range(3), strict=False)], "pieces came"
+        stream.close()  # the generator closes the response, and its connection
+        wait_for(lambda: service.model()["running_requests"] == 0, 10, "no running request")
+        answer = client.chat(model=MODEL, messages=HI, options={"num_predict": 2})
+    assert answer.message.content, answer
+    statuses = [(r["route"], r["status"]) for r in service.client.requests(10)]
+    assert [status for _, status in statuses[-2:]] == [499, 200], statuses
+    assert "Traceback" not in service.output(), service.output()[-3000:]
