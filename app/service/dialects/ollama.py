@@ -27,7 +27,7 @@ from app.service.dialects.ollama_request import (
 )
 from app.service.dialects.ollama_stream import Clock, OllamaAnswer, relay, send_whole
 from app.service.engines import EngineManager
-from app.service.http.asgi import BodyTooLarge, ClientGone, Receive, Scope, Send, read_body, send_bytes
+from app.service.http.asgi import BodyTooLarge, ClientGone, Receive, Scope, Send, header, read_body, send_bytes
 from engines.states import EngineState
 
 _START_WAIT_S = 300.0  # as the core waits for a model's engine to start (GatewayConfig.start_timeout_s)
@@ -85,8 +85,13 @@ class OllamaDialect:
             return await ps(self._manager, self._headers)
         return version()
 
-    async def _body(self, receive: Receive) -> dict[str, Any]:
-        """The JSON object of the request, whatever its Content-Type (Ollama's own examples send curl's form type)."""
+    async def _body(self, scope: Scope, receive: Receive) -> dict[str, Any]:
+        """The JSON object of the request, whatever its Content-Type (Ollama's own examples send curl's form type),
+        except from a web page: a browser sends JSON only after a CORS preflight, which only the listed origins pass,
+        while a form's POST needs none, and on a keyless listener nothing else would keep a page out."""
+        content_type = (header(scope, b"content-type") or b"").split(b";")[0].strip().lower()
+        if header(scope, b"origin") is not None and content_type != b"application/json":
+            raise BadRequest("Content-Type must be application/json.", 415)
         try:
             raw = await read_body(receive, self._max_body_bytes)
         except BodyTooLarge:
@@ -107,7 +112,7 @@ class OllamaDialect:
         raise BadRequest(f'model "{model}" not found: ModelDeck serves {served}.', 404)
 
     async def _serve(self, path: str, scope: Scope, receive: Receive, send: Send, clock: Clock) -> None:
-        body = await self._body(receive)
+        body = await self._body(scope, receive)
         if path == "/api/show":
             await send_whole(send, 200, await show(self._manager, self._headers, self._known(model_name(body))))
         elif path in ("/api/embed", "/api/embeddings"):
