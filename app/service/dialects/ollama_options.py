@@ -77,7 +77,7 @@ def sampling_fields(options: Any, context: int | None) -> dict[str, Any]:
                 raise BadRequest(f"option `{name}` must be a number.")
             fields[_NUMBER[name]] = value
         elif name == "num_predict":
-            fields.update(_max_tokens(value))
+            fields.update(_max_tokens(value, context))
         elif name == "stop":
             fields["stop"] = _stop(value)
         elif name == "num_ctx":
@@ -85,11 +85,15 @@ def sampling_fields(options: Any, context: int | None) -> dict[str, Any]:
     return fields
 
 
-def _max_tokens(value: Any) -> dict[str, Any]:
-    """num_predict -1 (no limit) and -2 (fill the context) leave max_tokens to the engine, bounded by the context."""
-    if not is_whole(value) or value < -2:
-        raise BadRequest("option `num_predict` must be a whole number, -1 (no limit) or more.")
-    return {} if value < 0 else {"max_tokens": value}
+def _max_tokens(value: Any, context: int | None) -> dict[str, Any]:
+    """num_predict -1 (no limit) and -2 (fill the context) leave max_tokens out: the answer ends at the context (see
+    ollama_request for completions). Over the context it is the context, where Ollama's answer would stop too; the
+    core refuses a max_tokens over it."""
+    if not is_whole(value) or value < -2 or value == 0:
+        raise BadRequest("option `num_predict` must be a whole number above 0, or -1 (no limit) or -2 (the context).")
+    if value < 0:
+        return {}
+    return {"max_tokens": min(value, context) if context is not None else value}
 
 
 def _stop(value: Any) -> list[str]:

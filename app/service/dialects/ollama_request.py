@@ -196,6 +196,8 @@ def generate_request(body: dict[str, Any], context: int | None) -> CoreRequest:
         if answer_format is not None:
             raise BadRequest("`format` needs the model's chat template: leave `raw` and `suffix` out.")
         payload["prompt"] = prompt or ""
+        if context is not None:  # Ollama's default is no limit; llama-cpp-python's completions stop at 16 tokens
+            payload.setdefault("max_tokens", context)  # it ends at the context whatever the prompt took
         if suffix:
             payload["suffix"] = suffix
         return CoreRequest(COMPLETIONS_PATH, payload, model, stream, alive)

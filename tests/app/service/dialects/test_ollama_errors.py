@@ -89,9 +89,9 @@ def test_hostile_bodies_are_a_clear_400(service: RunningService) -> None:
     huge = post(service, "/api/chat", b'{"model": "%s", "pad": "%s"}' % (MODEL.encode(), b"x" * (5 << 20)))
     # Refused by the HTTP server itself before any route is known: in its own (OpenAI's) shape.
     assert huge.status_code == 413 and "Request body over" in huge.text, huge.text
-    huge_tokens = post(service, "/api/chat", json.dumps({"model": MODEL, "messages": HI,
-                                                          "options": {"num_predict": 10**12}}).encode())  # fmt: skip
-    assert huge_tokens.status_code == 400 and "max_tokens" in error_of(huge_tokens), huge_tokens.text
+    huge_stop = post(service, "/api/chat", json.dumps({"model": MODEL, "messages": HI,
+                                                        "options": {"stop": ["x"] * 10_000}}).encode())  # fmt: skip
+    assert huge_stop.status_code == 400 and "stop" in error_of(huge_stop), huge_stop.text
     wrong_method = httpx.get(
         endpoint_root(service) + "/api/chat", headers={"Authorization": f"Bearer {service.api_key}"}
     )

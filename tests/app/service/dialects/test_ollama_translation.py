@@ -86,7 +86,9 @@ def test_options_become_the_cores_fields() -> None:
         "repeat_penalty": 1.1, "presence_penalty": 0.2, "frequency_penalty": 0.3, "top_p": 0.9,
     }  # fmt: skip
     assert sampling_fields({"num_predict": -1}, None) == {}
-    for bad in ({"seed": 1.5}, {"top_k": True}, {"stop": [1]}, {"num_ctx": 8192}, {"num_predict": -3}):
+    assert sampling_fields({"num_predict": 10**12}, 4096) == {"max_tokens": 4096}  # where Ollama's would stop too
+    for bad in ({"seed": 1.5}, {"top_k": True}, {"stop": [1]}, {"num_ctx": 8192}, {"num_predict": -3},
+                {"num_predict": 0}):  # fmt: skip
         with pytest.raises(BadRequest):
             sampling_fields(bad, 4096)
 
@@ -104,8 +106,9 @@ def test_conversations_images_and_generate_written_for_the_core() -> None:
     assert tool["tool_call_id"] == assistant["tool_calls"][0]["id"]
     assert request.payload["response_format"] == {"type": "json_object"}
 
-    raw = generate_request({"model": "m", "prompt": "def f(", "suffix": "return 1", "system": "x"}, None)
+    raw = generate_request({"model": "m", "prompt": "def f(", "suffix": "return 1", "system": "x"}, 4096)
     assert raw.path == "/v1/completions" and raw.payload["suffix"] == "return 1" and "messages" not in raw.payload
+    assert raw.payload["max_tokens"] == 4096, "no limit, as Ollama's default: llama-cpp-python's would be 16"
     templated = generate_request({"model": "m", "prompt": "Hi", "system": "Be brief."}, None)
     assert templated.path == "/v1/chat/completions"
     assert [m["role"] for m in templated.payload["messages"]] == ["system", "user"]
