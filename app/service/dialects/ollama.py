@@ -125,9 +125,10 @@ class OllamaDialect:
             await self._generate(request, chat, scope, receive, send, clock)
 
     async def _load(self, model: str, clock: Clock) -> None:
-        """Start the model's engine when it is not ready, measuring how long that took (Ollama's load_duration). A
-        start that fails is left for the core to explain, as it would explain it to an OpenAI client."""
-        if self._manager.state(model) != EngineState.READY:
+        """Start the model's engine when it is not ready, measuring how long that took (Ollama's
+        load_duration). A failed model is left to the core, which tries its start once more and explains a failure as
+        it would to an OpenAI client; trying here too would double a slow failure."""
+        if self._manager.state(model) not in (EngineState.READY, EngineState.FAILED):
             started = time.perf_counter_ns()
             with contextlib.suppress(TimeoutError):  # the core waits as long again, then says it did not start
                 await asyncio.wait_for(self._manager.start(model), _START_WAIT_S)
@@ -141,6 +142,10 @@ class OllamaDialect:
             unload = request.keep_alive is not None and request.keep_alive.seconds == 0
             if unload:
                 await self._manager.stop(model)
+            elif self._manager.state(model) != EngineState.READY:
+                message = (f"The model `{model}` could not be started. The reason and the engine's log are in the "
+                           "ModelDeck window, `modeldeck ps` and the control API.")  # fmt: skip
+                raise BadRequest(message, 503)
             reply = OllamaAnswer(listed_name(model), chat, clock).last(whole=True)
             reply.update(done_reason="unload" if unload else "load")
             for name in ("prompt_eval_count", "prompt_eval_duration", "eval_count", "eval_duration"):

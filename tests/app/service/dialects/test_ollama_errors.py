@@ -6,6 +6,7 @@ model's context, and hostile bodies sent as raw HTTP (wrong types, bad JSON, dee
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -13,8 +14,9 @@ import ollama
 import pytest
 
 from app.hub.library import BUNDLED_ID
+from app.paths import AppPaths
 from tests.app.service.dialects.ollama_support import MODEL, endpoint_root, ollama_client
-from tests.support.service import RunningService
+from tests.support.service import RunningService, start_service_process, stop_service_process
 
 HI = [{"role": "user", "content": "Hi"}]
 HOSTILE: list[tuple[str, bytes, str]] = [  # path, body, a word the error must hold
@@ -101,3 +103,23 @@ def test_hostile_bodies_are_a_clear_400(service: RunningService) -> None:
     # The bare id is served like its `:latest`; what the service does not serve is a 404 whatever the route.
     assert post(service, "/api/show", json.dumps({"model": BUNDLED_ID}).encode()).status_code == 200
     assert post(service, "/api/embed", json.dumps({"model": "nope", "input": "a"}).encode()).status_code == 404
+
+
+def test_a_model_that_cannot_start_is_a_503_saying_so(paths: AppPaths, tmp_path: Path, bundled_gguf: Path) -> None:
+    """A truncated GGUF beside the bundled model: listed (with no header facts), its start refused, said in Ollama's
+    shape; the service keeps serving the other."""
+    paths.models_dir.mkdir(parents=True)
+    (paths.models_dir / "broken-model.gguf").write_bytes(bundled_gguf.read_bytes()[:1_000_000])
+    service = start_service_process(paths, tmp_path)
+    try:
+        with ollama_client(service) as client:
+            listed = {model.model: model for model in client.list().models}
+            assert listed["broken-model:latest"].details.format == "", listed
+            for ask in (lambda: client.generate(model="broken-model"), lambda: client.chat(model="broken-model",
+                        messages=HI, options={"num_predict": 2})):  # fmt: skip
+                with pytest.raises(ollama.ResponseError) as refused:
+                    ask()
+                assert refused.value.status_code == 503 and "could not be started" in refused.value.error, refused
+            assert client.generate(model=MODEL, prompt="Hi", options={"num_predict": 2}).response
+    finally:
+        stop_service_process(service)
