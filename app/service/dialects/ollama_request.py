@@ -110,9 +110,10 @@ def _content(content: str | None, images: Any, where: str) -> Any:
     return parts + [_image_url(image, f"{where}.images") for image in images]
 
 
-def _tool_calls(calls: Any, where: str, ids: dict[str, str], count: int) -> list[dict[str, Any]]:
-    """Ollama's tool calls (arguments an object) as OpenAI's (arguments a JSON string, each with an id);
-    `ids` learns each function's latest id, for the tool messages that answer it."""
+def _tool_calls(calls: Any, turn: int, ids: dict[str, str]) -> list[dict[str, Any]]:
+    """Ollama's tool calls (arguments an object) as OpenAI's (arguments a JSON string, each with an id of its own);
+    `ids` learns each function's latest id, and "" the latest of all, for the tool messages that answer them."""
+    where = f"messages[{turn}]"
     if not isinstance(calls, list):
         raise BadRequest(f"`{where}.tool_calls` must be a list.")
     written = []
@@ -122,7 +123,7 @@ def _tool_calls(calls: Any, where: str, ids: dict[str, str], count: int) -> list
         arguments = function.get("arguments", {}) if isinstance(function, dict) else None
         if not isinstance(name, str) or not isinstance(arguments, dict | str):
             raise BadRequest(f'`{where}.tool_calls[{index}]` must be {{"function": {{"name", "arguments"}}}}.')
-        call_id = ids[name] = f"call_{count + index}"
+        call_id = ids[name] = ids[""] = f"call_{turn}_{index}"
         text = arguments if isinstance(arguments, str) else json.dumps(arguments)
         written.append({"id": call_id, "type": "function", "function": {"name": name, "arguments": text}})
     return written
@@ -145,12 +146,12 @@ def chat_messages(messages: Any) -> list[dict[str, Any]]:
             raise BadRequest(f"`{where}.content` must be a string.")
         out: dict[str, Any] = {"role": role, "content": _content(content, message.get("images"), where)}
         if role == "assistant" and message.get("tool_calls"):
-            out["tool_calls"] = _tool_calls(message["tool_calls"], where, ids, len(ids))
+            out["tool_calls"] = _tool_calls(message["tool_calls"], index, ids)
         if role == "tool":
             name = message.get("tool_name") or message.get("name")
             if name is not None and not isinstance(name, str):
                 raise BadRequest(f"`{where}.tool_name` must be a string.")
-            out["tool_call_id"] = ids.get(name or "", f"call_{len(ids)}")
+            out["tool_call_id"] = ids.get(name or "", ids.get("", "call_0"))  # Ollama ties answers by name only
         written.append(out)
     return written
 

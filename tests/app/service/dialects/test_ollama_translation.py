@@ -105,6 +105,15 @@ def test_conversations_images_and_generate_written_for_the_core() -> None:
     assert assistant["tool_calls"][0]["function"]["arguments"] == '{"a": 1}'
     assert tool["tool_call_id"] == assistant["tool_calls"][0]["id"]
     assert request.payload["response_format"] == {"type": "json_object"}
+    calls = [{"function": {"name": "f", "arguments": {}}}, {"function": {"name": "g", "arguments": "{}"}}]
+    turns = chat_request({"model": "m", "messages": [
+        {"role": "assistant", "tool_calls": calls[:1]}, {"role": "tool", "tool_name": "f", "content": "1"},
+        {"role": "assistant", "tool_calls": calls}, {"role": "tool", "tool_name": "g", "content": "2"},
+        {"role": "tool", "content": "3"},
+    ]}, None).payload["messages"]  # fmt: skip
+    ids = [call["id"] for turn in turns if "tool_calls" in turn for call in turn["tool_calls"]]
+    assert len(set(ids)) == 3, ids
+    assert [turn.get("tool_call_id") for turn in turns if turn["role"] == "tool"] == [ids[0], ids[2], ids[2]]
 
     raw = generate_request({"model": "m", "prompt": "def f(", "suffix": "return 1", "system": "x"}, 4096)
     assert raw.path == "/v1/completions" and raw.payload["suffix"] == "return 1" and "messages" not in raw.payload
