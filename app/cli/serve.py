@@ -157,6 +157,16 @@ def add_serve_command(commands: argparse._SubParsersAction[argparse.ArgumentPars
         help="send each conversation to the llama-server slot that holds its earlier turns, or leave the choice to "
         "llama-server ($MODELDECK_SLOT_ROUTING; on)",
     )  # fmt: skip
+    serve.add_argument(
+        "--ollama-port", type=tcp_port, metavar="PORT",
+        help="also serve Ollama's API alone on 127.0.0.1:PORT (11434 is Ollama's), for tools that only know Ollama's "
+        "address; it asks the endpoint's API key, as the endpoint does",
+    )  # fmt: skip
+    serve.add_argument(
+        "--ollama-no-key", action="store_true",
+        help="OPT-IN, LESS SAFE: --ollama-port asks no API key, as Ollama does: any program on this machine can use "
+        "the models (web pages still cannot; the Host check stays)",
+    )  # fmt: skip
     serve.set_defaults(func=_serve)
 
 
@@ -188,6 +198,9 @@ def _serve(args: argparse.Namespace, invocation: Invocation) -> int:
     except ValueError as exc:
         print(f"modeldeck: {exc}", file=sys.stderr)
         return 2
+    if args.ollama_no_key and args.ollama_port is None:
+        print("modeldeck: --ollama-no-key goes with --ollama-port PORT", file=sys.stderr)
+        return 2
     _setup_service_logging(paths)
     options = ServeOptions(
         args.host if args.host is not None else settings.bind_address,
@@ -211,6 +224,8 @@ def _serve(args: argparse.Namespace, invocation: Invocation) -> int:
         tls_key=args.tls_key,
         max_connections=args.max_connections,
         slot_routing=args.slot_routing,
+        ollama_port=args.ollama_port,
+        ollama_keyless=args.ollama_no_key,
     )
     loop_factory: Callable[[], asyncio.AbstractEventLoop]
     try:

@@ -40,6 +40,7 @@ from app.service.control.model_settings_routes import ModelSettingsRoutes
 from app.service.control.quality_routes import QualityRoutes
 from app.service.control.remote_routes import RemoteRoutes
 from app.service.control.settings_routes import RunningValues, SettingsRoutes
+from app.service.dialects.ollama_listener import ollama_app, ollama_server
 from app.service.dialects.serving import endpoint_dialects
 from app.service.engines import EngineManager
 from app.service.events import EventBus
@@ -102,6 +103,8 @@ class ServeOptions:
     tls_key: Path | None = None
     max_connections: int | None = None  # on the OpenAI endpoint; None: from the open-file limit (connection_cap)
     slot_routing: bool = True  # conversations to the llama-server slot holding their prefix (gateway.slot_router)
+    ollama_port: int | None = None  # a loopback listener of Ollama's API alone (app.service.dialects.ollama_listener)
+    ollama_keyless: bool = False  # the user's explicit choice: that listener asks no key
 
 
 def bind_socket(
@@ -209,14 +212,18 @@ class Service:
         for record in await asyncio.to_thread(reap_leftover_engines, paths.engine_records):
             log.warning("stopped engine pid %s (%s) left behind by an earlier run", record.pid, record.model_id)
         gateway_sock = bind_socket(options.host, options.port, "OpenAI endpoint")
+        bound, loopback = [gateway_sock], "127.0.0.1"
         try:
-            control_sock = bind_socket(
-                "127.0.0.1", options.control_port, "control API", "modeldeck serve --control-port N"
-            )
+            bound.append(bind_socket(loopback, options.control_port, "control API", "modeldeck serve --control-port N"))
+            if options.ollama_port is not None:
+                bound.append(
+                    bind_socket(loopback, options.ollama_port, "Ollama API", "modeldeck serve --ollama-port N")
+                )
         except ServiceError:
-            gateway_sock.close()
+            for sock in bound:
+                sock.close()
             raise
-        await self._serve(models, api_key, gateway_sock, control_sock, tls)
+        await self._serve(models, api_key, gateway_sock, bound[1], tls, bound[2] if len(bound) > 2 else None)
 
     def _tls_identity(self) -> TlsIdentity | None:
         """The endpoint's certificate, checked now: a bad one is a clear error before anything listens."""
@@ -233,14 +240,9 @@ class Service:
             log.warning("TLS is off on %s: the API key crosses the network in clear", options.host)
         return tls
 
-    async def _serve(
-        self,
-        models: dict[str, ModelSpec],
-        api_key: ApiKey | None,
-        gateway_sock: socket.socket,
-        control_sock: socket.socket,
-        tls: TlsIdentity | None = None,
-    ) -> None:
+    async def _serve(self, models: dict[str, ModelSpec], api_key: ApiKey | None, gateway_sock: socket.socket,
+                     control_sock: socket.socket, tls: TlsIdentity | None = None,
+                     ollama_sock: socket.socket | None = None) -> None:  # fmt: skip
         options, paths = self.options, self.paths
         bus = EventBus()
         budget = (
@@ -269,16 +271,13 @@ class Service:
         pool = UpstreamPool()
         # Engines' own /metrics are scraped once a second: off the hot path, so aiohttp is fine there.
         scrape_session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=5))
-        gateway_config = GatewayConfig(
-            key_value,
-            allowed,
-            frozenset(options.cors_origins),
-            log_request_text=options.log_request_text,
-            slot_routing=options.slot_routing,
-        )
+        gateway_config = GatewayConfig(key_value, allowed, frozenset(options.cors_origins),
+                                       log_request_text=options.log_request_text,
+                                       slot_routing=options.slot_routing)  # fmt: skip
         gateway = Gateway(manager, gateway_config, pool, request_log)
         dialects = endpoint_dialects(gateway.openai, manager, gateway_config.max_body_bytes, gateway.prompt_counter)
         gateway.serve_dialects(dialects)
+        ollama = ollama_app(gateway.openai, manager, key_value, options.ollama_keyless, gateway_config.max_body_bytes)
         advisor = Advisor(paths)
         downloads_dir = options.models_dirs[0] if options.models_dirs else None  # the first --models-dir
         hub = HubRoutes(manager, bus, advisor, paths, default_cache_dir(), hub_endpoint(), downloads_dir)
@@ -292,6 +291,7 @@ class Service:
 
         def use_key(fresh: ApiKey) -> dict[str, Any]:
             gateway.set_api_key(fresh.value)
+            ollama.set_api_key(fresh.value)
             info = EndpointInfo(url, fresh.value, fresh.source, fresh.note, tls_info)
             control.set_endpoint(info)
             log.info("the API key was replaced (kept in: %s)", fresh.source)
@@ -332,6 +332,8 @@ class Service:
              gateway_sock),
             (uvicorn_listener(control, caps.control), control_sock),
         ]  # fmt: skip
+        if ollama_sock is not None:
+            servers.append((ollama_server(ollama, gateway_config.max_body_bytes, caps.gateway), ollama_sock))
         loop = asyncio.get_running_loop()
         for sig in _STOP_SIGNALS:
             loop.add_signal_handler(sig, self._on_signal, sig)
@@ -351,6 +353,9 @@ class Service:
                 "started": time.time(),
             }))  # fmt: skip
             log.info("OpenAI endpoint on %s (API key: %s)", url, endpoint.key_source)
+            if ollama_sock is not None:
+                log.info("Ollama's API alone on http://127.0.0.1:%d (API key: %s)", ollama_sock.getsockname()[1],
+                         "none" if options.ollama_keyless or not key_value else "the endpoint's")  # fmt: skip
             if tls:
                 log_tls(tls)
             if options.settings_problem:

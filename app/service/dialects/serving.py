@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from app.service.dialects.anthropic import AnthropicDialect
 from app.service.dialects.inner import AsgiApp
+from app.service.dialects.ollama import OllamaDialect
 from app.service.engines import EngineManager
 from app.service.gateway.dialect import Dialect
 from app.service.gateway.prompt_count import PromptCounter
@@ -16,4 +17,5 @@ def endpoint_dialects(
     (Gateway.prompt_counter) counts prompts' tokens for those that have a route for it."""
     return [
         AnthropicDialect(core, counter, max_body_bytes),
+        OllamaDialect(core, manager, max_body_bytes),
     ]

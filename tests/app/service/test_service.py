@@ -228,14 +228,16 @@ def test_corrupt_gguf_fails_clearly_and_service_stays_up(paths: AppPaths, tmp_pa
 
 
 @pytest.mark.parametrize(
-    ("flag", "advice"), [("--port", "serve --port N"), ("--control-port", "serve --control-port N")]
+    ("flag", "advice"),
+    [("--port", "serve --port N"), ("--control-port", "serve --control-port N"), ("--ollama-port", "--ollama-port N")],
 )
 def test_port_in_use_is_a_clear_error(paths: AppPaths, flag: str, advice: str) -> None:
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
-        other = ["--control-port", str(free_port())] if flag == "--port" else ["--port", str(free_port())]
+        free = {"--port": str(free_port()), "--control-port": str(free_port())}
+        other = [part for name, value in free.items() if name != flag for part in (name, value)]
         result = subprocess.run(
             [sys.executable, "-m", "app", "serve", flag, str(port), *other],
             capture_output=True, text=True, timeout=60, cwd=REPO, env={**os.environ, "MODELDECK_API_KEY": "k"},
