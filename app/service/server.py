@@ -40,6 +40,7 @@ from app.service.control.model_settings_routes import ModelSettingsRoutes
 from app.service.control.quality_routes import QualityRoutes
 from app.service.control.remote_routes import RemoteRoutes
 from app.service.control.settings_routes import RunningValues, SettingsRoutes
+from app.service.dialects.response_store import ResponseStore
 from app.service.dialects.serving import endpoint_dialects
 from app.service.engines import EngineManager
 from app.service.events import EventBus
@@ -185,7 +186,7 @@ class Service:
 
     async def _run(self) -> None:
         options, paths = self.options, self.paths
-        for database in (paths.requests_db, paths.metrics_db, paths.calibration_db):
+        for database in (paths.requests_db, paths.metrics_db, paths.calibration_db, paths.responses_db):
             make_private_file(database)
         models = known_models(paths, options.models_dirs) | {
             model_id: external_model(model_id, url) for model_id, url in options.upstreams
@@ -277,7 +278,8 @@ class Service:
             slot_routing=options.slot_routing,
         )
         gateway = Gateway(manager, gateway_config, pool, request_log)
-        gateway.serve_dialects(endpoint_dialects(gateway.openai, manager, gateway_config.max_body_bytes))
+        responses = ResponseStore(paths.responses_db)
+        gateway.serve_dialects(endpoint_dialects(gateway.openai, manager, gateway_config.max_body_bytes, responses))
         advisor = Advisor(paths)
         downloads_dir = options.models_dirs[0] if options.models_dirs else None  # the first --models-dir
         hub = HubRoutes(manager, bus, advisor, paths, default_cache_dir(), hub_endpoint(), downloads_dir)
@@ -377,6 +379,7 @@ class Service:
             await gateway.close()
             await scrape_session.close()
             await asyncio.to_thread(request_log.close)
+            await asyncio.to_thread(responses.close)
             for sig in _STOP_SIGNALS:
                 loop.remove_signal_handler(sig)
             _withdraw_discovery(paths)

@@ -1,0 +1,141 @@
+"""OpenAI's Responses API (`POST /v1/responses`, `GET` and `DELETE /v1/responses/{id}`) over the gateway's chat
+completions core: the request is read into a chat request (responses_request.py), served by the core in process
+(app.service.dialects.inner), and its answer written back as a response object or the Responses event stream
+(responses_stream.py). Responses are kept in the store (response_store.py) unless `store` is false, for
+`previous_response_id` and retrieval. The core's errors pass through as it wrote them: they are in OpenAI's shape
+already (a prompt over the context is its 400 `context_length_exceeded`)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from app.service.dialects.inner import AsgiApp, BadBody, call_core, error_message, read_json_object, sse_events
+from app.service.dialects.response_store import ResponseStore, StoredResponse
+from app.service.dialects.responses_answer import ResponseDraft, completed, output_messages
+from app.service.dialects.responses_request import ResponsesRequest, read_request
+from app.service.dialects.responses_stream import ResponseEvents, encode
+from app.service.gateway.validation import InvalidRequest
+from app.service.http.asgi import ClientGone, Receive, Scope, Send, send_bytes, send_error, send_json
+from app.service.http.routes import send_not_allowed
+
+PATH = "/v1/responses"
+_CHAT = "/v1/chat/completions"
+_SSE_HEADERS = [(b"content-type", b"text/event-stream"), (b"cache-control", b"no-cache")]
+_CODES = {400: "invalid_request_error", 401: "invalid_api_key", 403: "host_not_allowed", 404: "not_found"}
+
+
+class ResponsesDialect:
+    """The Responses API's routes; `store` None keeps nothing (every request is as `store: false`)."""
+
+    def __init__(self, core: AsgiApp, store: ResponseStore | None, max_body_bytes: int) -> None:
+        self._core = core
+        self._store = store
+        self._max_body_bytes = max_body_bytes
+
+    def owns(self, path: str) -> bool:
+        return path == PATH or path.startswith(PATH + "/")
+
+    async def send_error(self, send: Send, status: int, message: str, kind: str) -> None:
+        await send_error(send, status, message, kind, _CODES.get(status))
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        path, method = scope["path"], scope["method"]
+        if path == PATH:
+            if method == "POST":
+                await self._create(scope, receive, send)
+            else:
+                await send_not_allowed(send, method, path, ["POST"])
+            return
+        response_id = path[len(PATH) + 1 :]
+        if not response_id or "/" in response_id:
+            await send_error(send, 404, f"Unknown route {path}.", "invalid_request_error", "unknown_url")
+        elif method == "GET":
+            await self._retrieve(send, response_id)
+        elif method == "DELETE":
+            await self._delete(send, response_id)
+        else:
+            await send_not_allowed(send, method, path, ["GET", "DELETE"])
+
+    async def _retrieve(self, send: Send, response_id: str) -> None:
+        stored = await self._store.get(response_id) if self._store is not None else None
+        if stored is None:
+            await _not_found(send, response_id)
+        else:
+            await send_json(send, 200, stored.response)
+
+    async def _delete(self, send: Send, response_id: str) -> None:
+        if self._store is not None and await self._store.delete(response_id):
+            await send_json(send, 200, {"id": response_id, "object": "response", "deleted": True})
+        else:
+            await _not_found(send, response_id)
+
+    async def _create(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            body = await read_json_object(scope, receive, self._max_body_bytes)
+            request = read_request(body)
+        except ClientGone:
+            return
+        except BadBody as exc:
+            await send_error(send, exc.status, str(exc), "invalid_request_error")
+            return
+        except InvalidRequest as exc:
+            await send_error(send, 400, str(exc), "invalid_request_error", exc.code, exc.param)
+            return
+        history: list[dict[str, Any]] = []
+        if request.previous_response_id is not None:
+            previous = await self._store.get(request.previous_response_id) if self._store is not None else None
+            if previous is None:
+                message = f"Previous response with id '{request.previous_response_id}' not found."
+                await send_error(send, 404, message, "invalid_request_error", "previous_response_not_found",
+                                 "previous_response_id")  # fmt: skip
+                return
+            history = previous.messages
+        conversation = [*history, *request.input]
+        system = [{"role": "system", "content": request.instructions}] if request.instructions else []
+        payload = {**request.chat, "messages": [*system, *conversation]}
+        if request.stream:
+            payload |= {"stream": True, "stream_options": {"include_usage": True}}
+        answer = await call_core(self._core, scope, receive, _CHAT, payload)
+        if answer.status != 200:  # OpenAI's error shape already, or the core's own words for a failure
+            await send_bytes(send, answer.status, await answer.read(), answer.headers)
+            return
+        draft = ResponseDraft(request)
+        if not request.stream:
+            response = completed(draft, await answer.json())
+            await self._keep(request, response, conversation)
+            await send_json(send, 200, response)
+            return
+        events = ResponseEvents(draft)
+        await send({"type": "http.response.start", "status": 200, "headers": _SSE_HEADERS})
+        for event in events.start():
+            await _send_event(send, event)
+        failed = False
+        async for chunk in sse_events(answer.chunks()):
+            if "error" in chunk:
+                message, kind = error_message(chunk)
+                for event in events.fail(message, "server_error" if kind == "server_error" else kind):
+                    await _send_event(send, event)
+                failed = True
+                break
+            for event in events.feed(chunk):
+                await _send_event(send, event)
+        if not failed:
+            finishing = list(events.finish())
+            for event in finishing[:-1]:
+                await _send_event(send, event)
+            await self._keep(request, events.body, conversation)  # before the last event: a retrieve finds it
+            await _send_event(send, finishing[-1])
+        await send({"type": "http.response.body", "body": b""})
+
+    async def _keep(self, request: ResponsesRequest, response: dict[str, Any], conversation: list[Any]) -> None:
+        if request.store and self._store is not None:
+            messages = [*conversation, *output_messages(response["output"])]
+            await self._store.put(StoredResponse(response["id"], float(response["created_at"]), response, messages))
+
+
+async def _send_event(send: Send, event: dict[str, Any]) -> None:
+    await send({"type": "http.response.body", "body": encode(event), "more_body": True})
+
+
+async def _not_found(send: Send, response_id: str) -> None:
+    await send_error(send, 404, f"Response with id '{response_id}' not found.", "invalid_request_error", "not_found")
