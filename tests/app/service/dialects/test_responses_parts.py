@@ -1,0 +1,109 @@
+"""Parts of the Responses dialect that the real service cannot be made to show on demand: an error in the middle of
+the core's stream (`response.failed`), and the store's retention and its handling of a file that is no database."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sqlite3
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from app.service.dialects.response_store import ResponseStore, StoredResponse
+from app.service.dialects.responses import ResponsesDialect
+from app.service.http.asgi import Message, Receive, Scope, Send
+
+_SSE = [(b"content-type", b"text/event-stream")]
+
+
+async def _core_failing_mid_stream(scope: Scope, receive: Receive, send: Send) -> None:
+    """The chat core as it answers when the engine fails after its first words."""
+    await receive()
+    chunk = {"choices": [{"index": 0, "delta": {"content": "Once"}, "finish_reason": None}]}
+    await send({"type": "http.response.start", "status": 200, "headers": _SSE})
+    await send({"type": "http.response.body", "body": f"data: {json.dumps(chunk)}\n\n".encode(), "more_body": True})
+    error = {"error": {"message": "The engine stopped answering.", "type": "server_error"}}
+    await send({"type": "http.response.body", "body": f"data: {json.dumps(error)}\n\n".encode()})
+
+
+async def _serve(dialect: ResponsesDialect, body: dict[str, Any]) -> tuple[int, bytes]:
+    scope: Scope = {"type": "http", "method": "POST", "path": "/v1/responses", "raw_path": b"/v1/responses",
+                    "query_string": b"", "headers": [(b"content-type", b"application/json")]}  # fmt: skip
+    incoming = [{"type": "http.request", "body": json.dumps(body).encode(), "more_body": False}]
+    gone = asyncio.Event()
+
+    async def receive() -> Message:
+        if incoming:
+            return incoming.pop()
+        await gone.wait()
+        return {"type": "http.disconnect"}
+
+    sent: list[Message] = []
+
+    async def send(message: Message) -> None:
+        sent.append(message)
+
+    await dialect(scope, receive, send)
+    gone.set()
+    return sent[0]["status"], b"".join(message.get("body", b"") for message in sent[1:])
+
+
+def test_an_error_mid_stream_fails_the_response(tmp_path: Path) -> None:
+    store = ResponseStore(tmp_path / "responses.sqlite")
+    dialect = ResponsesDialect(_core_failing_mid_stream, store, 1 << 20)
+    status, body = asyncio.run(_serve(dialect, {"model": "m", "input": "Tell me a story.", "stream": True}))
+    assert status == 200
+    events = [json.loads(line[6:]) for line in body.decode().split("\n") if line.startswith("data: ")]
+    kinds = [event["type"] for event in events]
+    assert kinds == ["response.created", "response.in_progress", "response.output_item.added",
+                     "response.content_part.added", "response.output_text.delta", "response.failed"]  # fmt: skip
+    failed = events[-1]["response"]
+    assert failed["status"] == "failed" and failed["error"]["message"] == "The engine stopped answering."
+    assert failed["output"][0]["type"] == "message"
+    assert [event["sequence_number"] for event in events] == list(range(len(events)))
+    assert asyncio.run(store.get(failed["id"])) is None  # a failed response is not kept to continue from
+    store.close()
+
+
+def _stored(response_id: str, created_at: float) -> StoredResponse:
+    return StoredResponse(response_id, created_at, {"id": response_id}, [{"role": "user", "content": "Hi"}])
+
+
+def test_store_keeps_deletes_and_forgets_after_retention(tmp_path: Path) -> None:
+    database = tmp_path / "responses.sqlite"
+
+    async def use() -> None:
+        store = ResponseStore(database, retention_s=3600)
+        await store.put(_stored("resp_old", time.time() - 7200))
+        await store.put(_stored("resp_new", time.time()))
+        assert await store.get("resp_old") is None  # past the retention: never answered, pruned at the next open
+        kept = await store.get("resp_new")
+        assert kept is not None and kept.messages == [{"role": "user", "content": "Hi"}]
+        assert await store.delete("resp_new") and not await store.delete("resp_new")
+        assert await store.get("resp_new") is None
+        store.close()
+        reopened = ResponseStore(database, retention_s=3600)
+        assert await reopened.get("resp_missing") is None
+        reopened.close()
+
+    asyncio.run(use())
+    with sqlite3.connect(database) as connection:
+        assert connection.execute("SELECT count(*) FROM responses").fetchone() == (0,)
+
+
+def test_store_sets_aside_a_file_that_is_no_database(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    database = tmp_path / "responses.sqlite"
+    database.write_bytes(b"not a database at all" * 100)
+
+    async def use() -> None:
+        store = ResponseStore(database)
+        await store.put(_stored("resp_1", time.time()))
+        assert await store.get("resp_1") is not None
+        store.close()
+
+    asyncio.run(use())
+    assert "not a database" in caplog.text
+    assert [path.name for path in tmp_path.iterdir() if path.name.startswith("responses.sqlite.")]
