@@ -7,6 +7,9 @@ already (a prompt over the context is its 400 `context_length_exceeded`)."""
 
 from __future__ import annotations
 
+import logging
+import sqlite3
+from collections.abc import Iterator
 from typing import Any
 
 from app.service.dialects.inner import AsgiApp, BadBody, call_core, error_message, read_json_object, sse_events
@@ -21,6 +24,7 @@ from app.service.http.routes import send_not_allowed
 PATH = "/v1/responses"
 _CHAT = "/v1/chat/completions"
 _SSE_HEADERS = [(b"content-type", b"text/event-stream"), (b"cache-control", b"no-cache")]
+log = logging.getLogger("modeldeck.responses")
 _CODES = {400: "invalid_request_error", 401: "invalid_api_key", 403: "host_not_allowed", 404: "not_found"}
 
 
@@ -39,6 +43,13 @@ class ResponsesDialect:
         await send_error(send, status, message, kind, _CODES.get(status))
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await self._route(scope, receive, send)
+        except sqlite3.Error as exc:  # in a read, before any answer began: a failed write is only logged
+            log.error("the response store failed: %s", exc)
+            await send_error(send, 500, f"The response store failed: {exc}.", "server_error", "store_failed")
+
+    async def _route(self, scope: Scope, receive: Receive, send: Send) -> None:
         path, method = scope["path"], scope["method"]
         if path == PATH:
             if method == "POST":
@@ -107,34 +118,37 @@ class ResponsesDialect:
             return
         events = ResponseEvents(draft)
         await send({"type": "http.response.start", "status": 200, "headers": _SSE_HEADERS})
-        for event in events.start():
-            await _send_event(send, event)
+        await _send_events(send, events.start())
         failed = False
         async for chunk in sse_events(answer.chunks()):
             if "error" in chunk:
-                message, kind = error_message(chunk)
-                for event in events.fail(message, "server_error" if kind == "server_error" else kind):
-                    await _send_event(send, event)
+                await _send_events(send, events.fail(error_message(chunk)[0]))
                 failed = True
                 break
-            for event in events.feed(chunk):
-                await _send_event(send, event)
-        if not failed:
-            finishing = list(events.finish())
-            for event in finishing[:-1]:
-                await _send_event(send, event)
+            await _send_events(send, events.feed(chunk))
+        if not failed and not events.finished:  # the client left, or the core ended the stream early
+            await _send_events(send, events.fail("The answer ended before the model finished it."))
+        elif not failed:
+            *closing, last = events.finish()
+            await _send_events(send, iter(closing))
             await self._keep(request, events.body, conversation)  # before the last event: a retrieve finds it
-            await _send_event(send, finishing[-1])
+            await _send_events(send, iter([last]))
         await send({"type": "http.response.body", "body": b""})
 
     async def _keep(self, request: ResponsesRequest, response: dict[str, Any], conversation: list[Any]) -> None:
+        """Store the response; a disk that refuses it costs its retrieval and continuation, not the answer."""
         if request.store and self._store is not None:
             messages = [*conversation, *output_messages(response["output"])]
-            await self._store.put(StoredResponse(response["id"], float(response["created_at"]), response, messages))
+            try:
+                await self._store.put(StoredResponse(response["id"], float(response["created_at"]), response, messages))
+            except (sqlite3.Error, OSError) as exc:
+                log.error("could not store response %s: %s", response["id"], exc)
 
 
-async def _send_event(send: Send, event: dict[str, Any]) -> None:
-    await send({"type": "http.response.body", "body": encode(event), "more_body": True})
+async def _send_events(send: Send, events: Iterator[dict[str, Any]]) -> None:
+    body = b"".join(encode(event) for event in events)
+    if body:
+        await send({"type": "http.response.body", "body": body, "more_body": True})
 
 
 async def _not_found(send: Send, response_id: str) -> None:

@@ -73,6 +73,11 @@ class ResponseEvents:
                 if isinstance(call, dict):
                     yield from self._call_delta(call)
 
+    @property
+    def finished(self) -> bool:
+        """Whether the model's answer ended (a finish reason came): a stream cut before is a failure."""
+        return self._finish is not None
+
     def finish(self) -> Iterator[dict[str, Any]]:
         """The closing events of the open items, then `response.completed` (or `.incomplete`)."""
         yield from self._close_text()

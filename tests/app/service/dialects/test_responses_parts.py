@@ -29,8 +29,27 @@ async def _core_failing_mid_stream(scope: Scope, receive: Receive, send: Send) -
     await send({"type": "http.response.body", "body": f"data: {json.dumps(error)}\n\n".encode()})
 
 
-async def _serve(dialect: ResponsesDialect, body: dict[str, Any]) -> tuple[int, bytes]:
-    scope: Scope = {"type": "http", "method": "POST", "path": "/v1/responses", "raw_path": b"/v1/responses",
+async def _core_answering(scope: Scope, receive: Receive, send: Send) -> None:
+    """The chat core answering a whole completion."""
+    await receive()
+    answer = {"choices": [{"index": 0, "message": {"role": "assistant", "content": "Hi"}, "finish_reason": "stop"}],
+              "usage": {"prompt_tokens": 3, "completion_tokens": 1}}  # fmt: skip
+    await send({"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"application/json")]})
+    await send({"type": "http.response.body", "body": json.dumps(answer).encode()})
+
+
+async def _core_ending_early(scope: Scope, receive: Receive, send: Send) -> None:
+    """The chat core's stream ending with no finish reason, as when the client has gone."""
+    await receive()
+    chunk = {"choices": [{"index": 0, "delta": {"content": "Once"}, "finish_reason": None}]}
+    await send({"type": "http.response.start", "status": 200, "headers": _SSE})
+    await send({"type": "http.response.body", "body": f"data: {json.dumps(chunk)}\n\n".encode()})
+
+
+async def _serve(
+    dialect: ResponsesDialect, body: dict[str, Any], method: str = "POST", path: str = "/v1/responses"
+) -> tuple[int, bytes]:
+    scope: Scope = {"type": "http", "method": method, "path": path, "raw_path": path.encode(),
                     "query_string": b"", "headers": [(b"content-type", b"application/json")]}  # fmt: skip
     incoming = [{"type": "http.request", "body": json.dumps(body).encode(), "more_body": False}]
     gone = asyncio.Event()
@@ -65,6 +84,31 @@ def test_an_error_mid_stream_fails_the_response(tmp_path: Path) -> None:
     assert failed["output"][0]["type"] == "message"
     assert [event["sequence_number"] for event in events] == list(range(len(events)))
     assert asyncio.run(store.get(failed["id"])) is None  # a failed response is not kept to continue from
+    store.close()
+
+
+def _events(body: bytes) -> list[dict[str, Any]]:
+    return [json.loads(line[6:]) for line in body.decode().split("\n") if line.startswith("data: ")]
+
+
+def test_a_stream_cut_short_fails_and_is_not_kept(tmp_path: Path) -> None:
+    store = ResponseStore(tmp_path / "responses.sqlite")
+    dialect = ResponsesDialect(_core_ending_early, store, 1 << 20)
+    status, body = asyncio.run(_serve(dialect, {"model": "m", "input": "Hi", "stream": True}))
+    events = _events(body)
+    assert status == 200 and events[-1]["type"] == "response.failed", events
+    assert asyncio.run(store.get(events[-1]["response"]["id"])) is None
+    store.close()
+
+
+def test_a_store_that_fails_costs_retrieval_not_answers(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    store = ResponseStore(tmp_path)  # a folder: SQLite cannot open it
+    dialect = ResponsesDialect(_core_answering, store, 1 << 20)
+    status, body = asyncio.run(_serve(dialect, {"model": "m", "input": "Hi"}))
+    assert status == 200 and json.loads(body)["output"][0]["content"][0]["text"] == "Hi"
+    assert "could not store response" in caplog.text
+    status, body = asyncio.run(_serve(dialect, {}, "GET", "/v1/responses/resp_1"))
+    assert status == 500 and json.loads(body)["error"]["code"] == "store_failed"
     store.close()
 
 
