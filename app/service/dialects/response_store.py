@@ -17,7 +17,7 @@ import sqlite3
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -26,7 +26,10 @@ from app.service.metrics.sqlite_rows import connect_autocommit
 
 RETENTION_S = 30 * 24 * 3600.0  # OpenAI keeps stored responses 30 days; the request log keeps its rows no longer
 _PRUNE_EVERY_S = 3600.0
-_SCHEMA = "CREATE TABLE IF NOT EXISTS responses (id TEXT PRIMARY KEY, created_at REAL, response TEXT, messages TEXT)"
+_SCHEMA = (
+    "CREATE TABLE IF NOT EXISTS responses (id TEXT PRIMARY KEY, created_at REAL, response TEXT, messages TEXT, "
+    "input_items TEXT)"
+)
 T = TypeVar("T")
 
 log = logging.getLogger("modeldeck.responses")
@@ -34,12 +37,14 @@ log = logging.getLogger("modeldeck.responses")
 
 @dataclass(frozen=True)
 class StoredResponse:
-    """A response object as answered, and the chat messages of its whole conversation, its output last."""
+    """A response object as answered, the chat messages of its whole conversation (its output last), and the
+    request's own input items (GET /v1/responses/{id}/input_items)."""
 
     id: str
     created_at: float
     response: dict[str, Any]
     messages: list[dict[str, Any]]
+    input_items: list[dict[str, Any]] = field(default_factory=list)
 
 
 class ResponseStore:
@@ -105,22 +110,29 @@ class ResponseStore:
         connection = self._open()
         self._prune()
         connection.execute(
-            "INSERT OR REPLACE INTO responses VALUES (?, ?, ?, ?)",
-            (stored.id, stored.created_at, json.dumps(stored.response), json.dumps(stored.messages)),
+            "INSERT OR REPLACE INTO responses VALUES (?, ?, ?, ?, ?)",
+            (
+                stored.id,
+                stored.created_at,
+                json.dumps(stored.response),
+                json.dumps(stored.messages),
+                json.dumps(stored.input_items),
+            ),
         )
 
     def _get(self, response_id: str) -> StoredResponse | None:
         row = (
             self._open()
             .execute(
-                "SELECT created_at, response, messages FROM responses WHERE id = ? AND created_at >= ?",
+                "SELECT created_at, response, messages, input_items FROM responses WHERE id = ? AND created_at >= ?",
                 (response_id, time.time() - self._retention_s),
             )
             .fetchone()
         )
         if row is None:
             return None
-        return StoredResponse(response_id, float(row[0]), json.loads(row[1]), json.loads(row[2]))
+        items = json.loads(row[3]) if row[3] else []
+        return StoredResponse(response_id, float(row[0]), json.loads(row[1]), json.loads(row[2]), items)
 
     def _delete(self, response_id: str) -> bool:
         return self._open().execute("DELETE FROM responses WHERE id = ?", (response_id,)).rowcount > 0

@@ -1,7 +1,7 @@
-"""OpenAI's Responses API (`POST /v1/responses`, `GET` and `DELETE /v1/responses/{id}`) over the gateway's chat
-completions core: the request is read into a chat request (responses_request.py), served by the core in process
-(app.service.dialects.inner), and its answer written back as a response object or the Responses event stream
-(responses_stream.py). Responses are kept in the store (response_store.py) unless `store` is false, for
+"""OpenAI's Responses API (`POST /v1/responses`, `GET` and `DELETE /v1/responses/{id}`, `GET .../input_items`) over
+the gateway's chat completions core: the request is read into a chat request (responses_request.py), served by the
+core in process (app.service.dialects.inner), and its answer written back as a response object or the Responses event
+stream (responses_stream.py). Responses are kept in the store (response_store.py) unless `store` is false, for
 `previous_response_id` and retrieval. The core's errors pass through as it wrote them: they are in OpenAI's shape
 already (a prompt over the context is its 400 `context_length_exceeded`)."""
 
@@ -15,6 +15,7 @@ from typing import Any
 from app.service.dialects.inner import AsgiApp, BadBody, call_core, error_message, read_json_object, sse_events
 from app.service.dialects.response_store import ResponseStore, StoredResponse
 from app.service.dialects.responses_answer import ResponseDraft, completed, output_messages
+from app.service.dialects.responses_items import input_items, item_page
 from app.service.dialects.responses_request import ResponsesRequest, read_request
 from app.service.dialects.responses_stream import ResponseEvents, encode
 from app.service.gateway.validation import InvalidRequest
@@ -57,8 +58,13 @@ class ResponsesDialect:
             else:
                 await send_not_allowed(send, method, path, ["POST"])
             return
-        response_id = path[len(PATH) + 1 :]
-        if not response_id or "/" in response_id:
+        response_id, _, rest = path[len(PATH) + 1 :].partition("/")
+        if rest == "input_items" and response_id:
+            if method == "GET":
+                await self._input_items(send, response_id, scope.get("query_string", b""))
+            else:
+                await send_not_allowed(send, method, path, ["GET"])
+        elif not response_id or rest:
             await send_error(send, 404, f"Unknown route {path}.", "invalid_request_error", "unknown_url")
         elif method == "GET":
             await self._retrieve(send, response_id)
@@ -73,6 +79,18 @@ class ResponsesDialect:
             await _not_found(send, response_id)
         else:
             await send_json(send, 200, stored.response)
+
+    async def _input_items(self, send: Send, response_id: str, query: bytes) -> None:
+        stored = await self._store.get(response_id) if self._store is not None else None
+        if stored is None:
+            await _not_found(send, response_id)
+            return
+        try:
+            page = item_page(stored.input_items, query)
+        except InvalidRequest as exc:
+            await send_error(send, 400, str(exc), "invalid_request_error", exc.code, exc.param)
+            return
+        await send_json(send, 200, page)
 
     async def _delete(self, send: Send, response_id: str) -> None:
         if self._store is not None and await self._store.delete(response_id):
@@ -139,8 +157,10 @@ class ResponsesDialect:
         """Store the response; a disk that refuses it costs its retrieval and continuation, not the answer."""
         if request.store and self._store is not None:
             messages = [*conversation, *output_messages(response["output"])]
+            items = input_items(request.raw_input)
+            stored = StoredResponse(response["id"], float(response["created_at"]), response, messages, items)
             try:
-                await self._store.put(StoredResponse(response["id"], float(response["created_at"]), response, messages))
+                await self._store.put(stored)
             except (sqlite3.Error, OSError) as exc:
                 log.error("could not store response %s: %s", response["id"], exc)
 

@@ -30,6 +30,7 @@ class ResponsesRequest:
     store: bool = True
     previous_response_id: str | None = None
     echoed: dict[str, Any] = field(default_factory=dict)
+    raw_input: Any = None  # `input` as sent, for the stored input items
 
 
 def _check(check: Callable[[Any], str | None]) -> Callable[[str, Any], None]:
@@ -207,4 +208,5 @@ def read_request(body: dict[str, Any]) -> ResponsesRequest:
         store=body.get("store") is not False,
         previous_response_id=body.get("previous_response_id"),
         echoed=echoed,
+        raw_input=body["input"],
     )

@@ -75,6 +75,13 @@ def test_hostile_and_refused_bodies(service: RunningService) -> None:
         assert http.get("/responses").status_code == 405
         assert http.put("/responses/resp_1", json={}).status_code == 405
         assert http.get("/responses/resp_1/input_items").status_code == 404
+        assert http.get("/responses/resp_1/other").status_code == 404
+        stored = http.post("/responses", json=ASK).json()["id"]
+        for query, param in (("limit=0", "limit"), ("limit=x", "limit"), ("order=up", "order"),
+                             ("after=msg_nothing", "after"), ("bogus=1", "bogus")):  # fmt: skip
+            listed = http.get(f"/responses/{stored}/input_items?{query}")
+            assert listed.status_code == 400 and listed.json()["error"]["param"] == param, (query, listed.text)
+        assert http.post(f"/responses/{stored}/input_items", json={}).status_code == 405
         unknown = http.get("/responses/resp_nothing")
         assert unknown.status_code == 404 and unknown.json()["error"]["code"] == "not_found"
         keyless = httpx.post(f"{service.url}/responses", json=ASK, timeout=30)

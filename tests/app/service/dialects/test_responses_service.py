@@ -94,6 +94,13 @@ def test_create_stream_store_and_continue(service: RunningService, paths: AppPat
     )
     assert second.output_text and second.previous_response_id == first.id
     assert second.usage is not None and second.usage.input_tokens > first.usage.input_tokens  # the history came too
+    listed = client.responses.input_items.list(first.id, order="asc")
+    assert [(item.type, item.role) for item in listed.data] == [  # type: ignore[union-attr]
+        ("message", "user"), ("message", "assistant"), ("message", "user"),
+    ]  # fmt: skip
+    assert listed.data[2].content[0].text == "Name a colour."  # type: ignore[union-attr]
+    paged = list(client.responses.input_items.list(first.id, limit=2))  # two pages, newest first
+    assert [item.id for item in paged] == [item.id for item in reversed(listed.data)]
     kept = client.responses.retrieve(first.id)
     assert kept.id == first.id and kept.output_text == first.output_text
     deleted = client.responses.delete(first.id)
