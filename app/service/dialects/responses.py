@@ -12,7 +12,15 @@ import sqlite3
 from collections.abc import Iterator
 from typing import Any
 
-from app.service.dialects.inner import AsgiApp, BadBody, call_core, error_message, read_json_object, sse_events
+from app.service.dialects.inner import (
+    AsgiApp,
+    BadBody,
+    InnerAnswer,
+    call_core,
+    error_message,
+    read_json_object,
+    sse_events,
+)
 from app.service.dialects.response_store import ResponseStore, StoredResponse
 from app.service.dialects.responses_answer import ResponseDraft, completed, output_messages
 from app.service.dialects.responses_items import input_items, item_page
@@ -128,29 +136,34 @@ class ResponsesDialect:
         if answer.status != 200:  # OpenAI's error shape already, or the core's own words for a failure
             await send_bytes(send, answer.status, await answer.read(), answer.headers)
             return
-        draft = ResponseDraft(request)
-        if not request.stream:
-            response = completed(draft, await answer.json())
+        if request.stream:
+            await self._stream(send, request, answer, conversation)
+        else:
+            response = completed(ResponseDraft(request), await answer.json())
             await self._keep(request, response, conversation)
             await send_json(send, 200, response)
-            return
-        events = ResponseEvents(draft)
+
+    async def _stream(
+        self, send: Send, request: ResponsesRequest, answer: InnerAnswer, conversation: list[Any]
+    ) -> None:
+        """The core's chat stream as the Responses event stream; the response is stored before its last event is
+        sent, so that a client that retrieves it as soon as the stream ends finds it."""
+        events = ResponseEvents(ResponseDraft(request))
         await send({"type": "http.response.start", "status": 200, "headers": _SSE_HEADERS})
         await _send_events(send, events.start())
-        failed = False
         async for chunk in sse_events(answer.chunks()):
-            if "error" in chunk:
+            if "error" in chunk:  # the core's words for an engine that failed after its first event
                 await _send_events(send, events.fail(error_message(chunk)[0]))
-                failed = True
                 break
             await _send_events(send, events.feed(chunk))
-        if not failed and not events.finished:  # the client left, or the core ended the stream early
-            await _send_events(send, events.fail("The answer ended before the model finished it."))
-        elif not failed:
-            *closing, last = events.finish()
-            await _send_events(send, iter(closing))
-            await self._keep(request, events.body, conversation)  # before the last event: a retrieve finds it
-            await _send_events(send, iter([last]))
+        else:
+            if events.finished:
+                *closing, last = events.finish()
+                await _send_events(send, iter(closing))
+                await self._keep(request, events.body, conversation)
+                await _send_events(send, iter([last]))
+            else:  # the client left, or the core ended the stream early
+                await _send_events(send, events.fail("The answer ended before the model finished it."))
         await send({"type": "http.response.body", "body": b""})
 
     async def _keep(self, request: ResponsesRequest, response: dict[str, Any], conversation: list[Any]) -> None:
