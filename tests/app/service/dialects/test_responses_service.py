@@ -13,6 +13,7 @@ import pytest
 from app.hub.library import BUNDLED_ID
 from app.paths import AppPaths
 from tests.support.service import RunningService, StartService
+from tests.support.waiting import wait_for
 
 TEXT_EVENTS = [
     "response.created",
@@ -176,3 +177,21 @@ def test_llama_server_create_and_stream(llama_server_service: StartService) -> N
     client = service.openai_client()
     check_create(client)
     check_stream(client)
+
+
+def test_a_client_leaving_mid_stream_cancels_the_answer(service: RunningService) -> None:
+    client = service.openai_client()
+    stream = client.responses.create(model=BUNDLED_ID, input="Tell me a long story.", max_output_tokens=400,
+                                     stream=True)  # fmt: skip
+    events = iter(stream)
+    created = next(events)
+    assert created.type == "response.created"
+    assert next(event for event in events if event.type == "response.output_text.delta").delta
+    stream.close()
+    record = wait_for(lambda: [r for r in service.client.requests(limit=5) if r["status"] == 499], 30,
+                      "the request logged as the client's leaving")[0]  # fmt: skip
+    assert record["completion_tokens"] is None or record["completion_tokens"] < 400
+    with pytest.raises(openai.NotFoundError):  # an answer cut short is not kept to continue from
+        client.responses.retrieve(created.response.id)  # type: ignore[union-attr]
+    after = client.responses.create(model=BUNDLED_ID, input="Hi", max_output_tokens=2)
+    assert after.output_text
