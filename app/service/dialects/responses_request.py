@@ -79,10 +79,11 @@ def _tools(name: str, value: Any) -> list[dict[str, Any]]:
 def _tool_choice(name: str, value: Any) -> Any:
     if value in ("none", "auto", "required"):
         return value
-    if isinstance(value, dict) and value.get("type") == "function" and isinstance(value.get("name"), str):
+    kind = value.get("type") if isinstance(value, dict) else None
+    if kind == "function" and isinstance(value.get("name"), str) and value["name"]:
         return {"type": "function", "function": {"name": value["name"]}}
-    if isinstance(value, dict) and isinstance(value.get("type"), str):
-        raise InvalidRequest(f"`{name}` names the built-in tool `{value['type']}`, and {_BUILT_IN}.", name)
+    if isinstance(kind, str) and kind != "function":
+        raise InvalidRequest(f"`{name}` names the built-in tool `{kind}`, and {_BUILT_IN}.", name)
     raise InvalidRequest(f'`{name}` must be "none", "auto", "required" or {{"type": "function", "name": ...}}.', name)
 
 

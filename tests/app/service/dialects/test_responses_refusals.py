@@ -34,6 +34,7 @@ REFUSED: list[tuple[dict[str, Any], str | None, str]] = [
     ({**ASK, "tools": [{"type": "function"}]}, "tools[0].name", "non-empty"),
     ({**ASK, "tools": [{"type": "function", "name": "f", "parameters": "x"}]}, "tools[0].parameters", "JSON Schema"),
     ({**ASK, "tool_choice": {"type": "file_search"}}, "tool_choice", "none locally"),
+    ({**ASK, "tool_choice": {"type": "function", "name": ""}}, "tool_choice", "must be"),
     ({**ASK, "max_output_tokens": 2**40}, "max_output_tokens", "whole number"),
     ({**ASK, "max_output_tokens": "12"}, "max_output_tokens", "whole number"),
     ({**ASK, "temperature": "hot"}, "temperature", "number"),
