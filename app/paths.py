@@ -33,6 +33,11 @@ class AppPaths:
         return self.data / "requests.sqlite"
 
     @property
+    def responses_db(self) -> Path:
+        """Responses the Responses API stored (app.service.dialects.response_store)."""
+        return self.data / "responses.sqlite"
+
+    @property
     def metrics_db(self) -> Path:
         """History of the metrics pipeline's series (app.service.metrics.series_history)."""
         return self.data / "metrics.sqlite"

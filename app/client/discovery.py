@@ -107,8 +107,8 @@ def start_service(paths: AppPaths, port: int | None = None, timeout_s: float = S
 def _wait_for_the_folder(paths: AppPaths, deadline: float) -> ControlClient | None:
     """None once no service holds the data folder; a client of the one that holds it if it comes to answer (it was
     starting). A service that is stopping holds the folder until its engines have stopped, which can take longer than
-    a new one waits for it (CLAIM_WAIT_S in app.service.server): started meanwhile, ours would give up on the folder
-    and the command fail, though the folder is free a moment later."""
+    a new one waits for it (CLAIM_WAIT_S in app.service.data_folder): started meanwhile, ours would give up on the
+    folder and the command fail, though the folder is free a moment later."""
     while _service_claimed(paths):
         client = connect(paths)
         if client is not None:

@@ -14,16 +14,12 @@ import socket
 import sys
 import threading
 import time
-import urllib.parse
 from dataclasses import astuple, dataclass
 from pathlib import Path
 from typing import Any
 
 import aiohttp
-import psutil
-from filelock import FileLock, Timeout
 
-from app.bounded_json import load_json
 from app.hardware.detect import detect_hardware
 from app.hub.cache import default_cache_dir
 from app.hub.library import ModelSpec, external_model, known_models
@@ -40,8 +36,10 @@ from app.service.control.model_settings_routes import ModelSettingsRoutes
 from app.service.control.quality_routes import QualityRoutes
 from app.service.control.remote_routes import RemoteRoutes
 from app.service.control.settings_routes import RunningValues, SettingsRoutes
+from app.service.data_folder import FolderHeld, claim_data_folder, withdraw_discovery
 from app.service.dialects.ollama_listener import ollama_app, ollama_server
-from app.service.dialects.serving import endpoint_dialects
+from app.service.dialects.response_store import ResponseStore
+from app.service.dialects.serving import serve_dialects
 from app.service.engines import EngineManager
 from app.service.events import EventBus
 from app.service.gateway.gateway import Gateway, GatewayConfig
@@ -72,7 +70,6 @@ SHUTDOWN_DEADLINE_S = 1.8  # from Ctrl-C to the end of the process, whatever the
 _STOP_SIGNALS = tuple(
     getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, name)
 )  # no SIGHUP on Windows
-CLAIM_WAIT_S = 3.0  # a service stopping (the window's restart) withdraws its files, then lets go of the lock
 
 
 class ServiceError(Exception):
@@ -170,7 +167,7 @@ class Service:
     def _force_exit(self, sig: signal.Signals, code: int | None = None) -> None:
         if code is None:
             kill_descendants()
-            _withdraw_discovery(self.paths)
+            withdraw_discovery(self.paths)
             if self._request_log is not None:
                 self._request_log.flush(0.3)  # a few ms of SQLite; the deadline must still hold
         for stream in (sys.stdout, sys.stderr):
@@ -180,7 +177,10 @@ class Service:
 
     async def run(self) -> None:
         make_private_dirs(self.paths)
-        claim = _claim_data_folder(self.paths)
+        try:
+            claim = claim_data_folder(self.paths)
+        except FolderHeld as held:
+            raise ServiceError(str(held)) from None
         try:
             await self._run()
         finally:
@@ -188,7 +188,7 @@ class Service:
 
     async def _run(self) -> None:
         options, paths = self.options, self.paths
-        for database in (paths.requests_db, paths.metrics_db, paths.calibration_db):
+        for database in (paths.requests_db, paths.metrics_db, paths.calibration_db, paths.responses_db):
             make_private_file(database)
         models = known_models(paths, options.models_dirs) | {
             model_id: external_model(model_id, url) for model_id, url in options.upstreams
@@ -275,8 +275,8 @@ class Service:
                                        log_request_text=options.log_request_text,
                                        slot_routing=options.slot_routing)  # fmt: skip
         gateway = Gateway(manager, gateway_config, pool, request_log)
-        dialects = endpoint_dialects(gateway.openai, manager, gateway_config.max_body_bytes, gateway.prompt_counter)
-        gateway.serve_dialects(dialects)
+        responses = ResponseStore(paths.responses_db)
+        serve_dialects(gateway, manager, gateway_config.max_body_bytes, responses)
         ollama = ollama_app(gateway.openai, manager, key_value, options.ollama_keyless, gateway_config.max_body_bytes)
         advisor = Advisor(paths)
         downloads_dir = options.models_dirs[0] if options.models_dirs else None  # the first --models-dir
@@ -383,9 +383,10 @@ class Service:
             await gateway.close()
             await scrape_session.close()
             await asyncio.to_thread(request_log.close)
+            await asyncio.to_thread(responses.close)
             for sig in _STOP_SIGNALS:
                 loop.remove_signal_handler(sig)
-            _withdraw_discovery(paths)
+            withdraw_discovery(paths)
             self._stopped.set()
 
     async def _start_model(self, manager: EngineManager, model_id: str) -> None:
@@ -394,58 +395,3 @@ class Service:
             log.info("%s is ready", model_id)
         else:
             log.error("%s failed to start: %s", model_id, manager.describe(model_id)["message"])
-
-
-def _claim_data_folder(paths: AppPaths) -> FileLock:
-    """The data folder's service lock, held until the service has stopped: a second service of the folder would
-    reap the first one's engines and take over its discovery file and control token."""
-    lock = FileLock(paths.service_lock, timeout=CLAIM_WAIT_S, mode=0o600)
-    try:
-        lock.acquire()
-    except Timeout:
-        raise ServiceError(_why_the_folder_is_held(paths)) from None
-    return lock
-
-
-def _published(paths: AppPaths) -> tuple[int, str, str]:
-    """The pid, endpoint and control API the discovery file names; (0, "", "") when there is none to read."""
-    try:
-        info = load_json(paths.service_file.read_bytes())
-        return int(info["pid"]), str(info["url"]), str(info["control_url"])
-    except (OSError, ValueError, KeyError, TypeError):  # ValueError: BadJson, not UTF-8, not JSON or nested too deeply
-        return 0, "", ""
-
-
-def _why_the_folder_is_held(paths: AppPaths) -> str:
-    pid, url, control_url = _published(paths)
-    if not (pid and psutil.pid_exists(pid)):  # none published yet (starting), or left by a service that was killed
-        return (
-            "Another ModelDeck service of this data folder is starting or stopping: use it once it answers, or give "
-            "this one its own folder with MODELDECK_HOME."
-        )
-    if not _takes_connections(control_url):  # it closes its listeners first when it stops, its files last
-        return (
-            f"The ModelDeck service of this data folder (pid {pid}) is stopping: try again in a moment, or give this "
-            "one its own folder with MODELDECK_HOME."
-        )
-    return (
-        f"A ModelDeck service already runs for this data folder (pid {pid}, {url}): use it, stop it first "
-        f"(Ctrl-C where it runs, or kill {pid}), or give this one its own folder with MODELDECK_HOME."
-    )
-
-
-def _takes_connections(url: str) -> bool:
-    try:
-        address = urllib.parse.urlsplit(url)
-        with socket.create_connection((address.hostname or "", address.port or 80), timeout=2.0):
-            return True
-    except (OSError, ValueError):  # ValueError: a port that is no number
-        return False
-
-
-def _withdraw_discovery(paths: AppPaths) -> None:
-    """Remove the discovery file and the control token while they are this process's, never another service's."""
-    if _published(paths)[0] == os.getpid():
-        for path in (paths.service_file, paths.control_token_file):
-            with contextlib.suppress(OSError):
-                path.unlink()

@@ -3,19 +3,19 @@
 from __future__ import annotations
 
 from app.service.dialects.anthropic import AnthropicDialect
-from app.service.dialects.inner import AsgiApp
 from app.service.dialects.ollama import OllamaDialect
+from app.service.dialects.response_store import ResponseStore
+from app.service.dialects.responses import ResponsesDialect
 from app.service.engines import EngineManager
-from app.service.gateway.dialect import Dialect
-from app.service.gateway.prompt_count import PromptCounter
+from app.service.gateway.gateway import Gateway
 
 
-def endpoint_dialects(
-    core: AsgiApp, manager: EngineManager, max_body_bytes: int, counter: PromptCounter
-) -> list[Dialect]:
-    """Every dialect, translating to `core` (Gateway.openai); `max_body_bytes` bounds their request bodies, `counter`
-    (Gateway.prompt_counter) counts prompts' tokens for those that have a route for it."""
-    return [
-        AnthropicDialect(core, counter, max_body_bytes),
+def serve_dialects(gateway: Gateway, manager: EngineManager, max_body_bytes: int, responses: ResponseStore) -> None:
+    """Every dialect on the gateway's listener, translating to its OpenAI core (Gateway.openai); `max_body_bytes`
+    bounds their request bodies; `responses` keeps the Responses API's stored responses."""
+    core = gateway.openai
+    gateway.serve_dialects([
+        AnthropicDialect(core, gateway.prompt_counter, max_body_bytes),
         OllamaDialect(core, manager, max_body_bytes),
-    ]
+        ResponsesDialect(core, responses, max_body_bytes),
+    ])  # fmt: skip
