@@ -4,7 +4,7 @@ drift apart. A field outside the table is a 400 naming it.
 
 Fates: `honoured` goes to the engine as sent; `translated` goes in other words (said in the note); `ignored` has no
 meaning locally and is dropped before the engine sees it (both GGUF engines reject or mis-read some of them:
-llama-cpp-python's server forbids unknown fields, and neither engine has a `parallel_tool_calls` of its own);
+llama-cpp-python's server forbids unknown fields);
 `refused` is a 400 whose message says why and what to do. A check may refuse some values of an accepted field
 (`store: true`, `n` above 1).
 """
@@ -111,9 +111,19 @@ TABLE: dict[str, tuple[Field, ...]] = {
         Field(
             "response_format", "translated", obj, "`json_schema` to `json_object` with a schema for llama-cpp-python"
         ),
-        Field("tools", "honoured", tools),
-        Field("tool_choice", "honoured", tool_choice),
-        Field("parallel_tool_calls", "ignored", boolean, "dropped: neither GGUF engine has the option"),
+        Field("tools", "honoured", tools, "`tool_calls` answered on both GGUF engines (docs/ENGINES.md)"),
+        Field(
+            "tool_choice",
+            "translated",
+            tool_choice,
+            "`required` and a named function: constrained to a valid call by a JSON schema; `none`: tools not offered",
+        ),
+        Field(
+            "parallel_tool_calls",
+            "honoured",
+            boolean,
+            "false: at most one call (a forced call is always one)",
+        ),
         Field("functions", "translated", _functions, "legacy: to `tools`"),
         Field("function_call", "translated", _function_call, "legacy: to `tool_choice`"),
         Field("store", "ignored", _store, "false dropped; true refused: nothing is stored"),

@@ -26,7 +26,7 @@ def test_every_field_is_documented_once_per_route() -> None:
 
 def test_ignored_fields_are_accepted_and_dropped() -> None:
     body = {"model": "m", "messages": ASK, "store": False, "metadata": {"a": "b"}, "service_tier": "auto",
-            "parallel_tool_calls": False, "user": "u", "reasoning_effort": "low", "modalities": ["text"]}  # fmt: skip
+            "user": "u", "reasoning_effort": "low", "modalities": ["text"]}  # fmt: skip
     check_request(CHAT, body, lambda model: None)
     assert normalise(CHAT, body)
     assert body == {"model": "m", "messages": ASK}
