@@ -3,17 +3,19 @@ written back as OpenAI's `tool_calls`.
 
 Neither engine does all of `tool_choice` by itself on templates without tools (the bundled model's, and many
 more): llama-cpp-python constrains a named function only and never parses a call the model writes; llama-server
-(pinned build) reads a named `tool_choice` as "auto" and answers "required" with plain text. So:
+(pinned build) reads `tool_choice` as a string only, so a named function is "auto", and answers "required" with
+plain text. So:
 
 - `none`: the tools are not offered at all, and the model answers text.
 - `required` and a named function: the tools leave the request, and a `response_format` JSON schema takes their
   place, an anyOf of `{"name": <const>, "arguments": <parameters>}` per tool allowed (the named one only). Both
   engines decode under that schema's grammar, so even a tiny model writes a valid call; the answer's JSON is
   rewritten as one tool call. The tools are described in a system message, for the model to choose arguments.
-- `auto` (or no `tool_choice`): llama-server with `--jinja` parses calls in its template's format itself; on
-  llama-cpp-python the gateway parses calls in the Hermes form (`<tool_call>{json}</tool_call>`, the common one,
-  which SmolLM2 was tuned on) out of the model's text, and describes the tools in a system message when the
-  model's chat template does not render them.
+- `auto` (or no `tool_choice`): llama-server with `--jinja` writes and parses calls in its template's format when the
+  template renders tools; otherwise (llama-cpp-python always, llama-server for templates without tools, where it
+  parses nothing) the gateway parses calls in the Hermes form (`<tool_call>{json}</tool_call>`, the common one)
+  out of the model's text, and describes the tools in a system message when the model's chat template does not
+  render them. Earlier calls go back to such a template as the same text.
 
 Only requests that carry `tools`, `tool_choice` or `parallel_tool_calls` come here (`wants_tools`, three dict
 lookups); all others keep the gateway's byte path.
@@ -65,6 +67,7 @@ def plan_tools(engine: str, chat_template: str | None, payload: dict[str, Any]) 
             offered = ", ".join(names)
             raise InvalidRequest(f"`tool_choice` names `{named}`, which is not in `tools` ({offered}).", "tool_choice")
         tools = [tool for tool in tools if tool["function"]["name"] == named]
+    renders_tools = chat_template is not None and "tools" in chat_template
     if choice == "required" or isinstance(choice, dict):
         for name in _FIELDS:
             payload.pop(name, None)
@@ -72,14 +75,17 @@ def plan_tools(engine: str, chat_template: str | None, payload: dict[str, Any]) 
                                                                              "schema": call_schema(tools)}}  # fmt: skip
         _describe_tools(payload["messages"], tools, forced=True)
         plan = ToolPlan("forced", frozenset(names), parallel=False)
-    elif engine in _PARSES_ITSELF:
+    elif engine in _PARSES_ITSELF and renders_tools:
         return None
     else:
         payload.pop("parallel_tool_calls", None)  # llama-cpp-python's server refuses fields it does not know
-        if chat_template is None or "tools" not in chat_template:
+        if not renders_tools:  # the model reads of them in a system message, and no engine parses calls too
+            payload.pop("tools")
+            payload.pop("tool_choice", None)
             _describe_tools(payload["messages"], tools, forced=False)
         plan = ToolPlan("parsed", frozenset(names), parallel)
-    if engine not in _PARSES_ITSELF and (chat_template is None or "tool_calls" not in chat_template):
+    engine_reads_calls = engine in _PARSES_ITSELF and renders_tools
+    if not engine_reads_calls and (chat_template is None or "tool_calls" not in chat_template):
         _calls_as_text(payload["messages"])
     return plan
 
