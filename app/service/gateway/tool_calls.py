@@ -78,7 +78,7 @@ def plan_tools(engine: str, chat_template: str | None, payload: dict[str, Any]) 
     elif engine in _PARSES_ITSELF and renders_tools:
         return None
     else:
-        payload.pop("parallel_tool_calls", None)  # llama-cpp-python's server refuses fields it does not know
+        payload.pop("parallel_tool_calls", None)  # kept by the gateway: llama-cpp-python has no such option
         if not renders_tools:  # the model reads of them in a system message, and no engine parses calls too
             payload.pop("tools")
             payload.pop("tool_choice", None)

@@ -142,12 +142,27 @@ def test_llama_server_none_auto_parallel_and_a_result(llama_server_service: Star
     check_chosen(service)
 
 
-def test_a_named_function_that_is_not_offered_is_a_400(service: RunningService) -> None:
+def test_hostile_tool_requests_are_400s(service: RunningService) -> None:
     client = service.openai_client()
     choice: Any = {"type": "function", "function": {"name": "x"}}
     with pytest.raises(openai.BadRequestError, match="not in `tools`") as refused:
         client.chat.completions.create(model=BUNDLED_ID, messages=ASK, tools=TOOLS, tool_choice=choice)
     assert refused.value.body["param"] == "tool_choice"  # type: ignore[index]
+    deep: Any = {"type": "object"}
+    for _ in range(40):  # past the body's bound of 64 levels (app.bounded_json)
+        deep = {"type": "object", "properties": {"a": deep}}
+    hostile: list[dict[str, Any]] = [
+        {"tools": {"weather": WEATHER}},
+        {"tools": [{"type": "function", "function": {"name": 7}}]},
+        {"tools": TOOLS, "tool_choice": {"type": "function"}},
+        {"tools": TOOLS, "tool_choice": "always"},
+        {"tools": TOOLS, "parallel_tool_calls": "yes"},
+        {"tools": [{"type": "function", "function": {"name": "f", "parameters": deep}}], "tool_choice": "required"},
+    ]
+    for fields in hostile:
+        with pytest.raises(openai.BadRequestError) as refused:
+            client.chat.completions.create(model=BUNDLED_ID, messages=ASK, max_tokens=4, **fields)
+        assert refused.value.body["type"] == "invalid_request_error", fields  # type: ignore[index]
 
 
 class Weather(BaseModel):
