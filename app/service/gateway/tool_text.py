@@ -139,6 +139,7 @@ class HermesCalls:
     def __init__(self, names: frozenset[str], parallel: bool) -> None:
         self._names, self._parallel = names, parallel
         self._pending = ""  # held back: a possible start of the opening tag, or an open call
+        self._space = ""  # held back: white space, no content if a call follows
         self._in_call = False
         self._calls = 0
 
@@ -152,7 +153,8 @@ class HermesCalls:
                     return pieces
                 body, self._pending = self._pending[:end], self._pending[end + len(_CLOSE) :]
                 self._in_call = False
-                pieces += self._call(body)
+                call = self._call(body)
+                pieces += call if call is not None else self._text(_OPEN + body + _CLOSE)
                 continue
             start = self._pending.find(_OPEN)
             if start < 0:
@@ -165,18 +167,24 @@ class HermesCalls:
             self._in_call = True
 
     def _text(self, text: str) -> list[Piece]:
-        if not text or (self._calls and text.isspace()):  # the space between and after calls is no content
+        """Content, but for white space at its end: held until more content comes, dropped when a call does."""
+        body = text.rstrip()
+        if not body:
+            self._space += text
             return []
-        return [Text(text)]
+        written, self._space = self._space + body, text[len(body) :]
+        return [Text(written)]
 
-    def _call(self, body: str) -> list[Piece]:
+    def _call(self, body: str) -> list[Piece] | None:
+        """The pieces of a call to an offered tool; None when `body` is not one (it stays text)."""
         try:
             call = json.loads(body)
             name, arguments = call["name"], call.get("arguments", call.get("parameters", {}))
         except (ValueError, KeyError, TypeError, AttributeError, RecursionError):
-            return self._text(_OPEN + body + _CLOSE)
+            return None
         if not isinstance(name, str) or name not in self._names:
-            return self._text(_OPEN + body + _CLOSE)
+            return None
+        self._space = ""
         if self._calls and not self._parallel:
             return []  # parallel_tool_calls false: the first call only
         index, self._calls = self._calls, self._calls + 1
@@ -186,11 +194,16 @@ class HermesCalls:
     def flush(self) -> list[Piece]:
         """The end of the text: a call left open (the model stopped before its closing tag) is read as it is."""
         rest, self._pending = self._pending, ""
-        if not self._in_call:
-            return self._text(rest)
-        self._in_call = False
-        pieces = self._call(rest.strip())
-        return pieces if pieces or self._calls else self._text(_OPEN + rest)
+        pieces: list[Piece] = []
+        if self._in_call:
+            self._in_call = False
+            call = self._call(rest.strip())
+            pieces, rest = (call, "") if call is not None else ([], _OPEN + rest)
+        pieces += self._text(rest)
+        if self._space and not self._calls:  # an answer without calls ends as the model wrote it
+            pieces.append(Text(self._space))
+        self._space = ""
+        return pieces
 
 
 def _partial_tag(text: str) -> int:

@@ -63,7 +63,7 @@ def test_hermes_calls_cut_anywhere_give_text_and_calls() -> None:
     for cut in range(len(TWO_CALLS) + 1):
         read = HermesCalls(frozenset({"weather"}), parallel=True)
         text, calls = assembled([*read.feed(TWO_CALLS[:cut]), *read.feed(TWO_CALLS[cut:]), *read.flush()])
-        assert text == "Sure. "
+        assert text == "Sure."
         assert [(name, json.loads(arguments)) for name, arguments in calls] == [
             ("weather", {"city": "Paris"}), ("weather", {"city": "Rome"})]  # fmt: skip
 
@@ -172,3 +172,16 @@ def test_a_stream_cut_anywhere_streams_the_call() -> None:
         assert len([d for d in deltas if "tool_calls" in d]) > 2  # the arguments came in pieces
         assert events[-2]["choices"][0]["finish_reason"] == "tool_calls" and events[-1]["choices"] == []
         assert out.endswith(b"data: [DONE]\n\n")
+
+
+def test_white_space_around_calls_is_no_content() -> None:
+    read = HermesCalls(frozenset({"weather"}), parallel=True)
+    call = '<tool_call>{"name": "weather", "arguments": {}}</tool_call>'
+    assert assembled([*read.feed("\n "), *read.feed(call + "\n"), *read.flush()]) == ("", [("weather", "{}")])
+    read = HermesCalls(frozenset({"weather"}), parallel=True)
+    assert assembled([*read.feed("a\n"), *read.feed(" b "), *read.flush()]) == ("a\n b ", [])
+
+
+def test_an_open_call_that_is_not_one_stays_the_text_written() -> None:
+    read = HermesCalls(frozenset({"weather"}), parallel=True)
+    assert assembled([*read.feed("<tool_call>{oops"), *read.flush()]) == ("<tool_call>{oops", [])
