@@ -63,10 +63,13 @@ def check_forced(service: RunningService) -> None:
     assert reply.usage is not None and reply.usage.completion_tokens <= MAX_TOKENS
 
     with client.chat.completions.stream(
-        model=BUNDLED_ID, messages=ASK, tools=TOOLS, tool_choice="required", max_tokens=MAX_TOKENS
-    ) as stream:
+        model=BUNDLED_ID, messages=ASK, tools=TOOLS, tool_choice="required", max_tokens=MAX_TOKENS,
+        stream_options={"include_usage": True},
+    ) as stream:  # fmt: skip
         pieces = [event.arguments_delta for event in stream if event.type == "tool_calls.function.arguments.delta"]
-        final = stream.get_final_completion().choices[0]
+        completion = stream.get_final_completion()
+    final = completion.choices[0]
+    assert completion.usage is not None and 0 < completion.usage.completion_tokens <= MAX_TOKENS
     assert final.finish_reason == "tool_calls" and final.message.tool_calls is not None
     assert len(final.message.tool_calls) == 1
     valid_call(final.message.tool_calls[0], {"weather", "clock"})
@@ -78,6 +81,10 @@ def check_forced(service: RunningService) -> None:
     )  # fmt: skip
     assert named.choices[0].message.tool_calls is not None
     assert valid_call(named.choices[0].message.tool_calls[0], {"clock"})["zone"] in ("UTC", "CET")
+    # Measured on the gateway's one path: the stream's record counts what the engine generated
+    streamed = [record for record in service.client.requests(limit=10) if record["stream"]]
+    assert [record["status"] for record in streamed] == [200]
+    assert streamed[0]["ttft_s"] is not None and streamed[0]["completion_tokens"]
 
 
 def check_chosen(service: RunningService) -> None:
