@@ -111,7 +111,12 @@ TABLE: dict[str, tuple[Field, ...]] = {
         Field(
             "response_format", "translated", obj, "`json_schema` to `json_object` with a schema for llama-cpp-python"
         ),
-        Field("tools", "honoured", tools, "`tool_calls` answered on both GGUF engines (docs/ENGINES.md)"),
+        Field(
+            "tools",
+            "translated",
+            tools,
+            "described in a system message where the chat template renders none; calls answered as `tool_calls`",
+        ),
         Field(
             "tool_choice",
             "translated",
