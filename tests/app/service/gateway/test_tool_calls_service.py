@@ -104,6 +104,15 @@ def check_chosen(service: RunningService) -> None:
         streamed = stream.get_final_completion().choices[0].message.tool_calls
     assert streamed is not None and [valid_call(call, {"weather"}) for call in streamed] == [{"city": "Paris"}]
 
+    # Text in an answer that may hold calls still streams, and max_tokens holds
+    chunks = client.chat.completions.create(
+        model=BUNDLED_ID, messages=[{"role": "user", "content": "Say hello."}], tools=TOOLS, max_tokens=8,
+        stream=True, stream_options={"include_usage": True},
+    )  # fmt: skip
+    read = list(chunks)
+    text = "".join(chunk.choices[0].delta.content or "" for chunk in read if chunk.choices)
+    assert text.strip() and read[-1].usage is not None and read[-1].usage.completion_tokens <= 8
+
     def calls(parallel: bool) -> list[dict[str, Any]]:
         reply = client.chat.completions.create(
             model=BUNDLED_ID, messages=TWO_CALLS, tools=TOOLS, max_tokens=64, temperature=0,
