@@ -56,6 +56,12 @@ def plan_tools(engine: str, chat_template: str | None, payload: dict[str, Any]) 
     tools: list[dict[str, Any]] = payload.get("tools") or []
     choice = payload.get("tool_choice", "auto")
     parallel = payload.get("parallel_tool_calls") is not False
+    # A template that names `tools` renders them, one that names `tool_calls` renders an assistant's calls, as
+    # tool-tuned models' do (Hermes, Qwen 2.5, Llama 3.1); SmolLM2's and other content-only templates name neither
+    renders_tools = chat_template is not None and "tools" in chat_template
+    engine_reads_calls = engine in _PARSES_ITSELF and renders_tools
+    if not engine_reads_calls and (chat_template is None or "tool_calls" not in chat_template):
+        _calls_as_text(payload["messages"])
     if not tools or choice == "none":
         for name in _FIELDS:
             payload.pop(name, None)
@@ -67,7 +73,6 @@ def plan_tools(engine: str, chat_template: str | None, payload: dict[str, Any]) 
             offered = ", ".join(names)
             raise InvalidRequest(f"`tool_choice` names `{named}`, which is not in `tools` ({offered}).", "tool_choice")
         tools = [tool for tool in tools if tool["function"]["name"] == named]
-    renders_tools = chat_template is not None and "tools" in chat_template
     if choice == "required" or isinstance(choice, dict):
         for name in _FIELDS:
             payload.pop(name, None)
@@ -75,7 +80,7 @@ def plan_tools(engine: str, chat_template: str | None, payload: dict[str, Any]) 
                                                                              "schema": call_schema(tools)}}  # fmt: skip
         _describe_tools(payload["messages"], tools, forced=True)
         plan = ToolPlan("forced", frozenset(names), parallel=False)
-    elif engine in _PARSES_ITSELF and renders_tools:
+    elif engine_reads_calls:
         return None
     else:
         payload.pop("parallel_tool_calls", None)  # kept by the gateway: llama-cpp-python has no such option
@@ -84,9 +89,6 @@ def plan_tools(engine: str, chat_template: str | None, payload: dict[str, Any]) 
             payload.pop("tool_choice", None)
             _describe_tools(payload["messages"], tools, forced=False)
         plan = ToolPlan("parsed", frozenset(names), parallel)
-    engine_reads_calls = engine in _PARSES_ITSELF and renders_tools
-    if not engine_reads_calls and (chat_template is None or "tool_calls" not in chat_template):
-        _calls_as_text(payload["messages"])
     return plan
 
 

@@ -185,3 +185,15 @@ def test_white_space_around_calls_is_no_content() -> None:
 def test_an_open_call_that_is_not_one_stays_the_text_written() -> None:
     read = HermesCalls(frozenset({"weather"}), parallel=True)
     assert assembled([*read.feed("<tool_call>{oops"), *read.flush()]) == ("<tool_call>{oops", [])
+
+
+def test_earlier_calls_go_as_text_with_tool_choice_none_too() -> None:
+    call = {"id": "call_1", "type": "function", "function": {"name": "weather", "arguments": "{}"}}
+    payload = ask(tool_choice="none", messages=[{"role": "assistant", "tool_calls": [call]}])
+    plan_tools("llama-server", SMOLLM2, payload)
+    assert payload["messages"] == [
+        {"role": "assistant", "content": '<tool_call>{"name": "weather", "arguments": {}}</tool_call>'}
+    ]
+    kept = ask(messages=[{"role": "assistant", "tool_calls": [call]}])
+    plan_tools("llama-server", HERMES_TEMPLATE, kept)
+    assert kept["messages"] == [{"role": "assistant", "tool_calls": [call]}]
