@@ -168,7 +168,7 @@ class Gateway:
             param, message = (named.param, str(named)) if named else (None, f"Request body is not valid JSON: {exc}")
             await send_error(send, 400, message, "invalid_request_error", param=param)
             return
-        # Unmeant fields out, legacy ones translated; null is OpenAI's "the default", some a 500 in the engines
+        # Unmeant fields out (legacy functions go with the tools); null is OpenAI's "the default", a 500 in engines
         if normalise(path, payload) | drop_nulls(path, payload):
             body = json.dumps(payload).encode()
         if checked.model not in self._manager.models:

@@ -129,7 +129,7 @@ TABLE: dict[str, tuple[Field, ...]] = {
             boolean,
             "false: at most one call (a forced call is always one)",
         ),
-        Field("functions", "translated", _functions, "legacy: to `tools`"),
+        Field("functions", "translated", _functions, "legacy: to `tools`, calls answered as `function_call`"),
         Field("function_call", "translated", _function_call, "legacy: to `tool_choice`"),
         Field("store", "ignored", _store, "false dropped; true refused: nothing is stored"),
         Field("metadata", "ignored", obj, _DROPPED),
@@ -223,18 +223,12 @@ def check_request(route: str, body: Any, context_length: Callable[[str], int | N
 
 
 def normalise(route: str, payload: dict[str, Any]) -> bool:
-    """Drop the ignored fields and say the legacy ones in today's words, in place; True when the body changed."""
+    """Drop the ignored fields, in place; True when the body changed. The legacy `functions` and `function_call`
+    are said in today's words with the tools (app.service.gateway.tool_calls), which answers them in their own."""
     dropped = [name for name in payload if name in DROPPED[route]]
     for name in dropped:
         del payload[name]
-    functions = payload.pop("functions", None)
-    if functions is not None:
-        payload.setdefault("tools", [{"type": "function", "function": function} for function in functions])
-    call = payload.pop("function_call", None)
-    if call is not None:
-        choice = call if isinstance(call, str) else {"type": "function", "function": {"name": call["name"]}}
-        payload.setdefault("tool_choice", choice)
-    return bool(dropped) or functions is not None or call is not None
+    return bool(dropped)
 
 
 def markdown() -> str:

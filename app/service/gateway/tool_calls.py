@@ -17,8 +17,9 @@ plain text. So:
   out of the model's text, and describes the tools in a system message when the model's chat template does not
   render them. Earlier calls go back to such a template as the same text.
 
-Only requests that carry `tools`, `tool_choice` or `parallel_tool_calls` come here (`wants_tools`, three dict
-lookups); all others keep the gateway's byte path.
+The legacy `functions` and `function_call` are said as tools here too, and their call answered as `function_call`.
+Only requests that carry one of these fields come here (`wants_tools`, five dict lookups); all others keep the
+gateway's byte path.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from typing import Any, Literal
 from app.service.gateway.tool_text import CallStart, Piece, extractor
 from app.service.gateway.validation import InvalidRequest
 
-_FIELDS = ("tools", "tool_choice", "parallel_tool_calls")
+_FIELDS = ("tools", "tool_choice", "parallel_tool_calls", "functions", "function_call")
 _PARSES_ITSELF = frozenset({"llama-server"})  # with --jinja: calls in the template's format become `tool_calls`
 Mode = Literal["forced", "parsed"]
 
@@ -43,19 +44,21 @@ class ToolPlan:
     mode: Mode
     names: frozenset[str]  # the offered tools: a parsed call naming another one stays text
     parallel: bool  # False: at most one call is kept
+    legacy: bool = False  # asked with `functions`: the call is answered as `function_call`
 
 
 def wants_tools(payload: dict[str, Any]) -> bool:
-    return "tools" in payload or "tool_choice" in payload or "parallel_tool_calls" in payload
+    return any(name in payload for name in _FIELDS)
 
 
 def plan_tools(engine: str, chat_template: str | None, payload: dict[str, Any]) -> ToolPlan | None:
     """Rewrite `payload` in place for `engine`; the plan for its answer, None when it is read as it comes.
 
     Raises InvalidRequest for a `tool_choice` naming a tool that is not offered."""
+    legacy = _legacy_to_tools(payload)
     tools: list[dict[str, Any]] = payload.get("tools") or []
     choice = payload.get("tool_choice", "auto")
-    parallel = payload.get("parallel_tool_calls") is not False
+    parallel = payload.get("parallel_tool_calls") is not False and not legacy
     # A template that names `tools` renders them, one that names `tool_calls` renders an assistant's calls, as
     # tool-tuned models' do (Hermes, Qwen 2.5, Llama 3.1); SmolLM2's and other content-only templates name neither
     renders_tools = chat_template is not None and "tools" in chat_template
@@ -79,7 +82,7 @@ def plan_tools(engine: str, chat_template: str | None, payload: dict[str, Any]) 
         payload["response_format"] = {"type": "json_schema", "json_schema": {"name": "tool_call",
                                                                              "schema": call_schema(tools)}}  # fmt: skip
         _describe_tools(payload["messages"], tools, forced=True)
-        plan = ToolPlan("forced", frozenset(names), parallel=False)
+        plan = ToolPlan("forced", frozenset(names), parallel=False, legacy=legacy)
     elif engine_reads_calls:
         return None
     else:
@@ -88,8 +91,21 @@ def plan_tools(engine: str, chat_template: str | None, payload: dict[str, Any]) 
             payload.pop("tools")
             payload.pop("tool_choice", None)
             _describe_tools(payload["messages"], tools, forced=False)
-        plan = ToolPlan("parsed", frozenset(names), parallel)
+        plan = ToolPlan("parsed", frozenset(names), parallel, legacy)
     return plan
+
+
+def _legacy_to_tools(payload: dict[str, Any]) -> bool:
+    """`functions` and `function_call` said as `tools` and `tool_choice` (which win where both are sent); True
+    when the request offered `functions`."""
+    functions = payload.pop("functions", None)
+    if functions is not None:
+        payload.setdefault("tools", [{"type": "function", "function": function} for function in functions])
+    call = payload.pop("function_call", None)
+    if call is not None:
+        choice = call if isinstance(call, str) else {"type": "function", "function": {"name": call["name"]}}
+        payload.setdefault("tool_choice", choice)
+    return functions is not None
 
 
 def call_schema(tools: list[dict[str, Any]]) -> dict[str, Any]:
@@ -174,8 +190,10 @@ def rewrite_answer(plan: ToolPlan, answer: bytes) -> bytes:
     if not calls:
         return answer
     message["content"] = "".join(text).strip() or None
-    message["tool_calls"] = calls
-    message.pop("function_call", None)
+    if plan.legacy:
+        message["function_call"] = calls[0]["function"]
+    else:
+        message["tool_calls"] = calls
     if choices[0].get("finish_reason") == "stop":
-        choices[0]["finish_reason"] = "tool_calls"
+        choices[0]["finish_reason"] = "function_call" if plan.legacy else "tool_calls"
     return json.dumps(decoded).encode()

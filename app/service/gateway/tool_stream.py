@@ -23,6 +23,7 @@ class ToolStream:
 
     def __init__(self, plan: ToolPlan, inner: StreamRewrite | None = None) -> None:
         self._read = extractor(plan.mode, plan.names, plan.parallel)
+        self._legacy = plan.legacy
         self._inner = inner
         self._pending = b""  # the start of an event whose end has not arrived
         self._called = False
@@ -60,10 +61,10 @@ class ToolStream:
         finish = choice.get("finish_reason")
         if finish is not None:
             pieces += self._read.flush()
-        written = [self._piece(event, choice.get("index", 0), piece) for piece in pieces]
+        written = [self._piece(event, choice.get("index", 0), piece, self._legacy) for piece in pieces]
         self._called = self._called or any(isinstance(piece, CallStart) for piece in pieces)
         if finish == "stop" and self._called:
-            choice["finish_reason"] = "tool_calls"
+            choice["finish_reason"] = "function_call" if self._legacy else "tool_calls"
         if any(value is not None for value in delta.values()) or finish is not None:
             choice["delta"] = delta
             own = _encode(event)
@@ -71,7 +72,7 @@ class ToolStream:
         return b"".join(written)
 
     @staticmethod
-    def _piece(event: dict[str, Any], index: int, piece: Piece) -> bytes:
+    def _piece(event: dict[str, Any], index: int, piece: Piece, legacy: bool) -> bytes:
         if isinstance(piece, CallStart):
             function = {"name": piece.name, "arguments": ""}
             delta: dict[str, Any] = {"tool_calls": [{"index": piece.index, "id": piece.id, "type": "function",
@@ -80,6 +81,8 @@ class ToolStream:
             delta = {"tool_calls": [{"index": piece.call, "function": {"arguments": piece.text}}]}
         else:
             delta = {"content": piece.text}
+        if legacy and "tool_calls" in delta:  # `functions` asked: one call, said as the legacy `function_call`
+            delta = {"function_call": delta["tool_calls"][0]["function"]}
         shell = {key: value for key, value in event.items() if key not in ("choices", "usage", "timings")}
         shell["choices"] = [{"index": index, "delta": delta, "logprobs": None, "finish_reason": None}]
         return _encode(shell)

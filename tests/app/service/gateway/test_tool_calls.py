@@ -197,3 +197,18 @@ def test_earlier_calls_go_as_text_with_tool_choice_none_too() -> None:
     kept = ask(messages=[{"role": "assistant", "tool_calls": [call]}])
     plan_tools("llama-server", HERMES_TEMPLATE, kept)
     assert kept["messages"] == [{"role": "assistant", "tool_calls": [call]}]
+
+
+def test_a_legacy_call_is_answered_as_function_call() -> None:
+    plan = ToolPlan("forced", frozenset({"weather"}), False, legacy=True)
+    answer = {"choices": [{"message": {"content": FORCED[1]}, "finish_reason": "stop"}]}
+    choice = json.loads(rewrite_answer(plan, json.dumps(answer).encode()))["choices"][0]
+    assert choice["finish_reason"] == "function_call" and "tool_calls" not in choice["message"]
+    assert choice["message"]["function_call"]["name"] == "weather"
+    rewrite = ToolStream(plan)
+    out = rewrite.feed(event({"content": FORCED[1]}) + event({}, "stop")) + rewrite.flush()
+    events = [json.loads(line[6:]) for line in out.split(b"\n\n") if line.startswith(b"data: {")]
+    deltas = [e["choices"][0]["delta"] for e in events]
+    assert deltas[0]["function_call"] == {"name": "weather", "arguments": ""}
+    assert json.loads("".join(d["function_call"]["arguments"] for d in deltas[:-1])) == {"city": 'Pa"ris}'}
+    assert events[-1]["choices"][0]["finish_reason"] == "function_call"

@@ -81,6 +81,13 @@ def check_forced(service: RunningService) -> None:
     )  # fmt: skip
     assert named.choices[0].message.tool_calls is not None
     assert valid_call(named.choices[0].message.tool_calls[0], {"clock"})["zone"] in ("UTC", "CET")
+    legacy = client.chat.completions.create(
+        model=BUNDLED_ID, messages=ASK, functions=[WEATHER["function"]], function_call={"name": "weather"},
+        max_tokens=MAX_TOKENS,
+    )  # fmt: skip
+    called = legacy.choices[0].message.function_call
+    assert legacy.choices[0].finish_reason == "function_call" and called is not None and called.name == "weather"
+    jsonschema.validate(json.loads(called.arguments), SCHEMAS["weather"])
     # Measured on the gateway's one path: the stream's record counts what the engine generated
     streamed = [record for record in service.client.requests(limit=10) if record["stream"]]
     assert [record["status"] for record in streamed] == [200]
