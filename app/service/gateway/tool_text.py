@@ -18,7 +18,6 @@ from typing import Protocol
 _OPEN, _CLOSE = "<tool_call>", "</tool_call>"
 # The start of a forced call, up to its arguments: the schema puts `name` first, as both engines' grammars keep it.
 _HEAD = re.compile(r'\s*\{\s*"name"\s*:\s*("(?:[^"\\]|\\.)*")\s*,\s*"arguments"\s*:\s*')
-_HEAD_LIMIT = 4096  # past this without the head, the text is read whole at the end
 
 
 @dataclass(frozen=True)
