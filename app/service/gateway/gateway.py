@@ -18,7 +18,7 @@ from app.service.gateway.cors import adding_cors_headers, preflight
 from app.service.gateway.dialect import Dialect, send_openai_edge_error
 from app.service.gateway.embeddings import shape_embeddings
 from app.service.gateway.features import CHAT, adapt, drop_nulls, has_features
-from app.service.gateway.gateway_routes import PROXIED_PATHS, model_list
+from app.service.gateway.gateway_routes import PROXIED_PATHS, model_list, start_failure
 from app.service.gateway.model_names import ModelRename
 from app.service.gateway.openai_fields import check_request, normalise
 from app.service.gateway.outcome import (
@@ -37,6 +37,8 @@ from app.service.gateway.prompt_tokens import count_tokens, prompt_text
 from app.service.gateway.slot_router import SlotChoice, SlotRouter, prompt_parts
 from app.service.gateway.template_failure import template_failure
 from app.service.gateway.templates import TemplateRenderer
+from app.service.gateway.tool_calls import plan_tools, rewrite_answer, wants_tools
+from app.service.gateway.tool_stream import ToolStream
 from app.service.gateway.upstream import Response, UpstreamPool
 from app.service.gateway.upstream_endpoint import EndpointCache, Unreachable, UpstreamError
 from app.service.gateway.validation import InvalidRequest
@@ -163,7 +165,7 @@ class Gateway:
             param, message = (named.param, str(named)) if named else (None, f"Request body is not valid JSON: {exc}")
             await send_error(send, 400, message, "invalid_request_error", param=param)
             return
-        # Unmeant fields out, legacy ones translated; null is OpenAI's "the default", some a 500 in the engines
+        # Unmeant fields out (legacy functions go with the tools); null is OpenAI's "the default", a 500 in engines
         if normalise(path, payload) | drop_nulls(path, payload):
             body = json.dumps(payload).encode()
         if checked.model not in self._manager.models:
@@ -174,18 +176,22 @@ class Gateway:
             )  # fmt: skip
             return
         route = self._manager.route(checked.model)  # the one question to the manager, unless its engine must start
-        if has_features(path, payload):  # said in the serving engine's words, or refused naming one that would serve it
-            try:
-                if adapt(route.engine_name, route.capabilities, path, payload):
-                    body = json.dumps(payload).encode()
-            except InvalidRequest as exc:
-                await send_error(send, 400, str(exc), "invalid_request_error", param=exc.param)
-                return
+        changed, tools = wants_tools(payload), None
+        try:  # tools first: a forced call is a `response_format`, which `adapt` says in the engine's words
+            if changed:
+                tools = plan_tools(route.engine_name, route.chat_template, payload)
+            if has_features(path, payload):  # in the serving engine's words, or refused naming one that would serve it
+                changed = adapt(route.engine_name, route.capabilities, path, payload) or changed
+        except InvalidRequest as exc:
+            await send_error(send, 400, str(exc), "invalid_request_error", param=exc.param)
+            return
+        if changed:
+            body = json.dumps(payload).encode()
         outcome = Outcome()
         if self._config.log_request_text:
             outcome.text = RequestText(path, payload.get(PROMPT_FIELDS[path]), checked.stream)
         direct: DirectBody | None = scope.get("extensions", {}).get(DIRECT_BODY)
-        request = GatewayRequest(path, body, payload, checked, send, direct, outcome)
+        request = GatewayRequest(path, body, payload, checked, send, direct, outcome, tools)
         started_at, started = time.time(), time.monotonic()
         # Serve in this task while one more watches for the client to go away and then cancels this one, so
         # that a queued or running request is cancelled upstream.
@@ -279,20 +285,10 @@ class Gateway:
         if state == EngineState.STARTING:
             message = f"The model `{model}` did not become ready within {self._config.start_timeout_s:.0f} s."
         else:
-            message = self._start_failure(model)
+            message = start_failure(self._manager, model)
         request.outcome.status, request.outcome.error = 503, message
         await send_error(request.send, 503, message, "server_error", "model_unavailable")
         return None
-
-    def _start_failure(self, model: str) -> str:
-        """Why the model cannot serve, for a client: what to do, never the engine's log or the model's path
-        (the control API and the ModelDeck window show those)."""
-        diagnosis = self._manager.describe(model)["diagnosis"]
-        why = f" {diagnosis['summary']} {diagnosis['advice']}" if diagnosis else ""
-        return (
-            f"The model `{model}` could not be started.{why} The reason and the engine's log are in the ModelDeck "
-            f"window, `modeldeck ps` and the control API (GET /api/models/{model}/logs)."
-        )
 
     async def _forward(self, request: GatewayRequest, route: Route) -> None:
         path, payload, outcome, send = request.path, request.payload, request.outcome, request.send
@@ -305,6 +301,7 @@ class Gateway:
         if upstream is None:
             return
         rename = ModelRename(route.upstream_model, route.model) if route.renamed else None
+        tools = request.tools if upstream.status == 200 else None
         try:
             outcome.status = upstream.status
             headers = [item for item in upstream.headers if item[0] in _FORWARDED_RESPONSE_HEADERS]
@@ -319,6 +316,8 @@ class Gateway:
                     answer = shape_embeddings(answer, pool, encoding == "base64")
                 if rename is not None:
                     answer = rename.whole(answer)
+                if tools is not None:
+                    answer = rewrite_answer(tools, answer)
                 read_usage(answer, outcome)
                 if outcome.text is not None:
                     outcome.text.answer.append(answer)
@@ -330,7 +329,8 @@ class Gateway:
             add_usage = request.checked.include_usage and (
                 not route.capabilities.stream_usage or route.remote is not None
             )
-            await self._stream(request, route, upstream, StreamPlan(headers, add_usage, rename))
+            rewrite = ToolStream(tools, rename) if tools is not None else rename
+            await self._stream(request, route, upstream, StreamPlan(headers, add_usage, rewrite))
         except UpstreamError as exc:
             message = f"The engine stopped answering: {exc}."
             outcome.status, outcome.error = 502, message
@@ -401,9 +401,9 @@ class Gateway:
             direct.watch_pressure(upstream.pause, upstream.resume)
         read, feed = upstream.read_chunk, meter.feed
         while chunk := await read():
+            feed(chunk)  # the engine's events: what it generated, before tool calls are rewritten
             if rename is not None:
                 chunk = rename.feed(chunk) + (rename.flush() if upstream.complete else b"")
-            feed(chunk)
             finished = ends_with_done(chunk)
             if plan.add_usage and finished and meter.usage is None:
                 chunk = await self._with_usage(request, route, chunk)

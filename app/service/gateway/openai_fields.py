@@ -4,7 +4,7 @@ drift apart. A field outside the table is a 400 naming it.
 
 Fates: `honoured` goes to the engine as sent; `translated` goes in other words (said in the note); `ignored` has no
 meaning locally and is dropped before the engine sees it (both GGUF engines reject or mis-read some of them:
-llama-cpp-python's server forbids unknown fields, and neither engine has a `parallel_tool_calls` of its own);
+llama-cpp-python's server forbids unknown fields);
 `refused` is a 400 whose message says why and what to do. A check may refuse some values of an accepted field
 (`store: true`, `n` above 1).
 """
@@ -111,10 +111,25 @@ TABLE: dict[str, tuple[Field, ...]] = {
         Field(
             "response_format", "translated", obj, "`json_schema` to `json_object` with a schema for llama-cpp-python"
         ),
-        Field("tools", "honoured", tools),
-        Field("tool_choice", "honoured", tool_choice),
-        Field("parallel_tool_calls", "ignored", boolean, "dropped: neither GGUF engine has the option"),
-        Field("functions", "translated", _functions, "legacy: to `tools`"),
+        Field(
+            "tools",
+            "translated",
+            tools,
+            "described in a system message where the chat template renders none; calls answered as `tool_calls`",
+        ),
+        Field(
+            "tool_choice",
+            "translated",
+            tool_choice,
+            "`required` and a named function: constrained to a valid call by a JSON schema; `none`: tools not offered",
+        ),
+        Field(
+            "parallel_tool_calls",
+            "honoured",
+            boolean,
+            "false: at most one call (a forced call is always one)",
+        ),
+        Field("functions", "translated", _functions, "legacy: to `tools`, calls answered as `function_call`"),
         Field("function_call", "translated", _function_call, "legacy: to `tool_choice`"),
         Field("store", "ignored", _store, "false dropped; true refused: nothing is stored"),
         Field("metadata", "ignored", obj, _DROPPED),
@@ -208,18 +223,12 @@ def check_request(route: str, body: Any, context_length: Callable[[str], int | N
 
 
 def normalise(route: str, payload: dict[str, Any]) -> bool:
-    """Drop the ignored fields and say the legacy ones in today's words, in place; True when the body changed."""
+    """Drop the ignored fields, in place; True when the body changed. The legacy `functions` and `function_call`
+    are said in today's words with the tools (app.service.gateway.tool_calls), which answers them in their own."""
     dropped = [name for name in payload if name in DROPPED[route]]
     for name in dropped:
         del payload[name]
-    functions = payload.pop("functions", None)
-    if functions is not None:
-        payload.setdefault("tools", [{"type": "function", "function": function} for function in functions])
-    call = payload.pop("function_call", None)
-    if call is not None:
-        choice = call if isinstance(call, str) else {"type": "function", "function": {"name": call["name"]}}
-        payload.setdefault("tool_choice", choice)
-    return bool(dropped) or functions is not None or call is not None
+    return bool(dropped)
 
 
 def markdown() -> str:

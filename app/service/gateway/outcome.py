@@ -8,9 +8,9 @@ import json
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
-from app.service.gateway.model_names import ModelRename
+from app.service.gateway.tool_calls import ToolPlan
 from app.service.gateway.validation import CheckedRequest
 from app.service.http.asgi import DirectBody, Receive, Send, wait_disconnect
 from app.service.metrics.metering import MeteredRequest, StreamMeter, ends_with_done, percentile, prompt_cache
@@ -49,6 +49,15 @@ class GatewayRequest:
     send: Send
     direct: DirectBody | None  # the server's direct path to the client, when it has one
     outcome: Outcome
+    tools: ToolPlan | None = None  # how calls are read out of the answer, for a request with tools
+
+
+class StreamRewrite(Protocol):
+    """Rewrites a stream's bytes read in any cuts: a remote's model name, tool calls."""
+
+    def feed(self, chunk: bytes) -> bytes: ...
+
+    def flush(self) -> bytes: ...
 
 
 @dataclass(frozen=True)
@@ -57,7 +66,7 @@ class StreamPlan:
 
     headers: list[tuple[bytes, bytes]]  # the engine's, as far as they are passed on
     add_usage: bool  # the client asked for usage and the upstream will not send it
-    rename: ModelRename | None  # the upstream names the model otherwise
+    rename: StreamRewrite | None  # the upstream names the model otherwise, or tool calls are rewritten
 
 
 def relay_chunks(

@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from app.service.gateway.openai_fields import CHAT, EMBEDDINGS, REGENERATE, TABLE, check_request, markdown, normalise
+from app.service.gateway.tool_calls import plan_tools
 from app.service.gateway.validation import InvalidRequest
 
 DOCS = Path(__file__).parents[4] / "docs" / "OPENAI_FIELDS.md"
@@ -26,7 +27,7 @@ def test_every_field_is_documented_once_per_route() -> None:
 
 def test_ignored_fields_are_accepted_and_dropped() -> None:
     body = {"model": "m", "messages": ASK, "store": False, "metadata": {"a": "b"}, "service_tier": "auto",
-            "parallel_tool_calls": False, "user": "u", "reasoning_effort": "low", "modalities": ["text"]}  # fmt: skip
+            "user": "u", "reasoning_effort": "low", "modalities": ["text"]}  # fmt: skip
     check_request(CHAT, body, lambda model: None)
     assert normalise(CHAT, body)
     assert body == {"model": "m", "messages": ASK}
@@ -36,9 +37,10 @@ def test_legacy_functions_become_tools() -> None:
     function = {"name": "f", "parameters": {"type": "object"}}
     body = {"model": "m", "messages": ASK, "functions": [function], "function_call": {"name": "f"}}
     check_request(CHAT, body, lambda model: None)
-    normalise(CHAT, body)
-    assert body["tools"] == [{"type": "function", "function": function}]
-    assert body["tool_choice"] == {"type": "function", "function": {"name": "f"}}
+    plan = plan_tools("llama-cpp-python", None, body)
+    assert plan is not None and plan.legacy and plan.mode == "forced"
+    assert "functions" not in body and "function_call" not in body
+    assert body["response_format"]["json_schema"]["schema"]["properties"]["arguments"] == {"type": "object"}
 
 
 @pytest.mark.parametrize(
