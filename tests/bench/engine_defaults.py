@@ -27,23 +27,27 @@ import random
 import statistics
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import urllib.request
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 
 import openai
 
 from app.hub.library import bundled_model
+from app.installs.available import LLAMA_SERVER_ENV
+from app.paths import app_paths
 from app.planner.defaults import default_plan
 from engines.base import Engine, EngineCommand, LaunchPlan
 from engines.gguf import read_gguf_info
 from engines.llama_cpp import LlamaCppPythonEngine
 from engines.llama_server import LlamaServerEngine, installed_builds
 from engines.processes import free_loopback_port
-from tests.support.service import test_engines_dir
+from tests.support.service import RunningService, start_service_process, stop_service_process, test_engines_dir
 
 KEY = "bench-key"
 WORDS = ("river", "stone", "garden", "lamp", "orbit", "velvet", "copper", "meadow", "signal", "harbor", "lantern")
@@ -315,3 +319,21 @@ def report(
 
 if __name__ == "__main__":
     main()
+
+
+@contextmanager
+def service_with_llama_server() -> Iterator[RunningService]:
+    """`modeldeck serve` in a temporary MODELDECK_HOME, with llama-server from $MODELDECK_LLAMA_SERVER or the build of
+    installers/test.sh; stopped on the way out."""
+    if LLAMA_SERVER_ENV not in os.environ:
+        builds = installed_builds(test_engines_dir())
+        if not builds:
+            raise SystemExit(f"no llama-server: set ${LLAMA_SERVER_ENV} or run installers/test.sh")
+        os.environ[LLAMA_SERVER_ENV] = str(builds[0].executable)
+    with tempfile.TemporaryDirectory() as home:
+        os.environ["MODELDECK_HOME"] = home
+        service = start_service_process(app_paths(), Path(home))
+        try:
+            yield service
+        finally:
+            stop_service_process(service)

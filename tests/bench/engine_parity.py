@@ -18,20 +18,13 @@ rate for that round, which is why the medians are the figures.
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
-import tempfile
-from pathlib import Path
 
 import openai
 
 from app.client import ControlClient
 from app.hub.library import BUNDLED_ID
-from app.installs.available import LLAMA_SERVER_ENV
-from app.paths import app_paths
-from engines.llama_server import installed_builds
-from tests.bench.engine_defaults import concurrent_throughput, load, new_prompt, stream
-from tests.support.service import start_service_process, stop_service_process, test_engines_dir
+from tests.bench.engine_defaults import concurrent_throughput, load, new_prompt, service_with_llama_server, stream
 
 ENGINES = ("llama-cpp-python", "llama-server")
 
@@ -42,18 +35,8 @@ def main() -> None:
     parser.add_argument("--streams", type=int, default=4)
     parser.add_argument("--max-tokens", type=int, default=128)
     args = parser.parse_args()
-    if LLAMA_SERVER_ENV not in os.environ:
-        builds = installed_builds(test_engines_dir())
-        if not builds:
-            raise SystemExit(f"no llama-server: set ${LLAMA_SERVER_ENV} or run installers/test.sh")
-        os.environ[LLAMA_SERVER_ENV] = str(builds[0].executable)
-    with tempfile.TemporaryDirectory() as home:
-        os.environ["MODELDECK_HOME"] = home
-        service = start_service_process(app_paths(), Path(home))
-        try:
-            results = run(service.url, service.api_key, service.client, args)
-        finally:
-            stop_service_process(service)
+    with service_with_llama_server() as service:
+        results = run(service.url, service.api_key, service.client, args)
     print(f"load average after: {load()}")
     medians = {key: statistics.median(values) for key, values in results.items()}
     for (engine, what), value in medians.items():

@@ -17,22 +17,15 @@ Run by hand from the repository root (pytest does not collect tests/bench):
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
-import tempfile
 import time
-from pathlib import Path
 from typing import Any
 
 import openai
 
 from app.client import ControlClient
 from app.hub.library import BUNDLED_ID
-from app.installs.available import LLAMA_SERVER_ENV
-from app.paths import app_paths
-from engines.llama_server import installed_builds
-from tests.bench.engine_defaults import load
-from tests.support.service import start_service_process, stop_service_process, test_engines_dir
+from tests.bench.engine_defaults import load, service_with_llama_server
 
 PROMPTS = (
     "Count from 1 to 60, separated by commas.",
@@ -52,25 +45,15 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--max-tokens", type=int, default=160)
     args = parser.parse_args()
-    if LLAMA_SERVER_ENV not in os.environ:
-        builds = installed_builds(test_engines_dir())
-        if not builds:
-            raise SystemExit(f"no llama-server: set ${LLAMA_SERVER_ENV} or run installers/test.sh")
-        os.environ[LLAMA_SERVER_ENV] = str(builds[0].executable)
-    with tempfile.TemporaryDirectory() as home:
-        os.environ["MODELDECK_HOME"] = home
-        service = start_service_process(app_paths(), Path(home))
-        try:
-            speeds, acceptance, answers = run(service.url, service.api_key, service.client, args)
-        finally:
-            stop_service_process(service)
+    with service_with_llama_server() as service:
+        speeds, acceptance, answers = run(service.url, service.api_key, service.client, args)
     print(f"load average after: {load()}")
     medians = {name: statistics.median(values) for name, values in speeds.items()}
     for name, value in medians.items():
         print(f"median {name:26} {value:6.1f} tokens/s")
     for base, fast in (("llama-server", "llama-server + draft"), ("llama-cpp-python", "llama-cpp-python + lookup")):
         same = answers[base] == answers[fast]
-        print(f"{fast} / {base}: {medians[fast] / medians[base]:.2f} decode speed; same answers: {same}")
+        print(f"{fast} / {base}: {medians[fast] / medians[base]:.2f} speed; same answers: {same}")
     if acceptance:
         print(f"draft acceptance (llama-server): {statistics.median(acceptance):.0%} of drafted tokens, median")
 
