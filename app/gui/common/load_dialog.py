@@ -1,6 +1,7 @@
-"""The Load dialog: a model's load settings (context, GPU layers, threads, batch, engine, parallel slots) with the
-memory they need, by the service's planner, against what is free. Saved settings are used by every later start of
-the model (app.service.launch.model_settings); "Save and load" also (re)starts it with them.
+"""The Load dialog: a model's load settings (context, GPU layers, threads, batch, engine, parallel slots, and
+speculative decoding: a draft model on llama-server, prompt lookup on llama-cpp-python) with the memory they need,
+by the service's planner, against what is free. Saved settings are used by every later start of the model
+(app.service.launch.model_settings); "Save and load" also (re)starts it with them.
 
 llama-server's slots share the context (its total is what the dialog shows), so changing the slots keeps what each
 slot gets: the context grows or shrinks with them, up to the trained context per slot."""
@@ -29,6 +30,7 @@ from app.gui.connection.latest_call import LatestCall
 from app.gui.connection.service_connection import ServiceConnection
 
 ELLIPSIS_TEXT = "\N{HORIZONTAL ELLIPSIS}"
+NO_DRAFT = "None"
 ESTIMATE_DELAY_MS = 300  # ask the planner once typing pauses, not on every keystroke
 NUMBER_FIELDS = {
     "context": "&Context (tokens, all slots):",
@@ -110,6 +112,18 @@ class LoadDialog(QDialog):
         self.engine_combo.setAccessibleName("Engine")
         self.engine_combo.setEnabled(False)
         form.insertRow(4, "&Engine:", self.engine_combo)
+        self.draft_combo = QComboBox()
+        self.draft_combo.setAccessibleName("Draft model for speculative decoding (llama-server)")
+        self.draft_combo.setToolTip("A smaller model with the same vocabulary proposes tokens that this model checks "
+                                    "in one step: the same answers, faster where it guesses well")  # fmt: skip
+        self.lookup_spin = QSpinBox()
+        self.lookup_spin.setAccessibleName("Prompt-lookup tokens per step (llama-cpp-python; 0: off)")
+        self.lookup_spin.setToolTip("Drafts tokens from the prompt's own words; 0: off")
+        form.addRow("D&raft model:", self.draft_combo)
+        form.addRow("Prompt &lookup tokens:", self.lookup_spin)
+        self.draft_label = QLabel("")
+        self.draft_label.setWordWrap(True)
+        self.draft_label.setAccessibleName("Why the draft model may draft")
         self.memory_label = QLabel(f"Asking the planner{ELLIPSIS_TEXT}")
         self.memory_label.setWordWrap(True)
         self.memory_label.setAccessibleName("Memory these settings need")
@@ -134,6 +148,7 @@ class LoadDialog(QDialog):
             button.setEnabled(False)
         layout = QVBoxLayout(self)
         layout.addLayout(form)
+        layout.addWidget(self.draft_label)
         layout.addWidget(self.memory_label)
         layout.addWidget(self.status_label)
         layout.addWidget(self.buttons)
@@ -144,6 +159,8 @@ class LoadDialog(QDialog):
         for spin in self.spins.values():
             spin.valueChanged.connect(self._on_value_edited)
         self.engine_combo.currentIndexChanged.connect(self._on_value_edited)
+        self.draft_combo.currentIndexChanged.connect(self._on_value_edited)
+        self.lookup_spin.valueChanged.connect(self._on_value_edited)
         self.spins["context"].valueChanged.connect(self._on_context_edited)
         self.spins["parallel"].valueChanged.connect(self._on_slots_edited)
         self.engine_combo.currentIndexChanged.connect(self._on_slots_edited)
@@ -160,6 +177,10 @@ class LoadDialog(QDialog):
         values["engine"] = self.engine_combo.currentText()
         if values["engine"] != "llama-server":
             values.pop("parallel")  # only llama-server serves more than one request at once
+            if self.lookup_spin.value() > 0:
+                values["lookup"] = self.lookup_spin.value()
+        elif self.draft_combo.currentText() not in ("", NO_DRAFT):
+            values["draft"] = self.draft_combo.currentText()
         return values
 
     def slots(self) -> int:
@@ -186,6 +207,8 @@ class LoadDialog(QDialog):
         for name, spin in self.spins.items():
             spin.setEnabled(editable and (name != "parallel" or server))
         self.engine_combo.setEnabled(editable and self.engine_combo.count() > 1)
+        self.draft_combo.setEnabled(editable and server and self.draft_combo.count() > 1)
+        self.lookup_spin.setEnabled(editable and not server)
         for button in (self.save_button, self.load_button, self.defaults_button):
             button.setEnabled(editable)
 
@@ -202,6 +225,13 @@ class LoadDialog(QDialog):
             self.engine_combo.clear()
             self.engine_combo.addItems(list(bounds["engine"]) or [str(plan["engine"])])
             self.engine_combo.setCurrentText(str(plan["engine"]))
+            draft = str(plan.get("draft") or NO_DRAFT)
+            self.draft_combo.clear()
+            self.draft_combo.addItems(list(dict.fromkeys([NO_DRAFT, *answer.get("drafts", []), draft])))
+            self.draft_combo.setCurrentText(draft)
+            low, high = bounds.get("lookup", [0, 64])
+            self.lookup_spin.setRange(int(low), int(high))
+            self.lookup_spin.setValue(int(plan.get("lookup") or 0))
             # The route bounds the context by the trained context per slot of the plan it answers.
             high, slots = bounds["context"][1], max(1, int(plan["parallel"]))
             self._trained = int(high) // slots if high is not None else None
@@ -213,6 +243,8 @@ class LoadDialog(QDialog):
         self.status_label.setText("Saved settings." if answer.get("saved") else "The defaults (nothing saved yet).")
 
     def _show_memory(self, answer: ModelSettingsRecord) -> None:
+        self.draft_label.setText(answer.get("draft_reason") or "")
+        self.draft_label.setVisible(bool(answer.get("draft_reason")))
         text, fits = memory_text(answer)
         self.memory_label.setText(text)
         self.memory_label.setStyleSheet("" if fits else "color: #c0392b;")
@@ -221,7 +253,10 @@ class LoadDialog(QDialog):
     def _on_value_edited(self) -> None:
         if self._filling:
             return
-        self.spins["parallel"].setEnabled(self.engine_combo.currentText() == "llama-server")
+        server = self.engine_combo.currentText() == "llama-server"
+        self.spins["parallel"].setEnabled(server)
+        self.draft_combo.setEnabled(server and self.draft_combo.count() > 1)
+        self.lookup_spin.setEnabled(not server)
         self.status_label.setText("Changed, not saved yet.")
         self._estimate_timer.start()
 

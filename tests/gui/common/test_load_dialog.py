@@ -33,6 +33,8 @@ SERVER_DEFAULTS: ModelSettingsRecord = {
                "parallel": [1, 64], "engine": ["llama-cpp-python", "llama-server"]},
     "free": {"ram_bytes": 8 << 30, "gpu_bytes": None},
     "saved": False,
+    "draft_reason": None,
+    "drafts": ["tiny"],
 }  # fmt: skip
 
 
@@ -118,6 +120,26 @@ def test_the_context_shown_is_the_slots_total_and_follows_them(qtbot: QtBot, pat
     dialog.engine_combo.setCurrentText("llama-cpp-python")  # one request at a time: one slot's context
     assert context.value() == 3000 and context.maximum() == 8192
     assert dialog.values()["context"] == 3000 and "parallel" not in dialog.values()
+
+
+def test_speculative_decoding_is_offered_for_the_engine_that_does_it(qtbot: QtBot, paths: AppPaths) -> None:
+    """No service: llama-server offers the models that could draft (the route's `drafts`), llama-cpp-python prompt
+    lookup instead, and the settings sent carry only the one the engine takes."""
+    dialog = LoadDialog(ServiceConnection(paths), "m", "stopped")
+    qtbot.addWidget(dialog)
+    drafting = {**SERVER_DEFAULTS, "plan": {**SERVER_DEFAULTS["plan"], "draft": "tiny", "lookup": 0},
+                "draft_reason": "draft tiny for m: same vocabulary, +140 MB"}  # fmt: skip
+    dialog._on_answer(drafting)  # type: ignore[arg-type]
+    assert [dialog.draft_combo.itemText(i) for i in range(dialog.draft_combo.count())] == ["None", "tiny"]
+    assert dialog.draft_combo.currentText() == "tiny" and dialog.draft_combo.isEnabled()
+    assert not dialog.lookup_spin.isEnabled() and dialog.draft_label.text().startswith("draft tiny for m")
+    assert dialog.values()["draft"] == "tiny" and "lookup" not in dialog.values()
+    dialog.draft_combo.setCurrentText("None")
+    assert "draft" not in dialog.values()
+    dialog.engine_combo.setCurrentText("llama-cpp-python")
+    assert dialog.lookup_spin.isEnabled() and not dialog.draft_combo.isEnabled()
+    dialog.lookup_spin.setValue(6)
+    assert dialog.values()["lookup"] == 6 and "draft" not in dialog.values()
 
 
 def test_a_save_right_after_an_edit_is_answered(
