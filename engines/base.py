@@ -110,6 +110,7 @@ class Capabilities:
     quiet_start_s: float | None = None  # it may print nothing this long while starting (compiling, capturing)
     slot_ids: bool = False  # True: a request may name the slot that serves it (llama-server's `id_slot`)
     media_parts: bool = True  # takes image, audio and other non-text content parts in chat messages
+    token_inputs: bool = True  # takes token ids (lists of whole numbers) as /v1/embeddings input
 
 
 class Engine(Protocol):

@@ -21,7 +21,8 @@ class LlamaCppPythonEngine:
 
     name = "llama-cpp-python"
     # One request at a time, no usage in streams, per-token embeddings (its server has no pooling option), no
-    # logprobs: they need `logits_all`, which is turned off below; text only: no vision or audio projector (mmproj).
+    # logprobs: they need `logits_all`, which is turned off below; text only: no vision or audio projector (mmproj),
+    # no token ids as embedding input.
     capabilities = Capabilities(
         max_concurrency=1,
         stream_usage=False,
@@ -29,6 +30,7 @@ class LlamaCppPythonEngine:
         embeddings_pooled=False,
         logprobs=False,
         media_parts=False,
+        token_inputs=False,  # its embeddings take text only
     )
 
     def detect(self) -> Installation:

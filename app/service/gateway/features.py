@@ -16,10 +16,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from app.service.gateway.validation import InvalidRequest
+from app.service.gateway.validation import InvalidRequest, is_token_input
 from engines.base import Capabilities
 
 CHAT = "/v1/chat/completions"
+EMBEDDINGS = "/v1/embeddings"
 FIELDS = ("response_format", "logprobs", "top_logprobs", "max_completion_tokens")
 RESPONSE_FORMAT_TYPES = ("text", "json_object", "json_schema")
 # The engine that answers `logprobs` for a model whose engine cannot: same GGUF file, started with `engine`.
@@ -54,6 +55,8 @@ def has_features(path: str, payload: dict[str, Any]) -> bool:
     four times as long on a 4 KB body, and grows with it)."""
     if any(field in payload for field in FIELDS):
         return True
+    if path == EMBEDDINGS:
+        return is_token_input(payload["input"])
     return path == CHAT and not all(
         type(message.get("content")) is str and message["role"] != "developer" for message in payload["messages"]
     )
@@ -67,17 +70,24 @@ def adapt(engine: str, capabilities: Capabilities, path: str, payload: dict[str,
     if response_format is not None:
         _check_response_format(response_format)
     if _asks_logprobs(path, payload) and not capabilities.logprobs:
-        raise FeatureRefused(
-            f"`logprobs` is not available for models served by {engine}. {LOGPROBS_ENGINE} serves them: start the "
-            f'model on it (POST /api/models/ID/start with {{"engine": "{LOGPROBS_ENGINE}"}}). Not installed yet? '
-            f"`modeldeck engines build {LOGPROBS_ENGINE}` builds it once from the pinned sources (about 10 minutes "
-            "on 2 cores).",
-            "logprobs",
-        )
+        raise _served_elsewhere("`logprobs` is", engine, "logprobs")
+    if path == EMBEDDINGS and not capabilities.token_inputs and is_token_input(payload["input"]):
+        raise _served_elsewhere("Token ids as `input` are", engine, "input")
     if path == CHAT and not capabilities.media_parts:
         _refuse_media(engine, payload["messages"])
     translate = _TRANSLATIONS.get(engine)
     return translate(payload) if translate is not None else False
+
+
+def _served_elsewhere(what: str, engine: str, param: str) -> FeatureRefused:
+    """The refusal of what `engine` cannot do and llama-server can, with how to get there."""
+    return FeatureRefused(
+        f"{what} not available for models served by {engine}. {LOGPROBS_ENGINE} serves them: start the model on it "
+        f'(POST /api/models/ID/start with {{"engine": "{LOGPROBS_ENGINE}"}}). Not installed yet? '
+        f"`modeldeck engines build {LOGPROBS_ENGINE}` builds it once from the pinned sources (about 10 minutes on 2 "
+        "cores).",
+        param,
+    )
 
 
 def _refuse_media(engine: str, messages: list[dict[str, Any]]) -> None:

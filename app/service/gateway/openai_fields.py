@@ -20,6 +20,7 @@ from app.service.gateway.validation import (
     CheckedRequest,
     InvalidRequest,
     boolean,
+    embedding_input,
     integer,
     logit_bias,
     messages,
@@ -170,7 +171,9 @@ TABLE: dict[str, tuple[Field, ...]] = {
     ),
     EMBEDDINGS: (
         Field("model", "honoured", string),
-        Field("input", "honoured", string_or_strings(2048, empty=False), "strings; token arrays are not yet taken"),
+        Field(
+            "input", "honoured", embedding_input(2048), "text; token ids on llama-server, refused on llama-cpp-python"
+        ),
         Field(
             "encoding_format", "honoured", _encoding_format, "`base64` encoded by the gateway (little-endian float32)"
         ),

@@ -20,7 +20,7 @@ from app.service.gateway.prompt_tokens import count_tokens, prompt_text
 from app.service.gateway.templates import TemplateRenderer
 from app.service.gateway.upstream import UpstreamPool
 from app.service.gateway.upstream_endpoint import Endpoint
-from app.service.gateway.validation import InvalidRequest
+from app.service.gateway.validation import InvalidRequest, is_token_input
 from app.service.launch.route import Route
 from engines.base import InputLimit
 
@@ -109,17 +109,19 @@ class PromptLimits:
         text = await prompt_text(path, payload, route.chat_template, self._templates)
         return await count(text) if text is not None else None
 
-    async def _input_refusal(self, given: str | list[str], limit: InputLimit, route: Route) -> InvalidRequest | None:
-        """The first input past `limit`, refused naming its index."""
+    async def _input_refusal(self, given: Any, limit: InputLimit, route: Route) -> InvalidRequest | None:
+        """The first input past `limit`, refused naming its index: text, or token ids (already counted)."""
         count = self._counter(route)
-        if count is None:
-            return None
-        for index, text in enumerate([given] if isinstance(given, str) else given):
-            if len(text.encode()) + SPECIAL_TOKENS <= limit.tokens:
+        single = isinstance(given, str) or (is_token_input(given) and not isinstance(given[0], list))
+        for index, text in enumerate([given] if single else given):
+            if isinstance(text, list):
+                tokens: int | None = len(text)
+            elif count is None or len(text.encode()) + SPECIAL_TOKENS <= limit.tokens:
                 continue
-            tokens = await count(text)
+            else:
+                tokens = await count(text)
             if tokens is not None and tokens > limit.tokens:
-                param = "input" if isinstance(given, str) else f"input[{index}]"
+                param = "input" if single else f"input[{index}]"
                 return context_exceeded(
                     f"`{param}` is {tokens} tokens, more than the {limit.tokens} tokens {route.engine_name} embeds of "
                     f"one input ({limit.set_by}). Send a shorter input, or split it into several.",

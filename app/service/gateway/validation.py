@@ -64,6 +64,39 @@ def string_or_strings(limit: int, empty: bool = True) -> Check:
     return check
 
 
+def embedding_input(limit: int) -> Check:
+    """Text (a non-empty string, or a list of 1 to `limit`) or token ids (a non-empty list of token ids, or a list of
+    1 to `limit` of them), as OpenAI's embeddings take them."""
+
+    def tokens(value: Any) -> bool:
+        return (
+            isinstance(value, list)
+            and len(value) > 0
+            and all(type(token) is int and 0 <= token < 2**31 for token in value)
+        )
+
+    def check(value: Any) -> str | None:
+        if (isinstance(value, str) and value) or tokens(value):
+            return None
+        if (
+            isinstance(value, list)
+            and 0 < len(value) <= limit
+            and (all(isinstance(v, str) and v for v in value) or all(tokens(v) for v in value))
+        ):
+            return None
+        return (
+            f"must be a non-empty string, a list of 1 to {limit} non-empty strings, or token ids: a list of whole "
+            f"numbers from 0, or a list of 1 to {limit} such lists"
+        )
+
+    return check
+
+
+def is_token_input(value: Any) -> bool:
+    """Whether a checked embeddings input is token ids rather than text."""
+    return isinstance(value, list) and not isinstance(value[0], str)
+
+
 def logit_bias(value: Any) -> str | None:
     if isinstance(value, dict) and all(
         token.isascii() and token.isdigit() and _is_number(bias) and -100 <= bias <= 100

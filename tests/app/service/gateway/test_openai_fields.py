@@ -59,3 +59,15 @@ def test_refused_fields_name_themselves_and_say_why(route: str, field: str, valu
 def test_fields_outside_the_reference_stay_unknown() -> None:
     with pytest.raises(InvalidRequest, match="Unknown field `temprature`"):
         check_request(CHAT, {"model": "m", "messages": ASK, "temprature": 1}, lambda model: None)
+
+
+@pytest.mark.parametrize("given", ["hello", ["a", "b"], [9906, 1917], [[9906, 1917], [42]]])
+def test_embeddings_take_text_or_token_ids(given: object) -> None:
+    check_request(EMBEDDINGS, {"model": "m", "input": given}, lambda model: None)
+
+
+@pytest.mark.parametrize("given", ["", [], [[]], [-1], [1.5], [True], [[1], ["a"]], ["a", [1]], [2**31], ["a"] * 2049])
+def test_embeddings_refuse_other_inputs_naming_the_field(given: object) -> None:
+    with pytest.raises(InvalidRequest, match="token ids") as refused:
+        check_request(EMBEDDINGS, {"model": "m", "input": given}, lambda model: None)
+    assert refused.value.param == "input"

@@ -53,12 +53,24 @@ def check_fields(service: RunningService) -> None:
 
 def test_llama_cpp_python_openai_fields(service: RunningService) -> None:
     check_fields(service)
+    with pytest.raises(openai.BadRequestError, match="llama-server serves them") as refused:
+        service.openai_client().embeddings.create(model=BUNDLED_ID, input=[[9906, 1917]])
+    assert refused.value.body["param"] == "input"  # type: ignore[index]
 
 
 def test_llama_server_openai_fields(llama_server_service: StartService) -> None:
     service = llama_server_service()
     service.start_on_llama_server(2)
     check_fields(service)
+    # Token ids, as langchain's OpenAIEmbeddings sends them: one vector each, as for the same text.
+    client = service.openai_client()
+    by_ids = client.embeddings.create(model=BUNDLED_ID, input=[[9906, 1917], [42]])
+    assert [len(item.embedding) for item in by_ids.data] == [576, 576] and by_ids.usage.prompt_tokens == 3
+    one = client.embeddings.create(model=BUNDLED_ID, input=[9906, 1917]).data
+    assert (
+        len(one) == 1
+        and max(abs(a - b) for a, b in zip(one[0].embedding, by_ids.data[0].embedding, strict=True)) < 1e-3
+    )
 
 
 def test_langchain_bind_tools_gets_an_answer(service: RunningService) -> None:
