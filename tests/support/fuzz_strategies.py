@@ -430,12 +430,20 @@ def judge(request: FuzzRequest, answer: httpx.Response, tally: Tally) -> str | N
     return problem
 
 
+def _ollamas(request: FuzzRequest, answer: httpx.Response) -> bool:
+    """Whether the endpoint's Ollama dialect answered: its root and `/api/...` (a made-up `/v1/..` path lands there)."""
+    path = answer.request.url.path
+    return request.listener == "v1" and (path == "/" or path.startswith("/api/"))
+
+
 def _problem(request: FuzzRequest, answer: httpx.Response) -> str | None:
     status = answer.status_code
     if status < 400 or request.method == "HEAD":
         return None
     try:
         error = answer.json()["error"]
+        if _ollamas(request, answer) and isinstance(error, str):  # Ollama's shape, on the paths of its API
+            error = {"type": "ollama", "message": error}
         kind, message = error["type"], error["message"]
     except (ValueError, KeyError, TypeError):
         return f"{status} without an OpenAI-shaped JSON error: {answer.text[:300]!r}"

@@ -53,6 +53,7 @@ ALWAYS_TRIED = [  # answers that were 5xx once, tried in every run
     ), {}, {}),  # the engine's 502 (500 unstreamed): a lone surrogate it cannot encode
     FuzzRequest("api", ("POST", "/api/library/import"), "POST", "/api/library/import",
                 dump({"path": "/" + "a" * 5000 + ".gguf"}), {}, {}),  # a bare-text 500: ENAMETOOLONG
+    FuzzRequest("v1", None, "POST", "/v1/..", b"", {}, {}),  # lands on Ollama's root: its error shape, not OpenAI's
 ]  # fmt: skip
 
 
