@@ -130,7 +130,7 @@ def test_an_empty_prompt_or_input_is_refused(service: RunningService) -> None:
     refused(completion, "prompt", "`prompt` must be a non-empty string")
     for text in ("", ["a", ""]):
         refused(post(service, "/embeddings", {"model": BUNDLED_ID, "input": text}), "input",
-                "`input` must be a non-empty string or a list of 1 to 2048 non-empty strings")  # fmt: skip
+                "`input` must be a non-empty string, a list of 1 to 2048 non-empty strings, or token ids")  # fmt: skip
     assert post(service, "/embeddings", {"model": BUNDLED_ID, "input": ["a", "b"]}).status_code == 200
     assert "Traceback" not in service.output()
 

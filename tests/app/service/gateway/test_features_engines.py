@@ -43,7 +43,7 @@ def check_json_schema_and_token_limit(service: RunningService) -> None:
     jsonschema.validate(structured_answer(service), PERSON)
     limited = service.openai_client().chat.completions.create(
         model=BUNDLED_ID, messages=[{"role": "user", "content": "Write a long story about the sea."}],
-        max_completion_tokens=5,
+        max_completion_tokens=5, temperature=0,  # sampled, the model may end its turn within 5 tokens
     )  # fmt: skip
     assert limited.usage is not None and limited.usage.completion_tokens <= 5
     assert limited.choices[0].finish_reason == "length"
@@ -113,7 +113,7 @@ def test_llama_server_json_schema_and_logprobs(llama_server_service: StartServic
     check_json_schema_and_token_limit(service)
     reply = service.openai_client().chat.completions.create(
         model=BUNDLED_ID, messages=[{"role": "user", "content": "Hi"}], max_tokens=6, logprobs=True,
-        top_logprobs=3,
+        top_logprobs=3, temperature=0,
     )  # fmt: skip
     logprobs = reply.choices[0].logprobs
     assert logprobs is not None and logprobs.content and reply.usage is not None
@@ -122,7 +122,11 @@ def test_llama_server_json_schema_and_logprobs(llama_server_service: StartServic
         assert token.logprob <= 0 and len(token.top_logprobs) == 3
         assert max(top.logprob for top in token.top_logprobs) >= token.logprob
     completion = service.openai_client().completions.create(
-        model=BUNDLED_ID, prompt="The sky is", max_tokens=4, logprobs=2
+        model=BUNDLED_ID,
+        prompt="The sky is",
+        max_tokens=4,
+        logprobs=2,
+        temperature=0,  # 4 tokens, not an early end
     )
     # llama-server answers legacy completions in the chat shape (`content`), not `tokens` / `token_logprobs`:
     # the feature table in docs/ENGINES.md ("OpenAI features by engine") says so; the gateway forwards the answer's
