@@ -60,12 +60,8 @@ class EngineManager:
         self._bus = bus
         self._policy = policy
         self.lifecycle = lifecycle or LifecyclePolicy()
-        self.planner = LaunchPlanner(
-            paths,
-            engines if engines is not None else ENGINES,
-            hardware or (lambda: detect_hardware(paths.models_dir)),
-            models,
-        )
+        hardware = hardware or (lambda: detect_hardware(paths.models_dir))
+        self.planner = LaunchPlanner(paths, engines if engines is not None else ENGINES, hardware, models)
         self.engines = self.planner.engines
         self._records: dict[str, ServedModel] = {}
         # Engines accept only this key; it never leaves the service.
