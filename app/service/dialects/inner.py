@@ -77,9 +77,6 @@ class InnerAnswer:
         except ValueError:
             return {}
 
-    def cancel(self) -> None:
-        self._task.cancel()
-
 
 async def call_core(core: AsgiApp, scope: Scope, receive: Receive, path: str, payload: dict[str, Any]) -> InnerAnswer:
     """POST `payload` to `path` of the core, with the client's headers (its key, its Host) and its connection: when

@@ -23,8 +23,9 @@ CHAT = "/v1/chat/completions"
 EMBEDDINGS = "/v1/embeddings"
 FIELDS = ("response_format", "logprobs", "top_logprobs", "max_completion_tokens")
 RESPONSE_FORMAT_TYPES = ("text", "json_object", "json_schema")
-# The engine that answers `logprobs` for a model whose engine cannot: same GGUF file, started with `engine`.
-LOGPROBS_ENGINE = "llama-server"
+# The engine that serves what llama-cpp-python cannot (`logprobs`, token ids as embedding input) for the same GGUF
+# file, once the model is started with `engine`.
+FULLER_ENGINE = "llama-server"
 
 
 class FeatureRefused(InvalidRequest):
@@ -82,9 +83,9 @@ def adapt(engine: str, capabilities: Capabilities, path: str, payload: dict[str,
 def _served_elsewhere(what: str, engine: str, param: str) -> FeatureRefused:
     """The refusal of what `engine` cannot do and llama-server can, with how to get there."""
     return FeatureRefused(
-        f"{what} not available for models served by {engine}. {LOGPROBS_ENGINE} serves them: start the model on it "
-        f'(POST /api/models/ID/start with {{"engine": "{LOGPROBS_ENGINE}"}}). Not installed yet? '
-        f"`modeldeck engines build {LOGPROBS_ENGINE}` builds it once from the pinned sources (about 10 minutes on 2 "
+        f"{what} not available for models served by {engine}. {FULLER_ENGINE} serves them: start the model on it "
+        f'(POST /api/models/ID/start with {{"engine": "{FULLER_ENGINE}"}}). Not installed yet? '
+        f"`modeldeck engines build {FULLER_ENGINE}` builds it once from the pinned sources (about 10 minutes on 2 "
         "cores).",
         param,
     )
