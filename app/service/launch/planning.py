@@ -69,9 +69,10 @@ class LaunchPlanner:
         # start would choose is named without running `llama-server --version` on the event loop.
         self._server_installed: bool | None = None
         self._detections: set[asyncio.Task[None]] = set()
-        # The last GGUF header read, with the file's size and mtime then: a checked start (check_overrides, then
-        # prepare) reads the header once.
-        self._last_header: tuple[Path, int, int, GGUFInfo] | None = None
+        # GGUF headers read, by file and whether with the token list's digest, with the file's size and mtime then: a
+        # checked start (check_overrides, then prepare) reads a header once, a draft's pairing and the candidates
+        # listed on every settings estimate each file's vocabulary once.
+        self._headers: dict[tuple[Path, bool], tuple[int, int, GGUFInfo]] = {}
 
     def engine_before_start(self, spec: ModelSpec) -> str:
         """The engine a start without parameters would choose for a model never started: its saved settings'
@@ -166,7 +167,7 @@ class LaunchPlanner:
         if spec.path is None or draft_spec.path is None or draft_spec.path.is_dir():
             raise BadOverrides(f"{draft_id} is not a GGUF file: only one can draft on llama-server.", "draft")
         try:
-            target, draft = vocabulary_header(spec.path), vocabulary_header(draft_spec.path)
+            target, draft = self.vocabulary(spec.path), self.vocabulary(draft_spec.path)
             return choose_draft(spec.id, target, draft_id, draft, context)
         except (GGUFError, DraftRefused) as exc:
             raise BadOverrides(str(exc), "draft") from None
@@ -176,7 +177,7 @@ class LaunchPlanner:
         if spec.path is None or spec.path.is_dir():
             return []
         try:
-            target = vocabulary_header(spec.path)
+            target = self.vocabulary(spec.path)
         except GGUFError:
             return []
         found = []
@@ -184,7 +185,7 @@ class LaunchPlanner:
             if other.id == spec.id or other.path is None or other.path.is_dir() or other.size_bytes >= spec.size_bytes:
                 continue
             try:
-                if vocabulary_mismatch(target, vocabulary_header(other.path)) is None:
+                if vocabulary_mismatch(target, self.vocabulary(other.path)) is None:
                     found.append(other.id)
             except GGUFError:
                 continue
@@ -193,15 +194,23 @@ class LaunchPlanner:
     def gguf_header(self, path: Path) -> GGUFInfo:
         """The file's GGUF header, read again only when the file's size or mtime changed since the last read
         (blocking). Raises GGUFError."""
+        return self._header(path, tokens=False)
+
+    def vocabulary(self, path: Path) -> GGUFInfo:
+        """The file's GGUF header with its token list's digest (app.planner.draft), read as `gguf_header` is."""
+        return self._header(path, tokens=True)
+
+    def _header(self, path: Path, tokens: bool) -> GGUFInfo:
+        read = vocabulary_header if tokens else read_gguf_info
         try:
             stat = path.stat()
         except OSError:
-            return read_gguf_info(path)  # raises GGUFError, saying why
-        last = self._last_header
-        if last is not None and last[:3] == (path, stat.st_size, stat.st_mtime_ns):
-            return last[3]
-        info = read_gguf_info(path)
-        self._last_header = (path, stat.st_size, stat.st_mtime_ns, info)
+            return read(path)  # raises GGUFError, saying why
+        known = self._headers.get((path, tokens))
+        if known is not None and known[:2] == (stat.st_size, stat.st_mtime_ns):
+            return known[2]
+        info = read(path)
+        self._headers[(path, tokens)] = (stat.st_size, stat.st_mtime_ns, info)
         return info
 
     async def _prepare_folder(self, spec: ModelSpec, overrides: PlanOverrides | None) -> PreparedLaunch:
