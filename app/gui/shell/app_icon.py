@@ -10,8 +10,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Literal
 
-from PySide6.QtCore import QByteArray, QRect, QRectF, QSize, Qt
-from PySide6.QtGui import QColor, QIcon, QIconEngine, QPainter, QPen, QPixmap
+from PySide6.QtCore import QByteArray, QRectF, QSize, Qt
+from PySide6.QtGui import QColor, QIcon, QPainter, QPen, QPixmap
 from PySide6.QtSvg import QSvgRenderer
 
 from app.api_types import ACTIVE, ModelState
@@ -29,44 +29,29 @@ ICON_SVG = """\
 TrayState = Literal["idle", "serving", "error"]
 BADGE_COLOURS: dict[TrayState, str] = {"idle": "#8a8f98", "serving": "#2e9d4f", "error": "#d64541"}
 # What a desktop is offered when it asks which sizes there are (X11 sends each to the window manager).
-_SIZES = (16, 22, 24, 32, 48, 64, 128, 256)
-
-
-class _SvgIconEngine(QIconEngine):
-    """Renders the SVG at the size asked, with the badge in the lower right corner when there is one."""
-
-    def __init__(self, badge: TrayState | None) -> None:
-        super().__init__()
-        self._badge = badge
-        self._renderer = QSvgRenderer(QByteArray(ICON_SVG.encode()))
-
-    def paint(self, painter: QPainter, rect: QRect, mode: QIcon.Mode, state: QIcon.State) -> None:
-        painter.setRenderHint(QPainter.RenderHint.Antialiasing)
-        self._renderer.render(painter, QRectF(rect))
-        if self._badge is not None:
-            side = rect.width() * 0.42
-            badge = QRectF(rect.right() - side, rect.bottom() - side, side, side)
-            painter.setPen(QPen(QColor("#ffffff"), max(1.0, side / 8)))
-            painter.setBrush(QColor(BADGE_COLOURS[self._badge]))
-            painter.drawEllipse(badge.adjusted(1, 1, -1, -1))
-
-    def pixmap(self, size: QSize, mode: QIcon.Mode, state: QIcon.State) -> QPixmap:
-        pixmap = QPixmap(size)
-        pixmap.fill(Qt.GlobalColor.transparent)
-        painter = QPainter(pixmap)
-        self.paint(painter, QRect(0, 0, size.width(), size.height()), mode, state)
-        painter.end()
-        return pixmap
-
-    def availableSizes(self, mode: QIcon.Mode = QIcon.Mode.Normal, state: QIcon.State = QIcon.State.Off) -> list[QSize]:
-        return [QSize(side, side) for side in _SIZES]
-
-    def clone(self) -> QIconEngine:
-        return _SvgIconEngine(self._badge)
+_SIZES = (16, 22, 24, 32, 48, 64, 128, 256, 512)
 
 
 def app_icon(badge: TrayState | None = None) -> QIcon:
-    return QIcon(_SvgIconEngine(badge))
+    """The icon as pixmaps drawn from the SVG at each size a desktop asks for (Qt scales between them). Pixmaps, not
+    a QIconEngine subclass: a Python engine is deleted by the QIcon that owns it, and the garbage collector then
+    touching its wrapper crashed the window (seen in the tray's test)."""
+    renderer = QSvgRenderer(QByteArray(ICON_SVG.encode()))
+    icon = QIcon()
+    for side in _SIZES:
+        pixmap = QPixmap(QSize(side, side))
+        pixmap.fill(Qt.GlobalColor.transparent)
+        painter = QPainter(pixmap)
+        painter.setRenderHint(QPainter.RenderHint.Antialiasing)
+        renderer.render(painter, QRectF(0, 0, side, side))
+        if badge is not None:
+            edge = side * 0.42
+            painter.setPen(QPen(QColor("#ffffff"), max(1.0, edge / 8)))
+            painter.setBrush(QColor(BADGE_COLOURS[badge]))
+            painter.drawEllipse(QRectF(side - edge, side - edge, edge, edge).adjusted(1, 1, -1, -1))
+        painter.end()
+        icon.addPixmap(pixmap)
+    return icon
 
 
 def tray_state(states: Iterable[str | None]) -> TrayState:
